@@ -1,0 +1,1 @@
+"""The simulated kubelet and the controllers whose behaviour the seed runbook describes."""

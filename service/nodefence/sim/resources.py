@@ -1,0 +1,134 @@
+"""The resource types the simulator serves, as the discovery documents describe them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALL_VERBS = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One REST resource: enough to route requests and answer discovery."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    singular: str
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = field(default=ALL_VERBS)
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+
+NAMESPACES = ResourceType(
+    "", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), ("status",)
+)
+NODES = ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), ("status",))
+PODS = ResourceType("", "v1", "pods", "Pod", True, "pod", ("po",), ("status",), ("all",))
+EVENTS = ResourceType("", "v1", "events", "Event", True, "event", ("ev",))
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",))
+PVCS = ResourceType(
+    "",
+    "v1",
+    "persistentvolumeclaims",
+    "PersistentVolumeClaim",
+    True,
+    "persistentvolumeclaim",
+    ("pvc",),
+    ("status",),
+)
+PVS = ResourceType(
+    "",
+    "v1",
+    "persistentvolumes",
+    "PersistentVolume",
+    False,
+    "persistentvolume",
+    ("pv",),
+    ("status",),
+)
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease")
+VOLUME_ATTACHMENTS = ResourceType(
+    "storage.k8s.io",
+    "v1",
+    "volumeattachments",
+    "VolumeAttachment",
+    False,
+    "volumeattachment",
+    (),
+    ("status",),
+)
+STATEFULSETS = ResourceType(
+    "apps",
+    "v1",
+    "statefulsets",
+    "StatefulSet",
+    True,
+    "statefulset",
+    ("sts",),
+    ("status",),
+    ("all",),
+)
+REPLICASETS = ResourceType(
+    "apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("status",), ("all",)
+)
+DEPLOYMENTS = ResourceType(
+    "apps",
+    "v1",
+    "deployments",
+    "Deployment",
+    True,
+    "deployment",
+    ("deploy",),
+    ("status",),
+    ("all",),
+)
+DAEMONSETS = ResourceType(
+    "apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), ("status",), ("all",)
+)
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    NAMESPACES,
+    NODES,
+    PODS,
+    EVENTS,
+    CONFIGMAPS,
+    PVCS,
+    PVS,
+    LEASES,
+    VOLUME_ATTACHMENTS,
+    STATEFULSETS,
+    REPLICASETS,
+    DEPLOYMENTS,
+    DAEMONSETS,
+)
+
+BY_KIND: dict[str, ResourceType] = {rt.kind: rt for rt in RESOURCE_TYPES}
+
+
+def find(group: str, version: str, plural: str) -> ResourceType | None:
+    """Resolve a URL's group/version/plural to a served type (None: 404)."""
+    for rt in RESOURCE_TYPES:
+        if rt.group == group and rt.version == version and rt.plural == plural:
+            return rt
+    return None

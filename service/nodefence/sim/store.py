@@ -1,0 +1,443 @@
+"""The simulator's object store: the etcd + registry part of an API server.
+
+Every write goes through here so that uid, resourceVersion, generation, graceful deletion,
+finalizers, preconditions and watch events behave as the real server's do. It is synchronous:
+the simulator runs on one event loop, so a read-modify-write without an ``await`` in between is
+atomic, which is what makes resourceVersion conflicts meaningful.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nodefence.sim.errors import ApiError, already_exists, conflict, invalid, not_found
+from nodefence.sim.resources import BY_KIND, PODS, ResourceType
+from nodefence.sim.selectors import labels_match, parse_field_selector, parse_label_selector
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace or "", name)
+
+HISTORY = 20000
+DEFAULT_POD_GRACE = 30
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED
+    resource: ResourceType
+    object: Obj
+    resource_version: int
+
+
+@dataclass
+class _Subscriber:
+    resource: ResourceType
+    namespace: str | None
+    predicate: Callable[[Obj], bool]
+    queue: asyncio.Queue[WatchEvent | None] = field(default_factory=asyncio.Queue)
+
+
+@dataclass(frozen=True)
+class DeleteOptions:
+    grace_period_seconds: int | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    propagation_policy: str | None = None
+    dry_run: bool = False
+
+
+class Store:
+    """All objects of all served types, keyed by type, namespace and name."""
+
+    def __init__(self, now: Callable[[], datetime] = utcnow) -> None:
+        self.now = now
+        self._rv = 1000
+        self._objects: dict[tuple[str, str], dict[Key, Obj]] = {}
+        self._history: deque[WatchEvent] = deque(maxlen=HISTORY)
+        self._subscribers: list[_Subscriber] = []
+        self._listeners: list[Callable[[WatchEvent], None]] = []
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def resource_version(self) -> str:
+        return str(self._rv)
+
+    def _table(self, rt: ResourceType) -> dict[Key, Obj]:
+        return self._objects.setdefault(rt.key, {})
+
+    @staticmethod
+    def _key(rt: ResourceType, namespace: str | None, name: str) -> Key:
+        return ((namespace or "") if rt.namespaced else "", name)
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        obj = self._table(rt).get(self._key(rt, namespace, name))
+        if obj is None:
+            raise not_found(rt.plural, name, rt.group)
+        return copy.deepcopy(obj)
+
+    def peek(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        """The stored object itself (no copy): for controllers that only read."""
+        return self._table(rt).get(self._key(rt, namespace, name))
+
+    def items(self, rt: ResourceType, namespace: str | None = None) -> list[Obj]:
+        """Stored objects without copying, for controllers that only read."""
+        table = self._table(rt)
+        if namespace is None or not rt.namespaced:
+            return list(table.values())
+        return [o for (ns, _), o in table.items() if ns == namespace]
+
+    def list_objects(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[Obj], str]:
+        predicate = self.predicate(rt, label_selector, field_selector)
+        selected = [copy.deepcopy(o) for o in self.items(rt, namespace) if predicate(o)]
+        selected.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return selected, self.resource_version
+
+    @staticmethod
+    def predicate(
+        rt: ResourceType, label_selector: str | None, field_selector: str | None
+    ) -> Callable[[Obj], bool]:
+        requirements = parse_label_selector(label_selector)
+        fields = parse_field_selector(field_selector, rt.kind)
+
+        def matches(obj: Obj) -> bool:
+            return labels_match(requirements, obj["metadata"].get("labels")) and fields(obj)
+
+        return matches
+
+    # ----------------------------------------------------------------- writes
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _emit(self, type_: str, rt: ResourceType, obj: Obj) -> None:
+        event = WatchEvent(type_, rt, copy.deepcopy(obj), int(obj["metadata"]["resourceVersion"]))
+        self._history.append(event)
+        for sub in self._subscribers:
+            if sub.resource.key != rt.key:
+                continue
+            ns = obj["metadata"].get("namespace")
+            if sub.namespace is not None and rt.namespaced and ns != sub.namespace:
+                continue
+            if sub.predicate(event.object):
+                sub.queue.put_nowait(event)
+        for listener in list(self._listeners):
+            listener(event)
+
+    def add_listener(self, listener: Callable[[WatchEvent], None]) -> None:
+        """Controllers hear about every change synchronously (to wake their loops)."""
+        self._listeners.append(listener)
+
+    def create(self, rt: ResourceType, namespace: str | None, obj: Mapping[str, Any]) -> Obj:
+        new = copy.deepcopy(dict(obj))
+        meta = new.setdefault("metadata", {})
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(
+                    rt.kind, "", "metadata.name: Required value: name or generateName is required"
+                )
+            meta["name"] = prefix + uuid.uuid4().hex[:5]
+        if rt.namespaced:
+            ns = namespace or meta.get("namespace") or "default"
+            if meta.get("namespace") and namespace and meta["namespace"] != namespace:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not "
+                    "match the namespace sent on the request",
+                )
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        key = self._key(rt, meta.get("namespace"), meta["name"])
+        table = self._table(rt)
+        if key in table:
+            raise already_exists(rt.plural, meta["name"], rt.group)
+        new["apiVersion"] = rt.group_version
+        new["kind"] = rt.kind
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = rfc3339(self.now())
+        meta["generation"] = 1
+        meta.pop("deletionTimestamp", None)
+        meta.pop("deletionGracePeriodSeconds", None)
+        meta["resourceVersion"] = self._next_rv()
+        table[key] = new
+        self._emit("ADDED", rt, new)
+        return copy.deepcopy(new)
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        obj: Mapping[str, Any],
+        *,
+        subresource: str = "",
+        check_rv: bool = True,
+    ) -> Obj:
+        """PUT semantics. ``subresource`` "" keeps the stored status (for types with a status
+        subresource), "status" keeps everything but status, "all" (controllers) replaces both.
+        """
+        table = self._table(rt)
+        key = self._key(rt, namespace, name)
+        old = table.get(key)
+        if old is None:
+            raise not_found(rt.plural, name, rt.group)
+        new = copy.deepcopy(dict(obj))
+        meta = new.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise ApiError(
+                400, "BadRequest", "the name of the object does not match the name on the URL"
+            )
+        sent_rv = meta.get("resourceVersion")
+        if check_rv and sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
+            raise conflict(
+                rt.plural,
+                name,
+                "the object has been modified; please apply your "
+                "changes to the latest version and try again",
+                rt.group,
+            )
+        if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+            raise conflict(
+                rt.plural,
+                name,
+                "Precondition failed: UID in precondition: "
+                f"{meta['uid']}, UID in object meta: {old['metadata']['uid']}",
+                rt.group,
+            )
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            merged["status"] = new.get("status", {})
+            new = merged
+            meta = new["metadata"]
+        else:
+            for immutable in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "namespace",
+            ):
+                if immutable in old["metadata"]:
+                    meta[immutable] = old["metadata"][immutable]
+                else:
+                    meta.pop(immutable, None)
+            if subresource == "" and "status" in rt.subresources:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            if new.get("spec") != old.get("spec"):
+                meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+            else:
+                meta["generation"] = old["metadata"].get("generation", 1)
+        meta["name"] = name
+        new["apiVersion"] = rt.group_version
+        new["kind"] = rt.kind
+        if new == old or _same_but_rv(new, old):
+            return copy.deepcopy(old)
+        meta["resourceVersion"] = self._next_rv()
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and self._may_finish_deletion(rt, new)
+        ):
+            del table[key]
+            self._emit("DELETED", rt, new)
+            return copy.deepcopy(new)
+        table[key] = new
+        self._emit("MODIFIED", rt, new)
+        return copy.deepcopy(new)
+
+    @staticmethod
+    def _may_finish_deletion(rt: ResourceType, obj: Obj) -> bool:
+        """An object whose deletion is due goes once no finalizer holds it; a pod still in its
+        graceful period waits for the kubelet instead."""
+        if rt.key != PODS.key:
+            return True
+        return int(obj["metadata"].get("deletionGracePeriodSeconds") or 0) == 0
+
+    def delete(
+        self, rt: ResourceType, namespace: str | None, name: str, options: DeleteOptions
+    ) -> tuple[Obj, bool]:
+        """Delete with the registry's rules; returns (object, removed_now)."""
+        table = self._table(rt)
+        key = self._key(rt, namespace, name)
+        old = table.get(key)
+        if old is None:
+            raise not_found(rt.plural, name, rt.group)
+        meta = old["metadata"]
+        if options.uid and options.uid != meta["uid"]:
+            raise conflict(
+                rt.plural,
+                name,
+                "Precondition failed: UID in precondition: "
+                f"{options.uid}, UID in object meta: {meta['uid']}",
+                rt.group,
+            )
+        if options.resource_version and options.resource_version != meta["resourceVersion"]:
+            raise conflict(
+                rt.plural,
+                name,
+                "Precondition failed: ResourceVersion in "
+                f"precondition: {options.resource_version}, ResourceVersion in object "
+                f"meta: {meta['resourceVersion']}",
+                rt.group,
+            )
+        grace = self._grace_period(rt, old, options.grace_period_seconds)
+        if options.dry_run:
+            return copy.deepcopy(old), False
+        finalizers = list(meta.get("finalizers") or [])
+        if (
+            options.propagation_policy == "Foreground"
+            and "foregroundDeletion" not in finalizers
+            and self.dependents(meta["uid"])
+        ):
+            finalizers.append("foregroundDeletion")
+        if grace == 0 and not finalizers:
+            del table[key]
+            removed = copy.deepcopy(old)
+            removed["metadata"]["resourceVersion"] = self._next_rv()
+            if "deletionTimestamp" not in removed["metadata"]:
+                removed["metadata"]["deletionTimestamp"] = rfc3339(self.now())
+                removed["metadata"]["deletionGracePeriodSeconds"] = 0
+            self._emit("DELETED", rt, removed)
+            return removed, True
+        new = copy.deepcopy(old)
+        nmeta = new["metadata"]
+        current_grace = nmeta.get("deletionGracePeriodSeconds")
+        if nmeta.get("deletionTimestamp") is None or (
+            current_grace is not None and grace < int(current_grace)
+        ):
+            nmeta["deletionTimestamp"] = rfc3339(self.now() + timedelta(seconds=grace))
+            nmeta["deletionGracePeriodSeconds"] = grace
+        if finalizers:
+            nmeta["finalizers"] = finalizers
+        if new == old:
+            return copy.deepcopy(old), False
+        nmeta["resourceVersion"] = self._next_rv()
+        table[key] = new
+        self._emit("MODIFIED", rt, new)
+        return copy.deepcopy(new), False
+
+    def _grace_period(self, rt: ResourceType, obj: Obj, requested: int | None) -> int:
+        if rt.key != PODS.key:
+            return 0
+        spec = obj.get("spec", {})
+        phase = obj.get("status", {}).get("phase")
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return 0
+        if requested is not None:
+            return max(0, int(requested))
+        value = spec.get("terminationGracePeriodSeconds")
+        return DEFAULT_POD_GRACE if value is None else int(value)
+
+    def dependents(self, owner_uid: str) -> list[tuple[ResourceType, Obj]]:
+        """Objects whose ownerReferences name ``owner_uid`` (for garbage collection)."""
+        found: list[tuple[ResourceType, Obj]] = []
+        for obj_table in self._objects.values():
+            for obj in obj_table.values():
+                refs = obj["metadata"].get("ownerReferences") or []
+                if any(ref.get("uid") == owner_uid for ref in refs):
+                    rt = BY_KIND.get(obj["kind"])
+                    if rt is not None:
+                        found.append((rt, obj))
+        return found
+
+    # ------------------------------------------------------------------ watch
+    async def watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        since: str | None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Events after resourceVersion ``since`` (replayed from history), then live ones.
+
+        A ``since`` older than the retained history raises 410 Gone, as etcd compaction does.
+        """
+        predicate = self.predicate(rt, label_selector, field_selector)
+        sub = _Subscriber(rt, namespace if rt.namespaced else None, predicate)
+        backlog: list[WatchEvent] = []
+        if since not in (None, "", "0"):
+            since_rv = int(str(since))
+            if (
+                self._history
+                and since_rv < self._history[0].resource_version - 1
+                and (len(self._history) == self._history.maxlen)
+            ):
+                raise ApiError(
+                    410,
+                    "Expired",
+                    f"too old resource version: {since_rv} ({self._history[0].resource_version})",
+                )
+            for event in self._history:
+                if event.resource_version <= since_rv or event.resource.key != rt.key:
+                    continue
+                ns = event.object["metadata"].get("namespace")
+                if sub.namespace is not None and ns != sub.namespace:
+                    continue
+                if predicate(event.object):
+                    backlog.append(event)
+        else:
+            for obj in self.items(rt, namespace):
+                if predicate(obj):
+                    backlog.append(
+                        WatchEvent(
+                            "ADDED", rt, copy.deepcopy(obj), int(obj["metadata"]["resourceVersion"])
+                        )
+                    )
+        self._subscribers.append(sub)
+        try:
+            for event in backlog:
+                yield event
+            while True:
+                item = await sub.queue.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            self._subscribers.remove(sub)
+
+    def close_watches(self) -> None:
+        for sub in self._subscribers:
+            sub.queue.put_nowait(None)
+
+
+def _same_but_rv(new: Obj, old: Obj) -> bool:
+    a = copy.deepcopy(new)
+    b = copy.deepcopy(old)
+    a["metadata"].pop("resourceVersion", None)
+    b["metadata"].pop("resourceVersion", None)
+    a["metadata"].pop("generation", None)
+    b["metadata"].pop("generation", None)
+    return a == b
