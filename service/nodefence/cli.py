@@ -1,10 +1,18 @@
-"""The ``nodefence`` command line: one subcommand per job, heavy imports deferred."""
+"""The ``nodefence`` command line: one subcommand per job, heavy imports deferred.
+
+Deferred imports keep ``nodefence serve`` quick to start (Knative scales from zero) and keep the
+simulator's code out of the receiver's process.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -14,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("serve", help="run the Alertmanager webhook receiver")
+    sub.add_parser("serve", help="run the Alertmanager webhook receiver on $PORT")
 
     sim = sub.add_parser("simulate", help="run the simulated Kubernetes API server")
     sim.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
@@ -22,7 +30,118 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--kubeconfig-out", help="write a kubeconfig for the simulator here")
     sim.add_argument("--k8s-version", help="simulated Kubernetes version (default 1.24.8)")
 
+    sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")
+
+    plan = sub.add_parser(
+        "plan", help="print the decisions for a webhook payload; makes no write to the cluster"
+    )
+    plan.add_argument("--payload", required=True, type=Path, help="Alertmanager webhook JSON")
+
+    sub.add_parser("reconcile", help="one reconcile pass: finish purges, unfence recovered nodes")
+    sub.add_parser("check-config", help="print the effective settings and policy (secrets masked)")
     return parser
+
+
+def _settings(**overrides: Any) -> Any:
+    from pydantic import ValidationError
+
+    from nodefence.settings import load_settings
+
+    try:
+        return load_settings(**overrides)
+    except ValidationError as exc:
+        raise SystemExit(f"nodefence: invalid settings:\n{exc}") from None
+
+
+def _policy_or_exit(settings: Any) -> Any:
+    from nodefence.policy import PolicyError
+    from nodefence.runtime import effective_policy
+
+    try:
+        return effective_policy(settings)
+    except PolicyError as exc:
+        raise SystemExit(f"nodefence: invalid policy: {exc}") from None
+
+
+def _print_decisions(decisions: Sequence[Any]) -> None:
+    from nodefence.engine.render import decision_to_dict
+
+    print(json.dumps({"decisions": [decision_to_dict(d) for d in decisions]}, indent=2))
+
+
+def _serve() -> int:
+    from nodefence.http.app import run
+    from nodefence.observability.logging import configure_logging
+    from nodefence.runtime import build_pipeline
+
+    settings = _settings()
+    configure_logging(settings.log_format, settings.log_level)
+    policy = _policy_or_exit(settings)
+
+    async def main() -> None:
+        pipeline = await build_pipeline(settings, policy=policy)
+        await run(settings, pipeline)
+
+    asyncio.run(main())
+    return 0
+
+
+def _plan(payload_file: Path) -> int:
+    from pydantic import ValidationError
+
+    from nodefence.alerts.events import extract_events
+    from nodefence.alerts.webhook import WebhookPayload
+    from nodefence.observability.logging import configure_logging
+    from nodefence.runtime import build_pipeline
+
+    # Planning only reads; it needs no webhook credentials.
+    settings = _settings(auth_disabled=True, dry_run=True, log_level="warning")
+    configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
+    policy = _policy_or_exit(settings)
+    try:
+        payload = WebhookPayload.model_validate_json(payload_file.read_bytes())
+    except (OSError, ValidationError) as exc:
+        raise SystemExit(f"nodefence: cannot use {payload_file}: {exc}") from None
+    events = extract_events(
+        payload, alert_names=policy.alerts.names, node_labels=policy.alerts.node_labels
+    )
+
+    async def main() -> int:
+        pipeline = await build_pipeline(settings, policy=policy)
+        try:
+            _print_decisions(await pipeline.handle_events(events))
+        finally:
+            await pipeline.close()
+        return 0
+
+    return asyncio.run(main())
+
+
+def _reconcile() -> int:
+    from nodefence.observability.logging import configure_logging
+    from nodefence.runtime import build_pipeline
+
+    settings = _settings(auth_disabled=True)
+    configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
+    policy = _policy_or_exit(settings)
+
+    async def main() -> int:
+        pipeline = await build_pipeline(settings, policy=policy)
+        try:
+            _print_decisions(await pipeline.reconcile())
+        finally:
+            await pipeline.close()
+        return 0
+
+    return asyncio.run(main())
+
+
+def _check_config() -> int:
+    settings = _settings()
+    policy = _policy_or_exit(settings)
+    report = {"settings": settings.masked(), "policy": policy.model_dump(mode="json")}
+    print(json.dumps(report, indent=2, default=str))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,5 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nodefence.sim.server import run_from_cli
 
         return run_from_cli(args)
-    print(f"nodefence: {args.command} is not available", file=sys.stderr)
-    return 2
+    if args.command == "demo":
+        from nodefence.demo.story import main as demo_main
+
+        return demo_main(args)
+    if args.command == "serve":
+        return _serve()
+    if args.command == "plan":
+        return _plan(args.payload)
+    if args.command == "reconcile":
+        return _reconcile()
+    return _check_config()

@@ -1,0 +1,1 @@
+"""``nodefence demo``: the seed runbook's story, played on the embedded simulated cluster."""

@@ -1,0 +1,272 @@
+"""The seed story, end to end, on the embedded simulated cluster.
+
+control02 dies; its StatefulSet and Deployment pods hang Terminating and the StatefulSet pods are
+not replaced; Alertmanager's KubeNodeNotReady webhook reaches nodefence, which verifies the node is
+really dead, fences it with the out-of-service taint and purges the stuck pods; the StatefulSet
+pods come back on other nodes; control02 reboots; the resolved webhook arrives and nodefence
+verifies the node before it removes the taint; the DaemonSet pods return. Every step is a check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import shutil
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+import aiohttp
+from aiohttp import web
+from pydantic import SecretStr
+
+from nodefence.demo.cluster_view import ClusterView, owner_kind, pod_status, ready_status, taints
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence.demo.timeline import StepFailedError, Timeline
+from nodefence.engine.model import OUT_OF_SERVICE_KEY
+from nodefence.http.app import build_app
+from nodefence.observability.logging import configure_logging
+from nodefence.runtime import build_pipeline
+from nodefence.settings import Settings
+from nodefence.sim.simulation import Simulation
+from nodefence.sim.testing import running_simulator
+
+NODE = "control02"
+STATEFUL = ("mariadb-server-1", "rabbitmq-rabbitmq-2", "ingress-0")
+NAMESPACE = "openstack"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _table(pods: list[dict[str, Any]]) -> str:
+    rows = [
+        f"{p['metadata']['name']:<44} {pod_status(p):<14} {owner_kind(p):<12} "
+        f"{p['spec'].get('nodeName', '')}"
+        for p in sorted(pods, key=lambda p: p["metadata"]["name"])
+    ]
+    return "\n".join([f"{'NAME':<44} {'STATUS':<14} {'OWNER':<12} NODE", *rows])
+
+
+class Story:
+    def __init__(self, view: ClusterView, receiver: str, token: str, timeline: Timeline) -> None:
+        self.view = view
+        self.receiver = receiver
+        self.token = token
+        self.t = timeline
+
+    async def post_alert(self, status: str, starts_at: datetime) -> dict[str, Any]:
+        ends = datetime.now(UTC) if status == "resolved" else None
+        payload = webhook([node_alert(NODE, status=status, starts_at=starts_at, ends_at=ends)])
+        async with self.view.session.post(
+            f"{self.receiver}/alerts",
+            json=payload,
+            headers={"Authorization": f"Bearer {self.token}"},
+        ) as response:
+            body: dict[str, Any] = await response.json()
+            if response.status != 200:
+                self.t.fail(f"receiver answered {response.status}: {body}")
+                raise StepFailedError("webhook rejected")
+            return body
+
+    def show_decision(self, body: dict[str, Any]) -> str:
+        decision = body["decisions"][0]
+        self.t.say(f"decision: {decision['verdict']} for {decision['node']}")
+        for reason in decision["reasons"]:
+            mark = "+" if reason["passed"] else "x"
+            self.t.detail(f"{mark} [{reason['guard']}] {reason['message']}")
+        return str(decision["verdict"])
+
+    async def stuck_pods(self) -> list[dict[str, Any]]:
+        return [p for p in await self.view.pods(node=NODE) if pod_status(p) == "Terminating"]
+
+    async def run(self) -> None:
+        t, view = self.t, self.view
+
+        t.heading("A healthy seed cluster (Kubernetes v1.24 with NodeOutOfServiceVolumeDetach)")
+
+        async def healthy() -> bool:
+            nodes = await view.nodes()
+            pods = await view.pods(node=NODE)
+            running = {p["metadata"]["name"] for p in pods if pod_status(p) == "Running"}
+            return (
+                len(nodes) == 5
+                and all(ready_status(n) == "True" for n in nodes)
+                and all(name in running for name in STATEFUL)
+            )
+
+        await t.expect(
+            f"5 nodes Ready; mariadb-server-1, rabbitmq-rabbitmq-2, ingress-0 Running on {NODE}",
+            healthy,
+            within=60,
+        )
+        t.detail(_table(await view.pods(node=NODE)))
+
+        t.heading(f"{NODE} dies (its kubelet stopped 20 minutes ago)")
+        await view.control(NODE, "down", {"sinceSeconds": 1200})
+        down_since = datetime.now(UTC) - timedelta(seconds=1200)
+
+        async def not_ready() -> bool:
+            return ready_status(await view.node(NODE)) == "Unknown"
+
+        await t.expect(f"{NODE} is NotReady (Ready=Unknown, unreachable taints)", not_ready)
+
+        async def hanging() -> list[dict[str, Any]]:
+            stuck = await self.stuck_pods()
+            names = {p["metadata"]["name"] for p in stuck}
+            return stuck if all(name in names for name in STATEFUL) else []
+
+        stuck = await t.expect(
+            "its StatefulSet and Deployment pods hang Terminating (evicted, kubelet dead)", hanging
+        )
+        t.detail(_table(await view.pods(node=NODE)))
+
+        async def not_replaced() -> bool:
+            for name in STATEFUL:
+                pod = await view.pod(NAMESPACE, name)
+                if pod is None or pod["spec"].get("nodeName") != NODE:
+                    return False
+            return True
+
+        await t.expect(
+            "the StatefulSet pods are not recreated elsewhere (old objects remain)",
+            not_replaced,
+            within=2,
+        )
+        t.say(f"{len(stuck)} pods stuck Terminating on {NODE}")
+
+        t.heading("Alertmanager fires KubeNodeNotReady for control02")
+        body = await self.post_alert("firing", down_since + timedelta(minutes=15))
+        if self.show_decision(body) != "fence":
+            t.fail("nodefence did not decide to fence")
+            raise StepFailedError("fence")
+
+        async def fenced() -> list[str]:
+            node = await view.node(NODE)
+            return [x for x in taints(node) if x.startswith(OUT_OF_SERVICE_KEY)]
+
+        applied = await t.expect(f"{NODE} carries the out-of-service taint", fenced)
+        t.detail(", ".join(applied))
+
+        async def purged() -> bool:
+            return not await self.stuck_pods()
+
+        await t.expect(
+            f"no pod is left Terminating on {NODE} (purged with grace 0)", purged, within=30
+        )
+
+        async def moved() -> dict[str, str]:
+            placed: dict[str, str] = {}
+            for name in STATEFUL:
+                pod = await view.pod(NAMESPACE, name)
+                if pod is None or pod_status(pod) != "Running":
+                    return {}
+                node = pod["spec"].get("nodeName", "")
+                if node in ("", NODE):
+                    return {}
+                placed[name] = node
+            return placed
+
+        placed = await t.expect("the StatefulSet pods run again on other nodes", moved, within=60)
+        t.detail("\n".join(f"{name} -> {node}" for name, node in placed.items()))
+
+        t.heading(f"{NODE} is repaired and rebooted (Ready again for 10 minutes)")
+        await view.control(NODE, "up", {"sinceSeconds": 600, "reboot": True})
+
+        async def ready() -> bool:
+            return ready_status(await view.node(NODE)) == "True"
+
+        await t.expect(f"{NODE} is Ready", ready)
+
+        async def still_fenced() -> bool:
+            return bool(await fenced())
+
+        await t.expect("the taint stays until nodefence verifies the node", still_fenced, within=2)
+
+        t.heading("Alertmanager sends the resolved KubeNodeNotReady")
+        body = await self.post_alert("resolved", down_since + timedelta(minutes=15))
+        if self.show_decision(body) != "unfence":
+            t.fail("nodefence did not decide to unfence")
+            raise StepFailedError("unfence")
+
+        async def unfenced() -> bool:
+            return not await fenced()
+
+        await t.expect("the out-of-service taint is removed", unfenced)
+
+        async def daemonsets_back() -> list[str]:
+            pods = await view.pods(node=NODE)
+            running = [
+                p["metadata"]["name"]
+                for p in pods
+                if owner_kind(p) == "DaemonSet" and pod_status(p) == "Running"
+            ]
+            return running
+
+        back = await t.expect(f"DaemonSet pods run on {NODE} again", daemonsets_back, within=60)
+        t.detail(", ".join(sorted(back)))
+
+        async def stayed() -> bool:
+            now = await moved()
+            return bool(now) and now == placed
+
+        await t.expect("pods that moved stay where they are", stayed, within=5)
+
+        t.heading(f"What `kubectl describe node {NODE}` shows of nodefence")
+        events = [
+            e
+            for e in await view.node_events(NODE)
+            if (e.get("source") or {}).get("component") == "nodefence"
+        ]
+        for event in events:
+            t.detail(f"{event['type']:<8} {event['reason']:<16} {event['message']}")
+        if not events:
+            t.fail("no nodefence Event on the node")
+            raise StepFailedError("events")
+        t.ok("every action is recorded as an Event on the Node")
+
+
+async def run_demo(out: TextIO | None = None) -> int:
+    timeline = Timeline(out)
+    configure_logging("json", "warning")
+    sim = Simulation.from_scenario("seed")
+    sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
+    token = secrets.token_urlsafe(24)
+    async with running_simulator(sim) as cluster:
+        settings = Settings(
+            alert_token=SecretStr(token), namespace="nodefence", identity="nodefence-demo"
+        )
+        pipeline = await build_pipeline(settings, kubeconfig=str(cluster.kubeconfig))
+        app = build_app(settings, pipeline)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = _free_port()
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await site.start()
+        timeline.say(f"simulated cluster at {cluster.url}; nodefence listening on :{port}")
+        if shutil.which("kubectl"):
+            timeline.say(f"follow along: kubectl --kubeconfig {cluster.kubeconfig} get pods -A -w")
+        try:
+            async with aiohttp.ClientSession() as session:
+                story = Story(
+                    ClusterView(session, cluster.url), f"http://127.0.0.1:{port}", token, timeline
+                )
+                await story.run()
+        except StepFailedError:
+            pass
+        finally:
+            await runner.cleanup()
+    if timeline.failed:
+        timeline.say(f"demo FAILED: {len(timeline.failed)} step(s) not observed")
+        return 1
+    timeline.say(f"demo complete: all {timeline.passed} steps observed")
+    return 0
+
+
+def main(_args: argparse.Namespace) -> int:
+    return asyncio.run(run_demo())

@@ -1,0 +1,1 @@
+"""The Kubernetes adapter: reading facts and making idempotent, preconditioned writes."""

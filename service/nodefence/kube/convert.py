@@ -1,0 +1,140 @@
+"""Kubernetes JSON objects to the engine's fact types (pure, tolerant of missing fields)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from nodefence.engine.ledger import parse_ledger
+from nodefence.engine.model import (
+    CONTROL_PLANE_LABELS,
+    OUT_OF_SERVICE_KEY,
+    ClusterFacts,
+    Condition,
+    LeaseFacts,
+    NodeFacts,
+    PodFacts,
+    Taint,
+)
+
+Json = dict[str, Any]
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items() if v is not None}
+
+
+def ready_condition(node: Json) -> Condition | None:
+    for cond in node.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return Condition(
+                type="Ready",
+                status=str(cond.get("status", "Unknown")),
+                last_transition=parse_time(cond.get("lastTransitionTime")),
+                last_heartbeat=parse_time(cond.get("lastHeartbeatTime")),
+                reason=str(cond.get("reason") or ""),
+                message=str(cond.get("message") or ""),
+            )
+    return None
+
+
+def is_ready(node: Json) -> bool:
+    cond = ready_condition(node)
+    return cond is not None and cond.status == "True"
+
+
+def node_facts(node: Json) -> NodeFacts:
+    meta = node.get("metadata", {})
+    spec = node.get("spec", {})
+    annotations = _str_map(meta.get("annotations"))
+    taints = tuple(
+        Taint(
+            key=str(t.get("key", "")),
+            effect=str(t.get("effect", "")),
+            value=str(t.get("value") or ""),
+            time_added=parse_time(t.get("timeAdded")),
+        )
+        for t in spec.get("taints") or []
+    )
+    return NodeFacts(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        labels=_str_map(meta.get("labels")),
+        annotations=annotations,
+        taints=taints,
+        ready=ready_condition(node),
+        boot_id=str(node.get("status", {}).get("nodeInfo", {}).get("bootID") or ""),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ledger=parse_ledger(annotations),
+    )
+
+
+def lease_facts(lease: Json) -> LeaseFacts:
+    spec = lease.get("spec", {})
+    duration = spec.get("leaseDurationSeconds")
+    return LeaseFacts(
+        renew_time=parse_time(spec.get("renewTime")),
+        holder=str(spec.get("holderIdentity") or ""),
+        duration_seconds=int(duration) if isinstance(duration, int) else None,
+    )
+
+
+def pod_facts(pod: Json) -> PodFacts:
+    meta = pod.get("metadata", {})
+    spec = pod.get("spec", {})
+    owner = next(
+        (ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")),
+        None,
+    )
+    volumes = spec.get("volumes") or []
+    return PodFacts(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        node_name=str(spec.get("nodeName") or ""),
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or []),
+        owner_kind=str(owner["kind"]) if owner else None,
+        owner_name=str(owner["name"]) if owner else None,
+        phase=str(pod.get("status", {}).get("phase") or ""),
+        has_pvc=any("persistentVolumeClaim" in v for v in volumes if isinstance(v, dict)),
+    )
+
+
+def cluster_facts(nodes: list[Json], server_version: str = "") -> ClusterFacts:
+    """Counts for the budget, quorum and storm guards, from one list of all nodes."""
+    control_plane = [
+        n
+        for n in nodes
+        if any(k in (n["metadata"].get("labels") or {}) for k in CONTROL_PLANE_LABELS)
+    ]
+    # A ledger written for an earlier node of the same name (other uid) is not ours (S9).
+    fenced = [
+        facts.name
+        for facts in map(node_facts, nodes)
+        if facts.ledger.fenced and facts.ledger.node_uid == facts.uid
+    ]
+    return ClusterFacts(
+        total_nodes=len(nodes),
+        ready_nodes=sum(1 for n in nodes if is_ready(n)),
+        control_plane_total=len(control_plane),
+        control_plane_ready=sum(1 for n in control_plane if is_ready(n)),
+        fenced_by_us=tuple(sorted(fenced)),
+        server_version=server_version,
+    )
+
+
+def has_out_of_service_taint(node: Json) -> bool:
+    return any(t.get("key") == OUT_OF_SERVICE_KEY for t in node.get("spec", {}).get("taints") or [])

@@ -1,0 +1,337 @@
+"""The imperative shell around the engine: read facts, decide, act, record.
+
+One alert event goes through: read live facts -> ``decide`` (pure) -> execute the actions, each
+with its wire precondition -> Events on the Node, a log line, metrics. The fence step runs under
+the cluster-wide lock and re-reads the facts inside it, so the decision that is acted on is the
+one made on the freshest state; a precondition failure (the node changed under us) loops back to
+reading and deciding instead of forcing the write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import structlog
+
+from nodefence.actions.executor import ActionResult, Executor, Outcome
+from nodefence.engine.decide import decide, decide_reconcile
+from nodefence.engine.model import (
+    AlertEvent,
+    AlertStatus,
+    ClusterFacts,
+    Decision,
+    Facts,
+    FenceAction,
+    PurgePodAction,
+    UnfenceAction,
+    Verdict,
+)
+from nodefence.engine.render import describe
+from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.client import Deadline, KubeClient
+from nodefence.kube.events import EventRecorder
+from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.kube.lock import FenceLock
+from nodefence.observability.metrics import Metrics
+from nodefence.policy import Policy
+
+log = structlog.get_logger(__name__)
+
+MAX_DECIDE_ATTEMPTS = 5
+SETTLE_POLL_SECONDS = 0.2
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+    namespace: str = "nodefence"
+    identity: str = "nodefence"
+    deadline_seconds: float = 20.0
+    settle_seconds: float = 3.0
+    purge_concurrency: int = 16
+    lock_ttl_seconds: int = 15
+
+
+class Pipeline:
+    """Stateless: everything it knows comes from the cluster at the time of each request."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        policy: Policy,
+        metrics: Metrics,
+        options: PipelineOptions | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.kube = kube
+        self.policy = policy
+        self.metrics = metrics
+        self.options = options or PipelineOptions()
+        self.clock = clock
+        self.reader = FactsReader(kube)
+        self.executor = Executor(kube, purge_concurrency=self.options.purge_concurrency)
+        self.events = EventRecorder(kube, self.options.identity)
+        self.lock = FenceLock(
+            kube,
+            self.options.namespace,
+            self.options.identity,
+            ttl_seconds=self.options.lock_ttl_seconds,
+        )
+        self.alert_names = list(policy.alerts.names)
+        self.node_labels = list(policy.alerts.node_labels)
+
+    @property
+    def dry_run(self) -> bool:
+        return self.policy.dry_run
+
+    async def close(self) -> None:
+        await self.kube.close()
+
+    async def ready(self) -> tuple[bool, str]:
+        try:
+            version = await self.reader.server_version_string(Deadline(3.0))
+        except ClusterUnavailableError as exc:
+            return False, str(exc)
+        return True, f"Kubernetes API reachable ({version})"
+
+    # ------------------------------------------------------------------ alerts
+    async def handle_events(self, events: list[AlertEvent]) -> list[Decision]:
+        """Events for different nodes run concurrently; events for one node run in order."""
+        deadline = Deadline(self.options.deadline_seconds)
+        await self.reader.server_version_string(deadline)
+        by_node: dict[str | None, list[int]] = {}
+        for index, event in enumerate(events):
+            by_node.setdefault(event.node, []).append(index)
+        results: list[Decision | None] = [None] * len(events)
+
+        async def run_node(indexes: list[int]) -> None:
+            for index in indexes:
+                results[index] = await self.handle_event(events[index], deadline)
+
+        await asyncio.gather(*(run_node(ix) for ix in by_node.values()))
+        return [d for d in results if d is not None]
+
+    async def handle_event(self, event: AlertEvent, deadline: Deadline) -> Decision:
+        self.metrics.alert_received(event.alertname, event.status.value)
+        if event.node is None or event.alertname not in self.alert_names:
+            empty = Facts(None, None, (), ClusterFacts(total_nodes=0, ready_nodes=0))
+            decision = decide(event, empty, self.policy, self.clock())
+            self._log(decision)
+            return decision
+        snapshot = await self.reader.read(event.node, deadline)
+        decision = decide(event, snapshot.facts, self.policy, self.clock())
+        if decision.dry_run:
+            self._log(decision)
+            return decision
+        if event.status is AlertStatus.FIRING:
+            decision, results = await self._fence_and_purge(event, decision, deadline)
+        else:
+            decision, results = await self._unfence(event, decision, deadline)
+        await self._record(decision, results, _uid(snapshot), deadline)
+        return decision
+
+    async def _fence_and_purge(
+        self, event: AlertEvent, decision: Decision, deadline: Deadline
+    ) -> tuple[Decision, list[ActionResult]]:
+        results: list[ActionResult] = []
+        if any(isinstance(a, FenceAction) for a in decision.actions):
+            async with self.lock.held(deadline):
+                _snapshot, decision, fence_result = await self._decide_and_write(
+                    event, deadline, self._fence_write
+                )
+            if fence_result is not None:
+                results.append(fence_result)
+                if fence_result.outcome is not Outcome.DONE:
+                    return decision, results
+        purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
+        results.extend(await self.executor.purge(purge, deadline))
+        if decision.verdict is Verdict.FENCE:
+            results.extend(await self._settle(event, deadline))
+        return decision, results
+
+    async def _fence_write(
+        self, snapshot: Snapshot, decision: Decision, deadline: Deadline
+    ) -> ActionResult | None:
+        action = next((a for a in decision.actions if isinstance(a, FenceAction)), None)
+        if action is None or snapshot.node is None:
+            return None
+        return await self.executor.fence(snapshot.node, action, deadline)
+
+    async def _unfence_write(
+        self, snapshot: Snapshot, decision: Decision, deadline: Deadline
+    ) -> ActionResult | None:
+        action = next((a for a in decision.actions if isinstance(a, UnfenceAction)), None)
+        if action is None or snapshot.node is None or snapshot.facts.node is None:
+            return None
+        effect = snapshot.facts.node.ledger.taint_effect
+        return await self.executor.unfence(snapshot.node, action, effect, deadline)
+
+    async def _decide_and_write(
+        self,
+        event: AlertEvent | None,
+        deadline: Deadline,
+        write: Callable[[Snapshot, Decision, Deadline], Awaitable[ActionResult | None]],
+        node: str | None = None,
+    ) -> tuple[Snapshot, Decision, ActionResult | None]:
+        """Re-read, re-decide, write; on a failed precondition do it all again (bounded)."""
+        name = event.node if event is not None else node
+        assert name is not None
+        result: ActionResult | None = None
+        for _attempt in range(MAX_DECIDE_ATTEMPTS):
+            snapshot = await self.reader.read(name, deadline)
+            if event is not None:
+                decision = decide(event, snapshot.facts, self.policy, self.clock())
+            else:
+                decision = decide_reconcile(snapshot.facts, self.policy, self.clock())
+            result = await write(snapshot, decision, deadline)
+            if result is None or result.outcome is not Outcome.CONFLICT:
+                return snapshot, decision, result
+        raise ClusterUnavailableError(
+            f"node {name} kept changing while nodefence tried to write it"
+        )
+
+    async def _settle(self, event: AlertEvent, deadline: Deadline) -> list[ActionResult]:
+        """After the taint, the taint manager evicts the remaining pods; on a dead node they
+        hang Terminating too. Purge them while the request still has time; whatever is left is
+        the reconcile pass's to finish."""
+        assert event.node is not None
+        results: list[ActionResult] = []
+        settle = Deadline(min(self.options.settle_seconds, deadline.remaining))
+        while not settle.expired:
+            snapshot = await self.reader.read(event.node, deadline)
+            decision = decide(event, snapshot.facts, self.policy, self.clock())
+            purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
+            if purge:
+                results.extend(await self.executor.purge(purge, deadline))
+            if not any(not p.terminating for p in snapshot.facts.pods) and not purge:
+                break
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+        return results
+
+    async def _unfence(
+        self, event: AlertEvent, decision: Decision, deadline: Deadline
+    ) -> tuple[Decision, list[ActionResult]]:
+        if not any(isinstance(a, UnfenceAction) for a in decision.actions):
+            return decision, []
+        _snapshot, decision, result = await self._decide_and_write(
+            event, deadline, self._unfence_write
+        )
+        return decision, [result] if result is not None else []
+
+    # --------------------------------------------------------------- reconcile
+    async def reconcile(self) -> list[Decision]:
+        """Finish what lost or failed deliveries left: purge leftovers, unfence recovered nodes."""
+        deadline = Deadline(self.options.deadline_seconds)
+        await self.reader.server_version_string(deadline)
+        _cluster, nodes = await self.reader.cluster(deadline)
+        decisions: list[Decision] = []
+        for raw in nodes:
+            annotations = raw["metadata"].get("annotations") or {}
+            if not any(key.startswith("nodefence.io/fenced") for key in annotations):
+                continue
+            name = raw["metadata"]["name"]
+            snapshot = await self.reader.read(name, deadline)
+            decision = decide_reconcile(snapshot.facts, self.policy, self.clock())
+            results: list[ActionResult] = []
+            if not decision.dry_run:
+                if any(isinstance(a, UnfenceAction) for a in decision.actions):
+                    _s, decision, result = await self._decide_and_write(
+                        None, deadline, self._unfence_write, node=name
+                    )
+                    results = [result] if result is not None else []
+                else:
+                    purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
+                    results = await self.executor.purge(purge, deadline)
+                await self._record(decision, results, _uid(snapshot), deadline)
+            else:
+                self._log(decision)
+            decisions.append(decision)
+        return decisions
+
+    # ------------------------------------------------------------------ record
+    async def _record(
+        self, decision: Decision, results: list[ActionResult], node_uid: str, deadline: Deadline
+    ) -> None:
+        self._log(decision, results)
+        for result in results:
+            self.metrics.action_executed(result.action, result.outcome.value)
+            if result.outcome is Outcome.DONE and decision.node is not None:
+                if result.action == "fence":
+                    self.metrics.node_fenced(decision.node, self.clock().timestamp())
+                elif result.action == "unfence":
+                    self.metrics.node_unfenced(decision.node)
+        purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
+        if purged:
+            self.metrics.pod_purged(purged)
+        event = _node_event(decision, results, purged)
+        if event is None or decision.node is None:
+            return
+        reason, message, warning = event
+        await self.events.node_event(
+            node=decision.node,
+            node_uid=node_uid,
+            reason=reason,
+            message=message,
+            warning=warning,
+            deadline=deadline,
+        )
+
+    def _log(self, decision: Decision, results: list[ActionResult] | None = None) -> None:
+        blocking = next((r.guard for r in decision.reasons if not r.passed), "ok")
+        self.metrics.decision_made(decision)
+        log.info(
+            "decision",
+            node=decision.node,
+            alertname=decision.alertname,
+            fingerprint=decision.fingerprint,
+            status=decision.status,
+            verdict=decision.verdict.value,
+            dry_run=decision.dry_run,
+            reasons=[r.message for r in decision.reasons],
+            blocked_by=None if blocking == "ok" else blocking,
+            results=[r.as_dict() for r in results or []],
+            summary=describe(decision),
+        )
+
+
+def _uid(snapshot: Snapshot) -> str:
+    return snapshot.facts.node.uid if snapshot.facts.node is not None else ""
+
+
+def _node_event(
+    decision: Decision, results: list[ActionResult], purged: int
+) -> tuple[str, str, bool] | None:
+    """The Event an operator sees in ``kubectl describe node``; None when nothing happened that
+    is worth a line (a repeated alert for a node already handled)."""
+    fenced = any(r.action == "fence" and r.outcome is Outcome.DONE for r in results)
+    unfenced = any(r.action == "unfence" and r.outcome is Outcome.DONE for r in results)
+    failed = [r for r in results if r.outcome is Outcome.FAILED]
+    blocked = [r for r in decision.reasons if not r.passed]
+    if fenced:
+        return (
+            "NodeFenced",
+            f"out-of-service taint applied; {purged} pods purged. " + decision.summary,
+            True,
+        )
+    if unfenced:
+        return ("NodeUnfenced", "out-of-service taint removed: " + decision.summary, False)
+    if failed:
+        details = "; ".join(f"{r.target}: {r.detail}" for r in failed[:5])
+        return ("NodefenceActionFailed", details, True)
+    if purged:
+        return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0", True)
+    if decision.verdict is Verdict.DEFERRED:
+        return ("UnfenceDeferred", decision.summary, False)
+    if decision.verdict in (Verdict.NOOP, Verdict.SKIP, Verdict.AWAIT_APPROVAL) and blocked:
+        reason = "FenceRefused" if decision.status == AlertStatus.FIRING.value else "UnfenceRefused"
+        if decision.verdict is Verdict.AWAIT_APPROVAL:
+            reason = "FenceAwaitingApproval"
+        return (reason, decision.summary, True)
+    return None
