@@ -43,14 +43,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(**overrides: Any) -> Any:
-    from pydantic import ValidationError
-
+    from nodefence.errors import ConfigError
     from nodefence.settings import load_settings
 
     try:
         return load_settings(**overrides)
-    except ValidationError as exc:
-        raise SystemExit(f"nodefence: invalid settings:\n{exc}") from None
+    except ConfigError as exc:
+        print(f"nodefence: invalid settings: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _policy_or_exit(settings: Any) -> Any:
@@ -60,7 +60,8 @@ def _policy_or_exit(settings: Any) -> Any:
     try:
         return effective_policy(settings)
     except PolicyError as exc:
-        raise SystemExit(f"nodefence: invalid policy: {exc}") from None
+        print(f"nodefence: invalid policy: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _print_decisions(decisions: Sequence[Any]) -> None:
@@ -80,7 +81,7 @@ def _serve() -> int:
 
     async def main() -> None:
         pipeline = await build_pipeline(settings, policy=policy)
-        await run(settings, pipeline)
+        await run(settings, pipeline, metrics=pipeline.metrics)
 
     asyncio.run(main())
     return 0

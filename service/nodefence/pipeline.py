@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Protocol
 
 import structlog
 
@@ -21,6 +22,7 @@ from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
     AlertStatus,
+    Approval,
     ClusterFacts,
     Decision,
     Facts,
@@ -46,6 +48,14 @@ SETTLE_POLL_SECONDS = 0.2
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class ApprovalRequester(Protocol):
+    """Asks a person to approve a fence (Slack); the pipeline calls it for ``await-approval``."""
+
+    async def request(self, decision: Decision, snapshot: Snapshot, deadline: Deadline) -> None:
+        """Post the request unless one is already pending; raise ClusterUnavailableError (or a
+        subclass) when the approval channel is down, so the alert is retried."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +94,7 @@ class Pipeline:
             self.options.identity,
             ttl_seconds=self.options.lock_ttl_seconds,
         )
+        self.approvals: ApprovalRequester | None = None
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
 
@@ -118,33 +129,41 @@ class Pipeline:
         await asyncio.gather(*(run_node(ix) for ix in by_node.values()))
         return [d for d in results if d is not None]
 
-    async def handle_event(self, event: AlertEvent, deadline: Deadline) -> Decision:
-        self.metrics.alert_received(event.alertname, event.status.value)
+    async def handle_event(
+        self, event: AlertEvent, deadline: Deadline, *, approval: Approval | None = None
+    ) -> Decision:
+        """One event; ``approval`` is a person's answer, and every other guard still applies."""
         if event.node is None or event.alertname not in self.alert_names:
             empty = Facts(None, None, (), ClusterFacts(total_nodes=0, ready_nodes=0))
             decision = decide(event, empty, self.policy, self.clock())
             self._log(decision)
             return decision
         snapshot = await self.reader.read(event.node, deadline)
-        decision = decide(event, snapshot.facts, self.policy, self.clock())
+        decision = decide(event, snapshot.facts, self.policy, self.clock(), approval=approval)
         if decision.dry_run:
             self._log(decision)
             return decision
+        if decision.verdict is Verdict.AWAIT_APPROVAL and self.approvals is not None:
+            await self.approvals.request(decision, snapshot, deadline)
         if event.status is AlertStatus.FIRING:
-            decision, results = await self._fence_and_purge(event, decision, deadline)
+            decision, results = await self._fence_and_purge(event, decision, deadline, approval)
         else:
             decision, results = await self._unfence(event, decision, deadline)
         await self._record(decision, results, _uid(snapshot), deadline)
         return decision
 
     async def _fence_and_purge(
-        self, event: AlertEvent, decision: Decision, deadline: Deadline
+        self,
+        event: AlertEvent,
+        decision: Decision,
+        deadline: Deadline,
+        approval: Approval | None = None,
     ) -> tuple[Decision, list[ActionResult]]:
         results: list[ActionResult] = []
         if any(isinstance(a, FenceAction) for a in decision.actions):
             async with self.lock.held(deadline):
                 _snapshot, decision, fence_result = await self._decide_and_write(
-                    event, deadline, self._fence_write
+                    event, deadline, self._fence_write, approval=approval
                 )
             if fence_result is not None:
                 results.append(fence_result)
@@ -179,6 +198,7 @@ class Pipeline:
         deadline: Deadline,
         write: Callable[[Snapshot, Decision, Deadline], Awaitable[ActionResult | None]],
         node: str | None = None,
+        approval: Approval | None = None,
     ) -> tuple[Snapshot, Decision, ActionResult | None]:
         """Re-read, re-decide, write; on a failed precondition do it all again (bounded)."""
         name = event.node if event is not None else node
@@ -187,7 +207,9 @@ class Pipeline:
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
             snapshot = await self.reader.read(name, deadline)
             if event is not None:
-                decision = decide(event, snapshot.facts, self.policy, self.clock())
+                decision = decide(
+                    event, snapshot.facts, self.policy, self.clock(), approval=approval
+                )
             else:
                 decision = decide_reconcile(snapshot.facts, self.policy, self.clock())
             result = await write(snapshot, decision, deadline)
@@ -285,7 +307,6 @@ class Pipeline:
 
     def _log(self, decision: Decision, results: list[ActionResult] | None = None) -> None:
         blocking = next((r.guard for r in decision.reasons if not r.passed), "ok")
-        self.metrics.decision_made(decision)
         log.info(
             "decision",
             node=decision.node,

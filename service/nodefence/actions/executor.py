@@ -84,11 +84,9 @@ def unfence_patch(node: Json, action: UnfenceAction, effect: str | None) -> list
         )
     ]
     annotations = dict(node.get("metadata", {}).get("annotations") or {})
-    for key, value in action.annotations.items():
-        if value is None:
-            annotations.pop(key, None)
-        else:
-            annotations[key] = value
+    for key in action.remove_annotations:
+        annotations.pop(key, None)
+    annotations.update(action.annotations)
     ops = _node_preconditions(action.node_uid, action.resource_version)
     ops.append({"op": "add", "path": "/spec/taints", "value": taints})
     ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
@@ -161,7 +159,7 @@ class Executor:
         """Only after the grace-0 delete, only the allowed finalizers, only on the same pod."""
         target = f"{action.namespace}/{action.name}"
         keep = [f for f in held_by if f not in strip]
-        ops = [
+        ops: list[Json] = [
             {"op": "test", "path": "/metadata/uid", "value": action.uid},
             {
                 "op": "test",

@@ -242,7 +242,7 @@ async def run_demo(out: TextIO | None = None) -> int:
             alert_token=SecretStr(token), namespace="nodefence", identity="nodefence-demo"
         )
         pipeline = await build_pipeline(settings, kubeconfig=str(cluster.kubeconfig))
-        app = build_app(settings, pipeline)
+        app = build_app(settings, pipeline, metrics=pipeline.metrics)
         runner = web.AppRunner(app)
         await runner.setup()
         port = _free_port()

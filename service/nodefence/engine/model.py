@@ -68,6 +68,8 @@ class Ledger:
     taint_effect: str | None = None
     unfenced_at: datetime | None = None
     approval: str | None = None
+    rule: str | None = None
+    alertname: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ class ClusterFacts:
     control_plane_ready: int = 0
     fenced_by_us: tuple[str, ...] = ()
     server_version: str = ""
+    # The control-plane nodes among ``fenced_by_us``: the quorum guard never fences a second one.
+    fenced_control_plane: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,26 @@ class Facts:
     lease: LeaseFacts | None
     pods: tuple[PodFacts, ...]
     cluster: ClusterFacts
+
+
+class ApprovalDecision(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's answer to an approval request, bound to the node UID it was asked for.
+
+    The UID binding is what keeps an answer given for one node from authorising a fence of a
+    node re-created under the same name (S9).
+    """
+
+    user: str
+    at: datetime
+    decision: ApprovalDecision
+    node_uid: str
+    fingerprint: str = ""
 
 
 class Verdict(StrEnum):
@@ -188,6 +212,8 @@ class UnfenceAction:
     node_uid: str
     resource_version: str
     annotations: dict[str, str]
+    # Ledger annotations to delete in the same write (``annotations`` holds the ones to set).
+    remove_annotations: tuple[str, ...] = ()
 
 
 Action = FenceAction | PurgePodAction | UnfenceAction
@@ -203,6 +229,8 @@ class Decision:
     alertname: str = ""
     fingerprint: str = ""
     status: str = ""
+    rule: str | None = None
+    now: datetime | None = None
 
     @property
     def summary(self) -> str:

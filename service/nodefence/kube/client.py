@@ -73,8 +73,13 @@ async def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
         await config.load_kube_config(config_file=path, client_configuration=configuration)
     else:
         configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return client.ApiClient(configuration=configuration)
+
+
+def _raw(body: Json) -> Any:
+    """Plain dicts are sent as they are; the generated signatures only name the model types."""
+    return body
 
 
 class KubeClient:
@@ -230,7 +235,9 @@ class KubeClient:
     ) -> Json:
         return await self._call(
             "create",
-            lambda: self.core.create_namespaced_event(namespace, event, _preload_content=False),
+            lambda: self.core.create_namespaced_event(
+                namespace, _raw(event), _preload_content=False
+            ),
             deadline,
         )
 
@@ -245,7 +252,7 @@ class KubeClient:
         return await self._call(
             "create",
             lambda: self.coordination.create_namespaced_lease(
-                namespace, lease, _preload_content=False
+                namespace, _raw(lease), _preload_content=False
             ),
             deadline,
         )
@@ -256,7 +263,7 @@ class KubeClient:
         return await self._call(
             "update",
             lambda: self.coordination.replace_namespaced_lease(
-                name, namespace, lease, _preload_content=False
+                name, namespace, _raw(lease), _preload_content=False
             ),
             deadline,
         )

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
+import sys
 
 from aiohttp import web
 
 from nodefence.sim.api import add_api_routes
 from nodefence.sim.control import add_control_routes
 from nodefence.sim.ksm import add_metrics_route
+from nodefence.sim.kubeconfig import write_kubeconfig
 from nodefence.sim.simulation import Simulation
+
+HOST = "127.0.0.1"
+LISTENING = "nodefence simulate: listening on "
+# Watches and injected hangs never finish on their own; shutdown must not wait a minute for them.
+SHUTDOWN_TIMEOUT = 2.0
 
 
 def build_app(sim: Simulation) -> web.Application:
@@ -21,5 +30,55 @@ def build_app(sim: Simulation) -> web.Application:
     return app
 
 
+async def start_server(sim: Simulation, port: int = 0) -> tuple[web.AppRunner, int]:
+    """Serve ``sim`` on 127.0.0.1 (``port`` 0: any free port); returns the runner and the port."""
+    runner = web.AppRunner(build_app(sim), shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, HOST, port)
+    await site.start()
+    return runner, int(runner.addresses[0][1])
+
+
+async def stop_server(sim: Simulation, runner: web.AppRunner) -> None:
+    """Stop the simulation first: that ends open watches, so the server can close at once."""
+    await sim.stop()
+    await runner.cleanup()
+
+
+class ScenarioError(Exception):
+    """The scenario named on the command line could not be loaded."""
+
+
+def simulation_from_scenario(scenario: str, k8s_version: str | None = None) -> Simulation:
+    """The cluster a scenario describes; any failure to load it is a ``ScenarioError``."""
+    try:
+        return Simulation.from_scenario(scenario, k8s_version=k8s_version)
+    except (ImportError, OSError, ValueError, TypeError, KeyError) as exc:
+        raise ScenarioError(f"cannot load scenario {scenario!r}: {exc}") from exc
+
+
+async def _serve_until_signalled(sim: Simulation, port: int, kubeconfig_out: str | None) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await sim.start()
+    runner, bound = await start_server(sim, port)
+    url = f"http://{HOST}:{bound}"
+    try:
+        if kubeconfig_out:
+            write_kubeconfig(kubeconfig_out, url)
+        print(LISTENING + url, flush=True)
+        await stop.wait()
+    finally:
+        await stop_server(sim, runner)
+    return 0
+
+
 def run_from_cli(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    try:
+        sim = simulation_from_scenario(args.scenario, args.k8s_version)
+    except ScenarioError as exc:
+        print(f"nodefence simulate: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve_until_signalled(sim, args.port, args.kubeconfig_out))

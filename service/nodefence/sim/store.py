@@ -77,6 +77,7 @@ class Store:
         self._history: deque[WatchEvent] = deque(maxlen=HISTORY)
         self._subscribers: list[_Subscriber] = []
         self._listeners: list[Callable[[WatchEvent], None]] = []
+        self._admission: list[Callable[[ResourceType, Obj], None]] = []
 
     # ------------------------------------------------------------------ reads
     @property
@@ -154,6 +155,11 @@ class Store:
         """Controllers hear about every change synchronously (to wake their loops)."""
         self._listeners.append(listener)
 
+    def add_admission(self, plugin: Callable[[ResourceType, Obj], None]) -> None:
+        """Mutating admission on create: ``plugin`` may change the new object in place (as
+        DefaultTolerationSeconds does to pods) or refuse it by raising an ``ApiError``."""
+        self._admission.append(plugin)
+
     def create(self, rt: ResourceType, namespace: str | None, obj: Mapping[str, Any]) -> Obj:
         new = copy.deepcopy(dict(obj))
         meta = new.setdefault("metadata", {})
@@ -180,6 +186,8 @@ class Store:
         table = self._table(rt)
         if key in table:
             raise already_exists(rt.plural, meta["name"], rt.group)
+        for plugin in self._admission:
+            plugin(rt, new)
         new["apiVersion"] = rt.group_version
         new["kind"] = rt.kind
         meta["uid"] = str(uuid.uuid4())
@@ -322,6 +330,12 @@ class Store:
             and self.dependents(meta["uid"])
         ):
             finalizers.append("foregroundDeletion")
+        if (
+            options.propagation_policy == "Orphan"
+            and "orphan" not in finalizers
+            and self.dependents(meta["uid"])
+        ):
+            finalizers.append("orphan")
         if grace == 0 and not finalizers:
             del table[key]
             removed = copy.deepcopy(old)

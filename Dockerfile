@@ -1,0 +1,24 @@
+# nodefence image: a virtualenv built in one stage, copied into a clean slim runtime.
+# Build: docker build -t nodefence:0.1.0 .
+
+FROM python:3.11-slim AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/venv
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY service ./service
+RUN /opt/venv/bin/pip install --no-cache-dir . \
+    && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
+
+FROM python:3.11-slim
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PORT=8080
+COPY --from=builder /opt/venv /opt/venv
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["nodefence"]
+CMD ["serve"]

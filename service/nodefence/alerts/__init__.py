@@ -1,0 +1,1 @@
+"""Alertmanager webhook payloads and their reduction to engine events."""

@@ -1,0 +1,327 @@
+"""The guards: each answers one safety question about live facts and says why, in words.
+
+Every guard returns a :class:`Reason` whether it passes or blocks, because the decision record
+is what an operator reads to learn why nodefence did (or did not) act. Guards never raise and
+treat missing evidence as a reason to block the risky direction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from nodefence.engine.model import ClusterFacts, LeaseFacts, Ledger, NodeFacts, PodFacts, Reason
+from nodefence.engine.wording import duration, instant
+from nodefence.policy import ClusterPolicy, Rule
+
+READY = "ready"
+NOT_READY_DURATION = "not-ready-duration"
+LEASE = "lease"
+STORM = "storm"
+BUDGET = "fence-budget"
+READY_FRACTION = "ready-fraction"
+CONTROL_PLANE = "control-plane-quorum"
+FLAP = "flap"
+FOREIGN_TAINT = "foreign-taint"
+HEALTHY_DELAY = "healthy-delay"
+LEASE_FRESH = "lease-fresh"
+BOOT_ID = "boot-id"
+TERMINATING_PODS = "terminating-pods"
+
+_MAX_LISTED = 5
+
+
+def _pass(guard: str, message: str) -> Reason:
+    return Reason(guard, True, message)
+
+
+def _block(guard: str, message: str) -> Reason:
+    return Reason(guard, False, message)
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_MAX_LISTED])
+    more = len(names) - _MAX_LISTED
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:.0f}%"
+
+
+def is_ready(node: NodeFacts) -> bool:
+    return node.ready is not None and node.ready.status == "True"
+
+
+def ready_is_not_true(node: NodeFacts) -> Reason:
+    """S1: a node that reports Ready is alive; fencing it would let its volumes attach twice."""
+    cond = node.ready
+    if cond is None:
+        return _pass(READY, f"Node {node.name} reports no Ready condition; counted as NotReady")
+    if cond.status == "True":
+        since = f" since {instant(cond.last_transition)}" if cond.last_transition else ""
+        return _block(READY, f"Node {node.name} is Ready (Ready=True{since}); never fenced")
+    detail = f" ({cond.reason})" if cond.reason else ""
+    return _pass(READY, f"Node {node.name} is NotReady: Ready is {cond.status}{detail}")
+
+
+def not_ready_long_enough(node: NodeFacts, rule: Rule, now: datetime) -> Reason:
+    cond = node.ready
+    required = duration(rule.min_not_ready_seconds)
+    if cond is None or cond.last_transition is None:
+        return _block(
+            NOT_READY_DURATION,
+            "Ready condition has no lastTransitionTime, so how long the node has been NotReady "
+            f"is unknown ({required} required)",
+        )
+    status = cond.status
+    age = now - cond.last_transition
+    since = instant(cond.last_transition)
+    if age < timedelta(seconds=rule.min_not_ready_seconds):
+        return _block(
+            NOT_READY_DURATION,
+            f"Ready has been {status} for {duration(age)} (since {since}), "
+            f"less than the {required} required",
+        )
+    return _pass(
+        NOT_READY_DURATION,
+        f"Ready has been {status} for {duration(age)} (since {since}), "
+        f"at least the {required} required",
+    )
+
+
+def lease_is_stale(node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime) -> Reason:
+    """S2: a renewed Lease means a kubelet is still running there, whatever the Ready condition
+    says (a partition between node and API server can look exactly like a dead node)."""
+    where = f"kube-node-lease/{node.name}"
+    window = duration(rule.lease_staleness_seconds)
+    if lease is None or lease.renew_time is None:
+        if rule.fence_without_lease:
+            return _pass(
+                LEASE, f"no renewed kubelet Lease {where}; the rule allows fencing without"
+            )
+        return _block(
+            LEASE,
+            f"no renewed kubelet Lease {where}, so the kubelet's death cannot be confirmed "
+            "(the rule's fence_without_lease is off)",
+        )
+    age = now - lease.renew_time
+    renewed = instant(lease.renew_time)
+    if age < timedelta(0):
+        return _block(
+            LEASE,
+            f"kubelet Lease {where} was renewed at {renewed}, after now (clock skew); "
+            "treated as freshly renewed",
+        )
+    if age < timedelta(seconds=rule.lease_staleness_seconds):
+        return _block(
+            LEASE,
+            f"kubelet Lease {where} was renewed {duration(age)} ago (at {renewed}), within the "
+            f"{window} staleness window: the kubelet may still be running",
+        )
+    return _pass(
+        LEASE,
+        f"kubelet Lease {where} was last renewed {duration(age)} ago (at {renewed}), "
+        f"older than the {window} staleness window",
+    )
+
+
+def no_storm(cluster: ClusterFacts, policy: ClusterPolicy) -> Reason:
+    """Many NotReady nodes at once point at the network or the control plane, not at dead
+    machines; fencing then would evict healthy workloads en masse."""
+    total = cluster.total_nodes
+    if total <= 0:
+        return _block(STORM, "the cluster facts count no nodes; cannot judge a NotReady storm")
+    not_ready = max(0, total - cluster.ready_nodes)
+    fraction = not_ready / total
+    threshold = _percent(policy.storm_not_ready_fraction)
+    if fraction > policy.storm_not_ready_fraction:
+        return _block(
+            STORM,
+            f"{not_ready} of {total} nodes ({_percent(fraction)}) are NotReady, more than the "
+            f"{threshold} storm threshold: likely a network or control-plane problem; "
+            "fencing nothing",
+        )
+    return _pass(
+        STORM,
+        f"{not_ready} of {total} nodes are NotReady, within the {threshold} storm threshold",
+    )
+
+
+def within_fence_budget(node: NodeFacts, cluster: ClusterFacts, policy: ClusterPolicy) -> Reason:
+    """S3: the number of nodes fenced at once is bounded, this node aside if already counted."""
+    others = sorted(set(cluster.fenced_by_us) - {node.name})
+    limit = policy.max_fenced_nodes
+    if len(others) >= limit:
+        listed = f" ({_listing(others)})" if others else ""
+        return _block(
+            BUDGET,
+            f"{len(others)} node(s) already fenced by nodefence{listed}; "
+            f"the budget allows at most {limit}",
+        )
+    return _pass(
+        BUDGET,
+        f"{len(others)} other node(s) fenced by nodefence; the budget allows {limit}",
+    )
+
+
+def ready_fraction_kept(node: NodeFacts, cluster: ClusterFacts, policy: ClusterPolicy) -> Reason:
+    """S3: workloads moved off a fenced node land on the Ready rest, which must be able to
+    carry them."""
+    total = cluster.total_nodes
+    if total <= 0:
+        return _block(READY_FRACTION, "the cluster facts count no nodes; cannot judge capacity")
+    remaining = max(0, cluster.ready_nodes - (1 if is_ready(node) else 0))
+    fraction = remaining / total
+    minimum = _percent(policy.min_ready_fraction)
+    if fraction < policy.min_ready_fraction:
+        return _block(
+            READY_FRACTION,
+            f"only {remaining} of {total} nodes ({_percent(fraction)}) would remain Ready, "
+            f"below the required {minimum}",
+        )
+    return _pass(
+        READY_FRACTION,
+        f"{remaining} of {total} nodes ({_percent(fraction)}) would remain Ready, "
+        f"at least the required {minimum}",
+    )
+
+
+def control_plane_quorum(
+    node: NodeFacts, cluster: ClusterFacts, policy: ClusterPolicy
+) -> Reason | None:
+    """etcd and the API server need a majority of control-plane members; fencing one must not
+    be the step that loses it. Returns None for worker nodes (the guard does not apply)."""
+    if not node.is_control_plane:
+        return None
+    if not policy.control_plane_quorum:
+        return _pass(CONTROL_PLANE, "control-plane quorum guard is turned off by the policy")
+    fenced = sorted(set(cluster.fenced_control_plane) - {node.name})
+    if fenced:
+        return _block(
+            CONTROL_PLANE,
+            f"control-plane node(s) {_listing(fenced)} already fenced; "
+            "never two control-plane nodes at once",
+        )
+    total = cluster.control_plane_total
+    if total <= 0:
+        return _block(
+            CONTROL_PLANE, "control-plane node counts are unavailable; cannot confirm quorum"
+        )
+    remaining = max(0, cluster.control_plane_ready - (1 if is_ready(node) else 0))
+    if remaining * 2 <= total:
+        return _block(
+            CONTROL_PLANE,
+            f"only {remaining} of {total} control-plane nodes would remain Ready, not a majority",
+        )
+    return _pass(
+        CONTROL_PLANE,
+        f"{remaining} of {total} control-plane nodes would remain Ready, a majority",
+    )
+
+
+def not_flapping(ledger: Ledger, rule: Rule, now: datetime) -> Reason:
+    """A node released recently and failing again is unstable; fencing it in a loop would move
+    its workloads back and forth."""
+    if ledger.unfenced_at is None:
+        return _pass(FLAP, "no earlier unfence of this node is recorded")
+    age = now - ledger.unfenced_at
+    window = duration(rule.flap_window_seconds)
+    when = instant(ledger.unfenced_at)
+    if age < timedelta(seconds=rule.flap_window_seconds):
+        return _block(
+            FLAP,
+            f"node was unfenced {duration(age)} ago (at {when}), within the {window} flap "
+            "window: it may be flapping",
+        )
+    return _pass(
+        FLAP, f"last unfenced {duration(age)} ago (at {when}), outside the {window} flap window"
+    )
+
+
+def no_foreign_taint(node: NodeFacts, ours: bool) -> Reason:
+    """S4 on the way in: an administrator's out-of-service taint is theirs; taking it over
+    would later let nodefence remove it."""
+    taint = node.out_of_service_taint
+    if taint is not None and not ours:
+        return _block(
+            FOREIGN_TAINT,
+            f"Node {node.name} already has the out-of-service taint ({taint.effect}) and "
+            "nodefence did not apply it; it is left to whoever did",
+        )
+    return _pass(FOREIGN_TAINT, f"Node {node.name} has no out-of-service taint yet")
+
+
+def healthy_long_enough(node: NodeFacts, rule: Rule, now: datetime) -> Reason:
+    """S5: a node that just turned Ready may fail again at once; wait before releasing it."""
+    cond = node.ready
+    required = duration(rule.healthy_delay_seconds)
+    if cond is None or cond.status != "True":
+        status = "missing" if cond is None else cond.status
+        return _block(HEALTHY_DELAY, f"Node {node.name} is not Ready (Ready is {status})")
+    if cond.last_transition is None:
+        return _block(
+            HEALTHY_DELAY,
+            f"Ready has no lastTransitionTime, so the {required} healthy delay cannot be confirmed",
+        )
+    age = now - cond.last_transition
+    since = instant(cond.last_transition)
+    if age < timedelta(seconds=rule.healthy_delay_seconds):
+        return _block(
+            HEALTHY_DELAY,
+            f"Ready for only {duration(age)} (since {since}), less than the {required} "
+            "healthy delay",
+        )
+    return _pass(
+        HEALTHY_DELAY,
+        f"Ready for {duration(age)} (since {since}), at least the {required} healthy delay",
+    )
+
+
+def lease_is_fresh(node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime) -> Reason:
+    """The kubelet must be heard from recently before its node gets workloads back; a small
+    negative age (kubelet clock slightly ahead) is tolerated within the window."""
+    where = f"kube-node-lease/{node.name}"
+    window = timedelta(seconds=rule.lease_staleness_seconds)
+    if lease is None or lease.renew_time is None:
+        return _block(
+            LEASE_FRESH, f"no renewed kubelet Lease {where}; the kubelet is not confirmed"
+        )
+    age = now - lease.renew_time
+    renewed = instant(lease.renew_time)
+    if abs(age) > window:
+        return _block(
+            LEASE_FRESH,
+            f"kubelet Lease {where} was renewed at {renewed}, not within the "
+            f"{duration(window)} window",
+        )
+    return _pass(LEASE_FRESH, f"kubelet Lease {where} renewed at {renewed}: the kubelet is back")
+
+
+def new_boot_id(node: NodeFacts, ledger: Ledger, rule: Rule) -> Reason:
+    """S5 reboot evidence: the same bootID means the machine never restarted, so whatever
+    stopped it may still hold its volumes."""
+    if not rule.require_new_boot_id:
+        return _pass(BOOT_ID, "the rule does not require a new boot ID")
+    if not node.boot_id:
+        return _block(BOOT_ID, "node reports no boot ID; a reboot cannot be confirmed")
+    if not ledger.boot_id:
+        return _block(BOOT_ID, "the ledger holds no boot ID from fence time to compare with")
+    if node.boot_id == ledger.boot_id:
+        return _block(
+            BOOT_ID,
+            f"boot ID {node.boot_id} is the one recorded at fence time: the node has not rebooted",
+        )
+    return _pass(BOOT_ID, f"boot ID changed since fence time ({ledger.boot_id} → {node.boot_id})")
+
+
+def no_terminating_pods(node: NodeFacts, pods: tuple[PodFacts, ...]) -> Reason:
+    """Releasing a node while its old pods are still being torn down could start their
+    replacements on it beside them."""
+    stuck = sorted(
+        f"{p.namespace}/{p.name}" for p in pods if p.node_name == node.name and p.terminating
+    )
+    if stuck:
+        return _block(
+            TERMINATING_PODS, f"{len(stuck)} pod(s) still Terminating on it: {_listing(stuck)}"
+        )
+    return _pass(TERMINATING_PODS, "no pods are still Terminating on it")

@@ -1,0 +1,81 @@
+"""Decision records as JSON (webhook replies, logs, ``nodefence plan``) and as a short text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodefence.engine.model import Action, Decision, FenceAction, PurgePodAction, UnfenceAction
+from nodefence.engine.wording import instant
+
+
+def action_to_dict(action: Action) -> dict[str, Any]:
+    if isinstance(action, FenceAction):
+        return {
+            "type": "fence",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "resource_version": action.resource_version,
+            "effect": action.effect,
+            "annotations": dict(sorted(action.annotations.items())),
+        }
+    if isinstance(action, PurgePodAction):
+        return {
+            "type": "purge-pod",
+            "namespace": action.namespace,
+            "name": action.name,
+            "uid": action.uid,
+            "node": action.node,
+            "strip_finalizers": list(action.strip_finalizers),
+        }
+    if isinstance(action, UnfenceAction):
+        return {
+            "type": "unfence",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "resource_version": action.resource_version,
+            "annotations": dict(sorted(action.annotations.items())),
+            "remove_annotations": list(action.remove_annotations),
+        }
+    raise TypeError(f"unknown action {action!r}")
+
+
+def decision_to_dict(decision: Decision) -> dict[str, Any]:
+    return {
+        "verdict": decision.verdict.value,
+        "node": decision.node,
+        "alertname": decision.alertname,
+        "fingerprint": decision.fingerprint,
+        "status": decision.status,
+        "rule": decision.rule,
+        "dry_run": decision.dry_run,
+        "decided_at": instant(decision.now) if decision.now is not None else None,
+        "summary": decision.summary,
+        "reasons": [
+            {"guard": r.guard, "passed": r.passed, "message": r.message} for r in decision.reasons
+        ],
+        "actions": [action_to_dict(a) for a in decision.actions],
+    }
+
+
+def _action_line(action: Action) -> str:
+    if isinstance(action, FenceAction):
+        return f"taint node {action.node} out-of-service ({action.effect})"
+    if isinstance(action, PurgePodAction):
+        strip = (
+            f", then strip {', '.join(action.strip_finalizers)}" if action.strip_finalizers else ""
+        )
+        return f"force-delete pod {action.namespace}/{action.name}{strip}"
+    return f"remove the out-of-service taint from node {action.node}"
+
+
+def describe(decision: Decision) -> str:
+    """A few lines for a terminal: headline, then each guard marked ok or blocked, then actions."""
+    mode = " (dry run)" if decision.dry_run else ""
+    about = decision.alertname or decision.status or "decision"
+    head = f"{decision.verdict.value}{mode} {decision.node or '-'} [{about}]: {decision.summary}"
+    lines = [head]
+    lines.extend(
+        f"  {'ok ' if r.passed else 'NO '} {r.guard}: {r.message}" for r in decision.reasons
+    )
+    lines.extend(f"  -> {_action_line(a)}" for a in decision.actions)
+    return "\n".join(lines)

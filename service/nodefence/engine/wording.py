@@ -1,0 +1,26 @@
+"""How durations and instants are written in reasons, in the notation of ``kubectl`` and Go."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+
+def duration(value: timedelta | float) -> str:
+    """``1h2m3s``, ``5m0s``, ``45s``: the form kubectl prints, so reasons read like its output."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    sign = "-" if seconds < 0 else ""
+    total = int(abs(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{sign}{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{sign}{minutes}m{secs}s"
+    return f"{sign}{secs}s"
+
+
+def instant(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` suffix, as the Kubernetes API writes timestamps."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,1 @@
+"""The receiver's HTTP layer: routes, authentication, body limits and problem responses."""

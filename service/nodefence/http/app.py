@@ -1,0 +1,102 @@
+"""Assembly of the receiver application and its serving loop with graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from aiohttp import web
+
+from nodefence.http import handlers
+from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
+from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
+from nodefence.http.middleware import observe_middleware
+from nodefence.http.problems import problem_middleware
+from nodefence.observability.logging import get_logger
+from nodefence.observability.metrics import Metrics
+from nodefence.pipeline_api import Pipeline
+from nodefence.settings import Settings
+
+__all__ = ["PROTECTED_PATHS", "Pipeline", "build_app", "run"]
+
+PROTECTED_PATHS = frozenset({"/alerts", "/reconcile"})
+
+log = get_logger("nodefence.http")
+
+
+def build_app(
+    settings: Settings, pipeline: Pipeline, *, metrics: Metrics | None = None
+) -> web.Application:
+    """The receiver. Pass ``metrics`` to share one registry with the pipeline's own counters."""
+    warn_if_disabled(settings)
+    metrics = metrics if metrics is not None else Metrics()
+    app = web.Application(
+        # Also bounds bodies of routes that read them with aiohttp's own helpers.
+        client_max_size=settings.max_body_bytes,
+        middlewares=[
+            observe_middleware(metrics),
+            problem_middleware,
+            auth_middleware(Authenticator(settings), PROTECTED_PATHS),
+        ],
+    )
+    app[SETTINGS] = settings
+    app[PIPELINE] = pipeline
+    app[METRICS] = metrics
+    app[STATE] = ServiceState()
+    app.router.add_post("/alerts", handlers.post_alerts)
+    app.router.add_post("/reconcile", handlers.post_reconcile)
+    app.router.add_get("/healthz", handlers.get_healthz)
+    app.router.add_get("/readyz", handlers.get_readyz)
+    app.router.add_get("/metrics", handlers.get_metrics)
+    return app
+
+
+async def run(
+    settings: Settings,
+    pipeline: Pipeline,
+    *,
+    metrics: Metrics | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT (or ``stop`` is set), then shut down gracefully.
+
+    On the signal the listener closes at once, ``/readyz`` turns 503, requests in flight get up
+    to ``request_deadline_seconds`` to finish, and only then is the pipeline closed, so no
+    decision is cut off between its write to the cluster and its answer to Alertmanager.
+    """
+    app = build_app(settings, pipeline, metrics=metrics)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=settings.request_deadline_seconds,
+    )
+    stopping = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stopping.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue
+        installed.append(signum)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        await site.start()
+        log.info(
+            "listening",
+            addresses=[str(address) for address in runner.addresses],
+            identity=settings.identity,
+            namespace=settings.namespace,
+            dry_run=settings.dry_run,
+        )
+        await stopping.wait()
+        log.info("shutting_down", grace_seconds=settings.request_deadline_seconds)
+        app[STATE].shutting_down = True
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+        await pipeline.close()
+        log.info("stopped")

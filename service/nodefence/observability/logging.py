@@ -1,0 +1,105 @@
+"""structlog set up for one JSON object per line (or a console rendering for people).
+
+Redaction is a processor in the chain rather than a convention at call sites, so a secret
+passed by mistake, as a ``SecretStr`` or under a key such as ``token``, is masked before any
+renderer sees it. Records from the standard library (aiohttp, kubernetes-asyncio) go through
+the same chain.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Any, Literal, TextIO
+
+import structlog
+from pydantic import SecretBytes, SecretStr
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+MASK = "********"
+_SECRET_KEY = re.compile(r"token|secret|passw|authorization|api[-_]?key|cookie", re.IGNORECASE)
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, SecretStr | SecretBytes):
+        return MASK
+    if isinstance(value, dict):
+        return {
+            key: MASK if isinstance(key, str) and _SECRET_KEY.search(key) else _redact(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact(item) for item in value]
+    return value
+
+
+def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Mask secret values and values under secret-sounding keys, at any depth."""
+    for key in list(event_dict):
+        if key != "event" and _SECRET_KEY.search(key):
+            event_dict[key] = MASK
+        else:
+            event_dict[key] = _redact(event_dict[key])
+    return event_dict
+
+
+def _shared_processors() -> list[Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        redact_secrets,
+    ]
+
+
+def configure_logging(
+    log_format: Literal["json", "console"] = "json",
+    level: str = "info",
+    *,
+    stream: TextIO | None = None,
+) -> None:
+    """Configure structlog and the standard library root logger to write to ``stream``."""
+    output = stream if stream is not None else sys.stdout
+    numeric_level = _LEVELS.get(level.lower(), logging.INFO)
+    renderer: Processor = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[*_shared_processors(), renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
+        logger_factory=structlog.WriteLoggerFactory(file=output),
+        cache_logger_on_first_use=False,
+    )
+
+    handler = logging.StreamHandler(output)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=_shared_processors(),
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(numeric_level)
+    # aiohttp's access log would duplicate the request line the receiver logs itself.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A logger whose lines carry ``component=name``, so a reader can tell the component apart.
+
+    The logger stays a lazy proxy, so a module-level logger follows a later
+    ``configure_logging`` (level, format, stream) instead of keeping the first configuration.
+    """
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
+    return logger

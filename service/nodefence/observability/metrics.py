@@ -1,0 +1,128 @@
+"""The service's Prometheus metrics, in a registry of their own.
+
+Each ``Metrics`` owns a fresh ``CollectorRegistry`` instead of the process-global default, so
+several applications (tests, or the receiver next to the embedded simulator) can exist in one
+process without duplicate-registration errors or counts leaking between them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from nodefence.engine.model import Decision
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.alerts_received = Counter(
+            "nodefence_alerts_received_total",
+            "Alerts received in webhooks, after deduplication within a payload.",
+            ["alertname", "status"],
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "nodefence_decisions_total",
+            "Decisions made, by verdict and first blocking guard ('ok' when none blocked).",
+            ["verdict", "reason"],
+            registry=registry,
+        )
+        self.actions = Counter(
+            "nodefence_actions_total",
+            "Actions executed against the cluster, by action type and result.",
+            ["action", "result"],
+            registry=registry,
+        )
+        self.pods_purged = Counter(
+            "nodefence_pods_purged_total",
+            "Pods force-deleted from fenced nodes.",
+            registry=registry,
+        )
+        self.http_requests = Counter(
+            "nodefence_http_requests_total",
+            "HTTP requests served, by route, method and status code.",
+            ["path", "method", "code"],
+            registry=registry,
+        )
+        self.http_duration = Histogram(
+            "nodefence_http_request_duration_seconds",
+            "Time to serve an HTTP request, by route.",
+            ["path"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.kube_api_requests = Counter(
+            "nodefence_kube_api_requests_total",
+            "Requests to the Kubernetes API, by verb and status code.",
+            ["verb", "code"],
+            registry=registry,
+        )
+        self.fenced_nodes = Gauge(
+            "nodefence_fenced_nodes",
+            "Nodes fenced by nodefence; the value is the fence time in unix seconds.",
+            ["node"],
+            registry=registry,
+        )
+        self.approval_pending = Gauge(
+            "nodefence_approval_pending_seconds",
+            "How long a fence has been waiting for a human approval.",
+            ["node"],
+            registry=registry,
+        )
+        self.refusals = Counter(
+            "nodefence_refusals_total",
+            "Guards that blocked an action, one count per blocking guard of each decision.",
+            ["guard"],
+            registry=registry,
+        )
+
+    def alert_received(self, alertname: str, status: str) -> None:
+        self.alerts_received.labels(alertname=alertname, status=status).inc()
+
+    def decision_made(self, decision: Decision) -> None:
+        blocking = [reason.guard for reason in decision.reasons if not reason.passed]
+        self.decisions.labels(
+            verdict=decision.verdict.value, reason=blocking[0] if blocking else "ok"
+        ).inc()
+        for guard in blocking:
+            self.refusals.labels(guard=guard).inc()
+
+    def action_executed(self, action: str, result: str) -> None:
+        self.actions.labels(action=action, result=result).inc()
+
+    def pod_purged(self, count: int = 1) -> None:
+        self.pods_purged.inc(count)
+
+    def http_request(self, path: str, method: str, code: int, seconds: float) -> None:
+        self.http_requests.labels(path=path, method=method, code=str(code)).inc()
+        self.http_duration.labels(path=path).observe(seconds)
+
+    def kube_api_request(self, verb: str, code: int | str) -> None:
+        self.kube_api_requests.labels(verb=verb, code=str(code)).inc()
+
+    def node_fenced(self, node: str, fenced_at_unix: float) -> None:
+        self.fenced_nodes.labels(node=node).set(fenced_at_unix)
+
+    def node_unfenced(self, node: str) -> None:
+        # A node that was never seen fenced by this replica has no series to remove.
+        try:
+            self.fenced_nodes.remove(node)
+        except KeyError:
+            return
+
+    def approval_waiting(self, node: str, seconds: float) -> None:
+        self.approval_pending.labels(node=node).set(seconds)
+
+    def approval_settled(self, node: str) -> None:
+        try:
+            self.approval_pending.remove(node)
+        except KeyError:
+            return
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,159 @@
+"""The policy: which alerts nodefence acts on, which nodes, and how carefully.
+
+Every setting has a default that is safe on its own, so running without a policy file fences
+only nodes that are verifiably dead and never more than one at a time. Unknown keys are errors:
+a misspelt safety setting that silently fell back to its default would be worse than a refusal
+to start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from nodefence.engine.labels import SelectorError, parse_selector
+
+DEFAULT_ALERT_NAMES = ("KubeNodeNotReady", "KubeNodeUnreachable")
+
+
+class PolicyError(Exception):
+    """The policy file cannot be read or does not validate; the message names file and field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AlertsPolicy(_Model):
+    names: list[str] = Field(default_factory=lambda: list(DEFAULT_ALERT_NAMES), min_length=1)
+    # Alert labels that may carry the node name, tried in order. ``instance`` has its port
+    # stripped, since node-exporter targets look like ``node1:9100``.
+    node_labels: list[str] = Field(default_factory=lambda: ["node"], min_length=1)
+
+
+class PurgePolicy(_Model):
+    terminating: bool = True
+    non_terminating: bool = False
+    # ``None`` stands for bare pods without an owner reference.
+    owner_kinds: list[str] = Field(
+        default_factory=lambda: ["StatefulSet", "ReplicaSet", "DaemonSet", "Job", "None"]
+    )
+    namespaces: list[str] = Field(default_factory=list)
+    exclude_namespaces: list[str] = Field(default_factory=list)
+    only_with_pvc: bool = False
+    strip_finalizers: list[str] = Field(default_factory=list)
+
+
+class RuleMatch(_Model):
+    # Empty: every alert name listed under ``alerts.names``.
+    alertnames: list[str] = Field(default_factory=list)
+    alert_labels: dict[str, str] = Field(default_factory=dict)
+    node_selector: str = ""
+
+    @field_validator("node_selector")
+    @classmethod
+    def _valid_selector(cls, value: str) -> str:
+        try:
+            parse_selector(value)
+        except SelectorError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+
+class Rule(_Model):
+    name: str = Field(default="default", min_length=1)
+    match: RuleMatch = Field(default_factory=RuleMatch)
+    min_not_ready_seconds: int = Field(default=300, ge=0)
+    lease_staleness_seconds: int = Field(default=120, gt=0)
+    # A node without a kubelet Lease gives no second opinion on its liveness, so by default it
+    # is not fenced. Clusters whose kubelets predate node leases can opt in here.
+    fence_without_lease: bool = False
+    healthy_delay_seconds: int = Field(default=300, ge=0)
+    require_new_boot_id: bool = False
+    taint_effect: Literal["NoExecute", "NoSchedule"] = "NoExecute"
+    purge: PurgePolicy = Field(default_factory=PurgePolicy)
+    volume_attachment_cleanup: bool = False
+    approval: Literal["none", "slack"] = "none"
+    # An approval older than this no longer authorises a fence; the request is asked again.
+    approval_timeout_seconds: int = Field(default=3600, gt=0)
+    flap_window_seconds: int = Field(default=1800, ge=0)
+
+
+class ClusterPolicy(_Model):
+    max_fenced_nodes: int = Field(default=1, ge=0)
+    min_ready_fraction: float = Field(default=0.51, ge=0.0, le=1.0)
+    control_plane_quorum: bool = True
+    storm_not_ready_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+
+
+class Policy(_Model):
+    dry_run: bool = False
+    paused: bool = False
+    alerts: AlertsPolicy = Field(default_factory=AlertsPolicy)
+    rules: list[Rule] = Field(default_factory=lambda: [Rule()])
+    cluster: ClusterPolicy = Field(default_factory=ClusterPolicy)
+
+    @field_validator("rules")
+    @classmethod
+    def _rules(cls, value: list[Rule]) -> list[Rule]:
+        if not value:
+            return [Rule()]
+        names = [rule.name for rule in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            # The ledger records the rule by name, so names must identify a rule.
+            raise ValueError(f"rule names must be unique; repeated: {', '.join(duplicates)}")
+        return value
+
+    def rule_named(self, name: str | None) -> Rule | None:
+        return next((rule for rule in self.rules if rule.name == name), None)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"{_field_path(err['loc'])}: {err['msg']}" for err in exc.errors()]
+    return f"invalid policy {source}: " + "; ".join(lines)
+
+
+def parse_policy(data: Any, source: str = "<policy>") -> Policy:
+    """Validate already-parsed YAML; an empty document means all defaults."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"invalid policy {source}: the top level must be a mapping")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(_format_errors(exc, source)) from None
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    """Load the policy file, or the defaults when no path is given.
+
+    A path that is given but missing is an error rather than the defaults: a typo in the
+    configured path must not quietly drop the operator's stricter settings.
+    """
+    if path is None or str(path) == "":
+        return Policy()
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy {file}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"invalid policy {file}: not valid YAML: {exc}") from None
+    return parse_policy(data, str(file))

@@ -1,0 +1,160 @@
+"""Process settings, read from ``NODEFENCE_*`` environment variables.
+
+Authentication is on unless explicitly disabled: starting without any credential is refused
+with an error that names the variable to set, so a misconfigured Deployment fails loudly at
+start rather than silently accepting anyone's webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from nodefence.errors import ConfigError
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+MASK = "********"
+
+
+def _default_namespace() -> str:
+    try:
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    except OSError:
+        return "nodefence"
+    return namespace or "nodefence"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="NODEFENCE_",
+        extra="ignore",
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+    alert_token: SecretStr | None = None
+    basic_auth_user: str | None = None
+    basic_auth_password: SecretStr | None = None
+    auth_disabled: bool = False
+
+    policy_file: Path | None = None
+    dry_run: bool = False
+
+    # Knative and most PaaS runtimes set a bare PORT, so that name wins over the prefixed one.
+    port: int = Field(
+        default=8080, ge=0, le=65535, validation_alias=AliasChoices("PORT", "NODEFENCE_PORT")
+    )
+    host: str = "0.0.0.0"
+    max_body_bytes: int = Field(default=1048576, gt=0)
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    request_deadline_seconds: float = Field(default=20, gt=0)
+
+    namespace: str = Field(default_factory=_default_namespace)
+    identity: str = Field(default_factory=socket.gethostname)
+
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    approval_key: SecretStr | None = None
+    slack_channel: str | None = None
+    slack_approvers: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    slack_api_url: str | None = None
+    approval_ttl_seconds: int = Field(default=3600, gt=0)
+    # Slack user group IDs (S...) whose members may approve, besides ``slack_approvers``.
+    slack_approver_groups: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Post a notice to ``slack_channel`` when nodefence fences or unfences, with or without
+    # approval mode.
+    slack_notify: bool = False
+    slack_timeout_seconds: float = Field(default=5, gt=0)
+
+    @field_validator(
+        "alert_token",
+        "basic_auth_user",
+        "basic_auth_password",
+        "slack_bot_token",
+        "slack_signing_secret",
+        "approval_key",
+        "slack_channel",
+        "slack_api_url",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # Kubernetes renders an optional Secret key that is absent as an empty variable.
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("slack_approvers", "slack_approver_groups", mode="before")
+    @classmethod
+    def _split_approvers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [item.strip() for item in text.split(",") if item.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _require_credentials(self) -> Settings:
+        if (self.basic_auth_user is None) != (self.basic_auth_password is None):
+            raise ValueError(
+                "NODEFENCE_BASIC_AUTH_USER and NODEFENCE_BASIC_AUTH_PASSWORD must be set together"
+            )
+        if not self.auth_disabled and not self.has_credentials:
+            raise ValueError(
+                "no credential for /alerts and /reconcile: set NODEFENCE_ALERT_TOKEN (or "
+                "NODEFENCE_BASIC_AUTH_USER and NODEFENCE_BASIC_AUTH_PASSWORD), or set "
+                "NODEFENCE_AUTH_DISABLED=true to accept unauthenticated requests"
+            )
+        return self
+
+    @property
+    def has_credentials(self) -> bool:
+        basic = self.basic_auth_user is not None and self.basic_auth_password is not None
+        return self.alert_token is not None or basic
+
+    def masked(self) -> dict[str, Any]:
+        """The effective settings for ``check-config``, safe to print and paste into a ticket."""
+        shown: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                shown[name] = MASK
+            elif isinstance(value, Path):
+                shown[name] = str(value)
+            elif isinstance(value, list):
+                shown[name] = list(value)
+            else:
+                shown[name] = value
+        return shown
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment, turning validation failures into one readable ``ConfigError``."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False, include_input=False):
+            location = ".".join(str(part) for part in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"{location}: {message}" if location else message)
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from None

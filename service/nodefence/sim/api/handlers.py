@@ -1,0 +1,360 @@
+"""The REST verbs on resource URLs, translated to store calls with the real server's replies."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from typing import Any
+
+from aiohttp import web
+from multidict import MultiMapping
+
+from nodefence.sim.api.patching import apply_patch
+from nodefence.sim.api.paths import Target, resolve
+from nodefence.sim.api.tables import table, wants_table
+from nodefence.sim.api.watch import serve_watch
+from nodefence.sim.errors import ApiError, already_exists, bad_request, conflict, not_found
+from nodefence.sim.resources import (
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODS,
+    REPLICASETS,
+    STATEFULSETS,
+    ResourceType,
+)
+from nodefence.sim.simulation import Simulation
+from nodefence.sim.store import DeleteOptions, rfc3339
+
+Obj = dict[str, Any]
+
+# Registries that answer a completed delete with the deleted object rather than a Status.
+_RETURNS_DELETED_OBJECT = frozenset({PODS.key})
+_APPS = frozenset({STATEFULSETS.key, DEPLOYMENTS.key, REPLICASETS.key, DAEMONSETS.key})
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        content_type="application/json",
+    )
+
+
+async def _read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise bad_request(f"the object provided is unrecognized: {exc}") from exc
+
+
+def _is_dry_run(query: MultiMapping[str], body: Any = None) -> bool:
+    values = query.getall("dryRun", [])
+    if isinstance(body, dict):
+        values = [*values, *(body.get("dryRun") or [])]
+    for value in values:
+        if value != "All":
+            raise bad_request(f"Invalid dry run value: {value!r}; supported values: All")
+    return bool(values)
+
+
+class ResourceHandlers:
+    """Serves every resource URL of the simulation's store."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        target = resolve(request.path)
+        if target is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        method = request.method
+        if method == "GET":
+            if request.query.get("watch") in ("true", "1"):
+                return await serve_watch(
+                    request, self.sim, target, self._watch_renderer(request, target)
+                )
+            if target.name:
+                return self._get(request, target)
+            return self._list(request, target)
+        if target.name:
+            if method == "PUT":
+                return await self._update(request, target)
+            if method == "PATCH":
+                return await self._patch(request, target)
+            if method == "DELETE" and not target.subresource:
+                return await self._delete(request, target)
+        elif not target.subresource:
+            if method == "POST":
+                return await self._create(request, target)
+            if method == "DELETE":
+                return await self._delete_collection(request, target)
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+
+    # -------------------------------------------------------------------- reads
+    def _respond(
+        self,
+        request: web.Request,
+        rt: ResourceType,
+        objects: list[Obj],
+        rv: str,
+        single: Obj | None = None,
+    ) -> web.Response:
+        if wants_table(request.headers.get("Accept", "")):
+            return _json(
+                table(
+                    rt,
+                    objects,
+                    self.sim.store.now(),
+                    resource_version=rv,
+                    include_object=request.query.get("includeObject", "Metadata"),
+                )
+            )
+        if single is not None:
+            return _json(single)
+        return _json(
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.group_version,
+                "metadata": {"resourceVersion": rv},
+                "items": objects,
+            }
+        )
+
+    def _get(self, request: web.Request, target: Target) -> web.Response:
+        obj = self.sim.store.get(target.resource, target.namespace, target.name)
+        return self._respond(
+            request, target.resource, [obj], obj["metadata"]["resourceVersion"], single=obj
+        )
+
+    def _list(self, request: web.Request, target: Target) -> web.Response:
+        if target.subresource:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        objects, rv = self.sim.store.list_objects(
+            target.resource,
+            target.namespace,
+            request.query.get("labelSelector"),
+            request.query.get("fieldSelector"),
+        )
+        return self._respond(request, target.resource, objects, rv)
+
+    def _watch_renderer(self, request: web.Request, target: Target) -> Any:
+        if not wants_table(request.headers.get("Accept", "")):
+            return lambda _type, obj: obj
+        include = request.query.get("includeObject", "Metadata")
+
+        def render(_type: str, obj: Obj) -> Obj:
+            return table(
+                target.resource,
+                [obj],
+                self.sim.store.now(),
+                resource_version=obj["metadata"].get("resourceVersion", ""),
+                include_object=include,
+            )
+
+        return render
+
+    # ------------------------------------------------------------------- writes
+    def _check_namespace(self, target: Target) -> None:
+        namespace = target.namespace
+        if namespace is not None and self.sim.store.peek(NAMESPACES, None, namespace) is None:
+            raise not_found("namespaces", namespace)
+
+    async def _create(self, request: web.Request, target: Target) -> web.Response:
+        rt = target.resource
+        body = await _read_json(request)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was empty or not an object")
+        kind = body.get("kind")
+        if kind and kind != rt.kind:
+            raise bad_request(
+                f"the kind of the object ({kind}) does not match the resource ({rt.plural})"
+            )
+        if target.namespace is None and rt.namespaced:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        self._check_namespace(target)
+        obj = _prepare_for_create(rt, body)
+        if _is_dry_run(request.query):
+            return _json(self._dry_run_create(target, obj), 201)
+        created = self.sim.store.create(rt, target.namespace, obj)
+        return _json(created, 201)
+
+    def _dry_run_create(self, target: Target, obj: Obj) -> Obj:
+        rt = target.resource
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise ApiError(
+                    422, "Invalid", f"{rt.kind} is invalid: metadata.name: Required value"
+                )
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if self.sim.store.peek(rt, target.namespace, meta["name"]) is not None:
+            raise already_exists(rt.plural, meta["name"], rt.group)
+        if rt.namespaced:
+            meta["namespace"] = target.namespace
+        meta.update(
+            uid=str(uuid.uuid4()),
+            creationTimestamp=rfc3339(self.sim.store.now()),
+            generation=1,
+        )
+        obj["apiVersion"] = rt.group_version
+        obj["kind"] = rt.kind
+        return obj
+
+    async def _update(self, request: web.Request, target: Target) -> web.Response:
+        rt = target.resource
+        body = await _read_json(request)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was empty or not an object")
+        if _is_dry_run(request.query):
+            return _json(self._dry_run_write(target, body))
+        updated = self.sim.store.update(
+            rt, target.namespace, target.name, body, subresource=target.subresource
+        )
+        return _json(updated)
+
+    def _dry_run_write(self, target: Target, obj: Obj) -> Obj:
+        """The object as a write would leave it, checked for conflicts but not stored."""
+        rt = target.resource
+        current = self.sim.store.get(rt, target.namespace, target.name)
+        sent_rv = obj.get("metadata", {}).get("resourceVersion")
+        if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
+            raise conflict(
+                rt.plural,
+                target.name,
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+                rt.group,
+            )
+        result = copy.deepcopy(obj)
+        meta = result.setdefault("metadata", {})
+        for key in ("uid", "creationTimestamp", "namespace", "resourceVersion", "generation"):
+            if key in current["metadata"]:
+                meta[key] = current["metadata"][key]
+        if target.subresource == "status":
+            current["status"] = result.get("status", {})
+            return current
+        if "status" in rt.subresources:
+            if "status" in current:
+                result["status"] = current["status"]
+            else:
+                result.pop("status", None)
+        result["apiVersion"] = rt.group_version
+        result["kind"] = rt.kind
+        return result
+
+    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+        rt = target.resource
+        current = self.sim.store.get(rt, target.namespace, target.name)
+        patched = apply_patch(request.content_type, current, await request.read())
+        meta = patched.get("metadata")
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if meta.get("name", target.name) != target.name:
+            raise bad_request("the name of the object does not match the name on the URL")
+        if _is_dry_run(request.query):
+            return _json(self._dry_run_write(target, patched))
+        updated = self.sim.store.update(
+            rt, target.namespace, target.name, patched, subresource=target.subresource
+        )
+        return _json(updated)
+
+    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+        body = await _read_json(request)
+        if body is not None and not isinstance(body, dict):
+            raise bad_request("DeleteOptions must be an object")
+        body = body or {}
+        query = request.query
+        grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        preconditions = body.get("preconditions") or {}
+        policy = body.get("propagationPolicy", query.get("propagationPolicy"))
+        if policy not in (None, "Orphan", "Background", "Foreground"):
+            raise bad_request(f"invalid propagationPolicy: {policy}")
+        try:
+            grace_value = None if grace is None else int(grace)
+        except (TypeError, ValueError) as exc:
+            raise bad_request(f"invalid gracePeriodSeconds: {grace}") from exc
+        return DeleteOptions(
+            grace_period_seconds=grace_value,
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
+            propagation_policy=policy,
+            dry_run=_is_dry_run(query, body),
+        )
+
+    async def _delete(self, request: web.Request, target: Target) -> web.Response:
+        rt = target.resource
+        options = await self._delete_options(request)
+        obj, removed = self.sim.store.delete(rt, target.namespace, target.name, options)
+        if removed and rt.key not in _RETURNS_DELETED_OBJECT:
+            details: Obj = {"name": target.name, "kind": rt.plural, "uid": obj["metadata"]["uid"]}
+            if rt.group:
+                details["group"] = rt.group
+            return _json(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                }
+            )
+        return _json(obj)
+
+    async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        rt = target.resource
+        options = await self._delete_options(request)
+        objects, _ = self.sim.store.list_objects(
+            rt,
+            target.namespace,
+            request.query.get("labelSelector"),
+            request.query.get("fieldSelector"),
+        )
+        deleted = []
+        for obj in objects:
+            meta = obj["metadata"]
+            try:
+                result, _ = self.sim.store.delete(rt, meta.get("namespace"), meta["name"], options)
+            except ApiError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            deleted.append(result)
+        return _json(
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.group_version,
+                "metadata": {"resourceVersion": self.sim.store.resource_version},
+                "items": deleted,
+            }
+        )
+
+
+def _prepare_for_create(rt: ResourceType, body: Obj) -> Obj:
+    """Defaults and status resets the real registries apply on create."""
+    obj = copy.deepcopy(body)
+    obj.setdefault("metadata", {})
+    if rt.key == PODS.key:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("priority", 0)
+        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    elif rt.key == NAMESPACES.key:
+        obj["spec"] = {"finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Active"}
+        labels = obj["metadata"].setdefault("labels", {})
+        labels.setdefault("kubernetes.io/metadata.name", obj["metadata"].get("name", ""))
+    elif rt.key in _APPS:
+        obj["status"] = {}
+    return obj

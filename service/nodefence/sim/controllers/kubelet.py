@@ -1,0 +1,657 @@
+"""The simulated kubelets: one per Node, each renewing its Lease, posting node status and running
+the pods bound to its node.
+
+Everything the seed runbook is about follows from one fact: a dead kubelet does nothing. It stops
+renewing its Lease (so the node lifecycle controller marks the node NotReady and taints it) and it
+never confirms a pod deletion (so evicted pods stay ``Terminating`` until someone force-deletes
+them). A live kubelet confirms deletions quickly and restarts its containers after a reboot.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import ipaddress
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from nodefence.sim.errors import ApiError, conflict, not_found
+from nodefence.sim.resources import LEASES, NODES, PODS
+from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
+
+if TYPE_CHECKING:
+    from nodefence.sim.simulation import Controller, Simulation
+
+LEASE_NAMESPACE = "kube-node-lease"
+VOLUME_BLOCKED_ANNOTATION = "sim.nodefence.io/volume-blocked"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+CONFIRM_DELAY_SECONDS = 1
+
+_KUBELET_CONDITIONS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "MemoryPressure",
+        "False",
+        "KubeletHasSufficientMemory",
+        "kubelet has sufficient memory available",
+    ),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+
+
+def micro_time(moment: datetime) -> str:
+    """``metav1.MicroTime`` as the kubelet writes a Lease's renewTime."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()
+
+
+def _node_number(name: str) -> int:
+    return int(_digest("node", name)[:8], 16)
+
+
+def node_internal_ip(node: Mapping[str, Any]) -> str:
+    for address in node.get("status", {}).get("addresses") or []:
+        if address.get("type") == "InternalIP":
+            return str(address["address"])
+    number = _node_number(str(node["metadata"]["name"]))
+    return f"192.168.{number % 250 + 1}.{(number >> 8) % 250 + 2}"
+
+
+def node_pod_cidr(node: Mapping[str, Any]) -> ipaddress.IPv4Network:
+    cidr = node.get("spec", {}).get("podCIDR")
+    if cidr:
+        return ipaddress.IPv4Network(cidr, strict=False)
+    number = _node_number(str(node["metadata"]["name"]))
+    return ipaddress.IPv4Network(f"10.244.{number % 250}.0/24")
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in obj.get("status", {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond  # type: ignore[no-any-return]
+    return None
+
+
+@dataclass
+class Kubelet:
+    """What a kubelet process holds in memory: whether it runs, and the boot it runs in."""
+
+    node: str
+    uid: str
+    up: bool = True
+    boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    restart_pending: bool = False
+    ready_since: datetime | None = None
+
+
+class KubeletFleet:
+    """All simulated kubelets, as one controller (one pass over the pods serves every node)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self._kubelets: dict[str, Kubelet] = {}
+        # Pod uid -> (resourceVersion, host IP) last found in the state this kubelet wants:
+        # an unchanged pod is not rebuilt on every pass.
+        self._in_sync: dict[str, tuple[str, str]] = {}
+
+    # ------------------------------------------------------------ bookkeeping
+    def _kubelet_for(self, node: Mapping[str, Any]) -> Kubelet:
+        meta = node["metadata"]
+        name, uid = str(meta["name"]), str(meta["uid"])
+        current = self._kubelets.get(name)
+        if current is not None and current.uid == uid:
+            return current
+        kubelet = Kubelet(name, uid)
+        boot_id = node.get("status", {}).get("nodeInfo", {}).get("bootID")
+        if current is None and boot_id:
+            kubelet.boot_id = str(boot_id)
+        self._kubelets[name] = kubelet
+        return kubelet
+
+    def _node(self, name: str) -> Obj:
+        node = self.sim.store.peek(NODES, None, name)
+        if node is None:
+            raise not_found(NODES.plural, name)
+        return node
+
+    # ---------------------------------------------------------------- control
+    def down(self, name: str, since_seconds: float = 0) -> None:
+        """The kubelet stops; its last Lease renewal and status post were ``since_seconds`` ago."""
+        _check_since(since_seconds)
+        node = self._node(name)
+        kubelet = self._kubelet_for(node)
+        kubelet.up = False
+        kubelet.ready_since = None
+        moment = self.sim.store.now() - timedelta(seconds=since_seconds)
+        self._write_lease(node, moment, force=True)
+        new = copy.deepcopy(node)
+        for cond in new.get("status", {}).get("conditions") or []:
+            heartbeat = parse_time(cond.get("lastHeartbeatTime"))
+            if heartbeat is None or heartbeat > moment:
+                cond["lastHeartbeatTime"] = rfc3339(moment)
+        self._update_node(new)
+
+    def up(self, name: str, since_seconds: float = 0, *, reboot: bool = False) -> None:
+        """The kubelet is back and Ready since ``since_seconds`` ago; a reboot brings a new
+        bootID and loses every container (running pods restart)."""
+        _check_since(since_seconds)
+        node = self._node(name)
+        kubelet = self._kubelet_for(node)
+        ready = condition(node, "Ready")
+        already_ready = kubelet.up and ready is not None and ready.get("status") == "True"
+        kubelet.up = True
+        if reboot:
+            kubelet.boot_id = str(uuid.uuid4())
+            kubelet.restart_pending = True
+        now = self.sim.store.now()
+        if not already_ready or since_seconds > 0 or reboot:
+            kubelet.ready_since = now - timedelta(seconds=since_seconds)
+        self._sync_node(node, kubelet, now)
+
+    def recreate(self, name: str) -> None:
+        """Delete the Node and register it anew under the same name (new UID): it keeps what a
+        kubelet registers with (labels, pod CIDR) and loses taints, annotations and status."""
+        store = self.sim.store
+        old = store.get(NODES, None, name)
+        _, removed = store.delete(NODES, None, name, DeleteOptions(grace_period_seconds=0))
+        if not removed:
+            raise conflict(NODES.plural, name, "the node is held by finalizers")
+        spec = {
+            key: old["spec"][key]
+            for key in ("podCIDR", "podCIDRs", "providerID")
+            if key in old.get("spec", {})
+        }
+        addresses = old.get("status", {}).get("addresses")
+        fresh: Obj = {
+            "metadata": {"name": name, "labels": dict(old["metadata"].get("labels") or {})},
+            "spec": spec,
+        }
+        if addresses:
+            fresh["status"] = {"addresses": addresses}
+        node = store.create(NODES, None, fresh)
+        self._kubelets.pop(name, None)
+        kubelet = self._kubelet_for(node)
+        kubelet.ready_since = store.now()
+        self._sync_node(store.peek(NODES, None, name) or node, kubelet, store.now())
+
+    def state(self, name: str) -> dict[str, Any]:
+        """The node as the control surface reports it."""
+        node = self._node(name)
+        kubelet = self._kubelet_for(node)
+        ready = condition(node, "Ready") or {}
+        lease = self.sim.store.peek(LEASES, LEASE_NAMESPACE, name)
+        return {
+            "name": name,
+            "uid": node["metadata"]["uid"],
+            "kubelet": "up" if kubelet.up else "down",
+            "bootID": node.get("status", {}).get("nodeInfo", {}).get("bootID"),
+            "ready": ready.get("status"),
+            "readyReason": ready.get("reason"),
+            "readySince": ready.get("lastTransitionTime"),
+            "leaseRenewTime": (lease or {}).get("spec", {}).get("renewTime"),
+            "unschedulable": bool(node.get("spec", {}).get("unschedulable")),
+            "taints": copy.deepcopy(node.get("spec", {}).get("taints") or []),
+        }
+
+    # -------------------------------------------------------------- reconcile
+    def reconcile(self, now: datetime) -> None:
+        store = self.sim.store
+        nodes = list(store.items(NODES))
+        names = {str(n["metadata"]["name"]) for n in nodes}
+        for gone in set(self._kubelets) - names:
+            del self._kubelets[gone]
+        pods_by_node: dict[str, list[Obj]] = {}
+        live: set[str] = set()
+        for pod in store.items(PODS):
+            live.add(str(pod["metadata"]["uid"]))
+            node_name = pod.get("spec", {}).get("nodeName")
+            if node_name:
+                pods_by_node.setdefault(str(node_name), []).append(pod)
+        for uid in set(self._in_sync) - live:
+            del self._in_sync[uid]
+        for node in nodes:
+            kubelet = self._kubelet_for(node)
+            if not kubelet.up:
+                continue
+            name = str(node["metadata"]["name"])
+            self._sync_node(node, kubelet, now)
+            current = store.peek(NODES, None, name) or node
+            self._run_pods(current, kubelet, pods_by_node.get(name, []), now)
+
+    def _sync_node(self, node: Obj, kubelet: Kubelet, now: datetime) -> None:
+        self._write_lease(node, now, force=False)
+        self._post_status(node, kubelet, now)
+
+    # ----------------------------------------------------------------- lease
+    def _write_lease(self, node: Mapping[str, Any], moment: datetime, *, force: bool) -> None:
+        store = self.sim.store
+        name = str(node["metadata"]["name"])
+        owner = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": name,
+            "uid": node["metadata"]["uid"],
+        }
+        spec = {
+            "holderIdentity": name,
+            "leaseDurationSeconds": self.sim.settings.lease_duration_seconds,
+            "renewTime": micro_time(moment),
+        }
+        lease = store.peek(LEASES, LEASE_NAMESPACE, name)
+        try:
+            if lease is None:
+                store.create(
+                    LEASES,
+                    LEASE_NAMESPACE,
+                    {
+                        "metadata": {
+                            "name": name,
+                            "namespace": LEASE_NAMESPACE,
+                            "ownerReferences": [owner],
+                        },
+                        "spec": spec,
+                    },
+                )
+                return
+            old_spec = lease.get("spec", {})
+            renewed = parse_time(old_spec.get("renewTime"))
+            renew = (
+                force
+                or renewed is None
+                or (moment - renewed).total_seconds() >= self.sim.settings.lease_renew_seconds
+            )
+            new = copy.deepcopy(lease)
+            new["metadata"]["ownerReferences"] = [owner]
+            new["spec"] = {**old_spec, **spec}
+            if not renew:
+                new["spec"]["renewTime"] = old_spec.get("renewTime")
+            if new == lease:
+                return
+            store.update(LEASES, LEASE_NAMESPACE, name, new, subresource="all", check_rv=False)
+        except ApiError:
+            return
+
+    # ----------------------------------------------------------- node status
+    def _post_status(self, node: Obj, kubelet: Kubelet, now: datetime) -> None:
+        settings = self.sim.settings
+        new = copy.deepcopy(node)
+        labels = new["metadata"].setdefault("labels", {})
+        labels.setdefault("kubernetes.io/hostname", kubelet.node)
+        labels.setdefault("kubernetes.io/os", "linux")
+        labels.setdefault("kubernetes.io/arch", "amd64")
+        status = new.setdefault("status", {})
+        old_conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        transition = kubelet.ready_since or now
+        heartbeat_due = any(
+            (now - (parse_time(c.get("lastHeartbeatTime")) or now)).total_seconds()
+            >= settings.node_status_report_seconds
+            for c in old_conditions.values()
+        )
+        conditions: list[dict[str, Any]] = []
+        changed = False
+        for kind, value, reason, message in _KUBELET_CONDITIONS:
+            old = old_conditions.pop(kind, None) or {}
+            same = old.get("status") == value and kubelet.ready_since is None
+            wanted = {
+                "type": kind,
+                "status": value,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": old.get("lastHeartbeatTime") or rfc3339(now),
+                "lastTransitionTime": (old.get("lastTransitionTime") if same else None)
+                or rfc3339(transition),
+            }
+            changed = changed or {k: v for k, v in old.items() if k != "lastHeartbeatTime"} != {
+                k: v for k, v in wanted.items() if k != "lastHeartbeatTime"
+            }
+            conditions.append(wanted)
+        if changed or heartbeat_due:
+            for cond in conditions:
+                cond["lastHeartbeatTime"] = rfc3339(now)
+        status["conditions"] = conditions + list(old_conditions.values())
+        status["nodeInfo"] = self._node_info(status.get("nodeInfo") or {}, kubelet)
+        if not status.get("addresses"):
+            status["addresses"] = [
+                {"type": "InternalIP", "address": node_internal_ip(node)},
+                {"type": "Hostname", "address": kubelet.node},
+            ]
+        resources = {
+            "cpu": "16",
+            "memory": "65842364Ki",
+            "pods": "110",
+            "ephemeral-storage": "100Gi",
+        }
+        status.setdefault("capacity", dict(resources))
+        status.setdefault("allocatable", dict(resources))
+        status.setdefault("daemonEndpoints", {"kubeletEndpoint": {"Port": 10250}})
+        kubelet.ready_since = None
+        if new != node:
+            self._update_node(new)
+
+    def _node_info(self, old: Mapping[str, Any], kubelet: Kubelet) -> dict[str, Any]:
+        version = f"v{self.sim.settings.k8s_version}"
+        machine = _digest("machine", kubelet.node)
+        info = {
+            "architecture": "amd64",
+            "bootID": kubelet.boot_id,
+            "containerRuntimeVersion": "containerd://1.6.15",
+            "kernelVersion": "5.15.0-91-generic",
+            "kubeProxyVersion": version,
+            "kubeletVersion": version,
+            "machineID": machine[:32],
+            "operatingSystem": "linux",
+            "osImage": "Ubuntu 22.04.3 LTS",
+            "systemUUID": str(uuid.UUID(machine[32:64])).upper(),
+        }
+        return {**dict(old), **info, "machineID": old.get("machineID") or info["machineID"]}
+
+    def _update_node(self, new: Obj) -> None:
+        try:
+            self.sim.store.update(
+                NODES, None, new["metadata"]["name"], new, subresource="all", check_rv=False
+            )
+        except ApiError:
+            return
+
+    # ------------------------------------------------------------------ pods
+    def _run_pods(self, node: Obj, kubelet: Kubelet, pods: list[Obj], now: datetime) -> None:
+        store = self.sim.store
+        restart = kubelet.restart_pending
+        kubelet.restart_pending = False
+        used_ips = {
+            str(p.get("status", {}).get("podIP"))
+            for p in pods
+            if p.get("status", {}).get("podIP") and not p["spec"].get("hostNetwork")
+        }
+        host_ip = node_internal_ip(node)
+        for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                self._confirm_deletion(pod, now)
+                continue
+            if pod.get("status", {}).get("phase") in TERMINAL_PHASES:
+                continue
+            uid = str(meta["uid"])
+            if not restart and self._in_sync.get(uid) == (meta["resourceVersion"], host_ip):
+                continue
+            if (meta.get("annotations") or {}).get(VOLUME_BLOCKED_ANNOTATION) == "true" and (
+                pod.get("status", {}).get("phase") != "Running"
+            ):
+                status = _blocked_status(pod, node, now)
+            else:
+                status = _running_status(pod, node, now, restart=restart, used_ips=used_ips)
+            if status == pod.get("status"):
+                self._in_sync[uid] = (meta["resourceVersion"], host_ip)
+                continue
+            new = copy.deepcopy(pod)
+            new["status"] = status
+            try:
+                written = store.update(
+                    PODS, meta["namespace"], meta["name"], new, subresource="status"
+                )
+            except ApiError:
+                continue
+            self._in_sync[uid] = (written["metadata"]["resourceVersion"], host_ip)
+
+    def _confirm_deletion(self, pod: Obj, now: datetime) -> None:
+        """The kubelet has stopped the containers: remove the pod for good (grace 0, with the
+        UID precondition so a same-named replacement is never hit)."""
+        meta = pod["metadata"]
+        grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+        if grace == 0:
+            return
+        deadline = parse_time(meta["deletionTimestamp"])
+        if deadline is None:
+            return
+        requested = deadline - timedelta(seconds=grace)
+        if now < requested + timedelta(seconds=min(grace, CONFIRM_DELAY_SECONDS)):
+            return
+        try:
+            self.sim.store.delete(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                DeleteOptions(grace_period_seconds=0, uid=meta["uid"]),
+            )
+        except ApiError:
+            return
+
+
+def _check_since(since_seconds: float) -> None:
+    if since_seconds < 0:
+        raise ValueError("sinceSeconds must not be negative")
+
+
+def _pod_condition(
+    old: Mapping[str, Any],
+    kind: str,
+    value: str,
+    now: datetime,
+    *,
+    reason: str = "",
+    message: str = "",
+) -> dict[str, Any]:
+    previous: Mapping[str, Any] = next(
+        (c for c in old.get("conditions") or [] if c.get("type") == kind), {}
+    )
+    wanted: dict[str, Any] = {"type": kind, "status": value}
+    if reason:
+        wanted["reason"] = reason
+    if message:
+        wanted["message"] = message
+    same = previous.get("status") == value and previous.get("lastTransitionTime")
+    wanted["lastTransitionTime"] = previous["lastTransitionTime"] if same else rfc3339(now)
+    return wanted
+
+
+def _conditions(old: Mapping[str, Any], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kubelet's conditions, followed by the ones others own (DisruptionTarget...)."""
+    mine = {c["type"] for c in wanted}
+    return wanted + [
+        copy.deepcopy(c) for c in old.get("conditions") or [] if c.get("type") not in mine
+    ]
+
+
+def _qos(spec: Mapping[str, Any]) -> str:
+    containers = list(spec.get("containers") or [])
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(
+        r.get("limits")
+        and set(r["limits"]) >= {"cpu", "memory"}
+        and all(r.get("requests", r["limits"]).get(k) == v for k, v in r["limits"].items())
+        for r in resources
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _image_id(image: str) -> str:
+    return f"{image.split(':', 1)[0]}@sha256:{_digest('image', image)}"
+
+
+def _host_fields(node: Mapping[str, Any]) -> dict[str, Any]:
+    host_ip = node_internal_ip(node)
+    return {"hostIP": host_ip, "hostIPs": [{"ip": host_ip}]}
+
+
+def _running_status(
+    pod: Obj, node: Obj, now: datetime, *, restart: bool, used_ips: set[str]
+) -> dict[str, Any]:
+    spec = pod["spec"]
+    old: Mapping[str, Any] = pod.get("status") or {}
+    uid = str(pod["metadata"]["uid"])
+    stamp = rfc3339(now)
+    host = _host_fields(node)
+    pod_ip = old.get("podIP")
+    if not pod_ip:
+        if spec.get("hostNetwork"):
+            pod_ip = host["hostIP"]
+        else:
+            network = node_pod_cidr(node)
+            pod_ip = next(
+                (str(ip) for ip in network.hosts() if str(ip) not in used_ips),
+                str(network.network_address),
+            )
+            used_ips.add(pod_ip)
+    old_statuses = {s.get("name"): s for s in old.get("containerStatuses") or []}
+    container_statuses = []
+    for container in spec.get("containers") or []:
+        name = str(container["name"])
+        previous = old_statuses.get(name) or {}
+        running = (previous.get("state") or {}).get("running")
+        count = int(previous.get("restartCount") or 0)
+        entry: dict[str, Any] = {
+            "name": name,
+            "image": container.get("image", ""),
+            "imageID": _image_id(str(container.get("image", ""))),
+            "ready": True,
+            "started": True,
+            "restartCount": count,
+        }
+        if running and restart:
+            entry["restartCount"] = count + 1
+            entry["lastState"] = {
+                "terminated": {
+                    "exitCode": 255,
+                    "reason": "Unknown",
+                    "startedAt": running.get("startedAt"),
+                    "finishedAt": stamp,
+                    "containerID": previous.get("containerID"),
+                }
+            }
+            running = None
+        elif previous.get("lastState"):
+            entry["lastState"] = copy.deepcopy(previous["lastState"])
+        started_at = (running or {}).get("startedAt") or stamp
+        entry["containerID"] = f"containerd://{_digest(uid, name, str(entry['restartCount']))}"
+        entry["state"] = {"running": {"startedAt": started_at}}
+        container_statuses.append(entry)
+    status: dict[str, Any] = {
+        "phase": "Running",
+        "conditions": _conditions(
+            old,
+            [
+                _pod_condition(old, "Initialized", "True", now),
+                _pod_condition(old, "Ready", "True", now),
+                _pod_condition(old, "ContainersReady", "True", now),
+                _pod_condition(old, "PodScheduled", "True", now),
+            ],
+        ),
+        **host,
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": old.get("startTime") or stamp,
+        "qosClass": old.get("qosClass") or _qos(spec),
+        "containerStatuses": container_statuses,
+    }
+    init_containers = spec.get("initContainers") or []
+    if init_containers:
+        old_init = {s.get("name"): s for s in old.get("initContainerStatuses") or []}
+        status["initContainerStatuses"] = [
+            _completed_init(c, old_init.get(c["name"]) or {}, uid, stamp) for c in init_containers
+        ]
+    return status
+
+
+def _completed_init(
+    container: Mapping[str, Any], previous: Mapping[str, Any], uid: str, stamp: str
+) -> dict[str, Any]:
+    terminated = (previous.get("state") or {}).get("terminated")
+    container_id = f"containerd://{_digest(uid, str(container['name']), 'init')}"
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": _image_id(str(container.get("image", ""))),
+        "containerID": container_id,
+        "ready": True,
+        "started": False,
+        "restartCount": int(previous.get("restartCount") or 0),
+        "state": {
+            "terminated": terminated
+            or {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": stamp,
+                "finishedAt": stamp,
+                "containerID": container_id,
+            }
+        },
+    }
+
+
+def _waiting(container: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason}},
+    }
+
+
+def _blocked_status(pod: Obj, node: Obj, now: datetime) -> dict[str, Any]:
+    """A pod whose volumes are not attached yet: ``Init:0/N`` or ``ContainerCreating``."""
+    spec = pod["spec"]
+    old: Mapping[str, Any] = pod.get("status") or {}
+    init_containers = list(spec.get("initContainers") or [])
+    containers = list(spec.get("containers") or [])
+    unready = ", ".join(str(c["name"]) for c in containers)
+    if init_containers:
+        pending = ", ".join(str(c["name"]) for c in init_containers)
+        initialized = _pod_condition(
+            old,
+            "Initialized",
+            "False",
+            now,
+            reason="ContainersNotInitialized",
+            message=f"containers with incomplete status: [{pending}]",
+        )
+    else:
+        initialized = _pod_condition(old, "Initialized", "True", now)
+    not_ready = f"containers with unready status: [{unready}]"
+    status: dict[str, Any] = {
+        "phase": "Pending",
+        "conditions": _conditions(
+            old,
+            [
+                initialized,
+                _pod_condition(
+                    old, "Ready", "False", now, reason="ContainersNotReady", message=not_ready
+                ),
+                _pod_condition(
+                    old,
+                    "ContainersReady",
+                    "False",
+                    now,
+                    reason="ContainersNotReady",
+                    message=not_ready,
+                ),
+                _pod_condition(old, "PodScheduled", "True", now),
+            ],
+        ),
+        **_host_fields(node),
+        "startTime": old.get("startTime") or rfc3339(now),
+        "qosClass": old.get("qosClass") or _qos(spec),
+        "containerStatuses": [
+            _waiting(c, "PodInitializing" if init_containers else "ContainerCreating")
+            for c in containers
+        ],
+    }
+    if init_containers:
+        status["initContainerStatuses"] = [_waiting(c, "PodInitializing") for c in init_containers]
+    return status
+
+
+def controllers(sim: Simulation) -> list[Controller]:
+    """The fleet lives on the simulation (the control surface drives it); register it."""
+    return [sim.kubelets]

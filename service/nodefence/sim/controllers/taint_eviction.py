@@ -1,0 +1,182 @@
+"""NoExecute taint eviction (the taint manager) and the DefaultTolerationSeconds admission.
+
+Together they produce the seed's symptom: every ordinary pod tolerates ``unreachable`` for 300 s
+(added at admission), after which the taint manager deletes it gracefully; on a dead node no
+kubelet confirms the deletion, so the pod stays ``Terminating``. DaemonSet pods tolerate
+``unreachable`` forever and stay ``Running``, until an ``out-of-service`` taint, which they do
+not tolerate, evicts them too.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from nodefence.sim.errors import ApiError
+from nodefence.sim.resources import NODES, PODS, ResourceType
+from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
+
+if TYPE_CHECKING:
+    from nodefence.sim.simulation import Controller, SimSettings, Simulation
+
+NOT_READY_KEY = "node.kubernetes.io/not-ready"
+UNREACHABLE_KEY = "node.kubernetes.io/unreachable"
+DISRUPTION_TARGET_FROM = (1, 26)
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """``Toleration.ToleratesTaint``: empty effect matches every effect, an empty key with
+    ``Exists`` matches every key, ``Equal`` (the default operator) compares values."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if key != (taint.get("key") or ""):
+        return not key and operator == "Exists"
+    if operator == "Exists":
+        return True
+    return str(toleration.get("value") or "") == str(taint.get("value") or "")
+
+
+def min_toleration_seconds(tolerations: Iterable[Mapping[str, Any]]) -> float | None:
+    """The shortest ``tolerationSeconds`` among the matching tolerations (none set: forever,
+    ``None``; zero or negative: evict at once), as the taint manager computes it."""
+    shortest: float | None = None
+    for toleration in tolerations:
+        seconds = toleration.get("tolerationSeconds")
+        if seconds is None:
+            continue
+        if int(seconds) <= 0:
+            return 0.0
+        shortest = float(seconds) if shortest is None else min(shortest, float(seconds))
+    return shortest
+
+
+def default_toleration_seconds(settings: SimSettings) -> Callable[[ResourceType, Obj], None]:
+    """The admission plugin: a pod without NoExecute tolerations for ``not-ready`` and
+    ``unreachable`` gets them, bounded to ``pod_eviction_toleration_seconds``."""
+
+    def admit(rt: ResourceType, obj: Obj) -> None:
+        if rt.key != PODS.key:
+            return
+        spec = obj.setdefault("spec", {})
+        tolerations: list[dict[str, Any]] = list(spec.get("tolerations") or [])
+        for key in (NOT_READY_KEY, UNREACHABLE_KEY):
+            covered = any(
+                (t.get("key") or "") in (key, "") and (t.get("effect") or "") in ("NoExecute", "")
+                for t in tolerations
+            )
+            if not covered:
+                tolerations.append(
+                    {
+                        "key": key,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": settings.pod_eviction_toleration_seconds,
+                    }
+                )
+        spec["tolerations"] = tolerations
+
+    return admit
+
+
+class TaintEvictionController:
+    """Evicts pods from nodes with NoExecute taints they do not tolerate (at once) or tolerate
+    only for a while (once ``timeAdded + tolerationSeconds`` has passed)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self._first_seen: dict[tuple[str, str, str, str], datetime] = {}
+
+    def reconcile(self, now: datetime) -> None:
+        store = self.sim.store
+        taints_by_node: dict[str, list[Mapping[str, Any]]] = {}
+        seen: dict[tuple[str, str, str, str], datetime] = {}
+        for node in store.items(NODES):
+            name = str(node["metadata"]["name"])
+            taints = [
+                t
+                for t in node.get("spec", {}).get("taints") or []
+                if t.get("effect") == "NoExecute"
+            ]
+            if taints:
+                taints_by_node[name] = taints
+            for taint in taints:
+                key = self._taint_key(node, taint)
+                seen[key] = self._first_seen.get(key, now)
+        self._first_seen = seen
+        if not taints_by_node:
+            return
+        nodes = {str(n["metadata"]["name"]): n for n in store.items(NODES)}
+        for pod in list(store.items(PODS)):
+            node_name = str(pod.get("spec", {}).get("nodeName") or "")
+            pod_taints = taints_by_node.get(node_name)
+            if not pod_taints or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            due = self._eviction_time(pod, nodes[node_name], pod_taints, now)
+            if due is not None and now >= due:
+                self._evict(pod, now)
+
+    @staticmethod
+    def _taint_key(node: Mapping[str, Any], taint: Mapping[str, Any]) -> tuple[str, str, str, str]:
+        return (
+            str(node["metadata"]["uid"]),
+            str(taint.get("key")),
+            str(taint.get("value") or ""),
+            str(taint.get("effect")),
+        )
+
+    def _eviction_time(
+        self,
+        pod: Mapping[str, Any],
+        node: Mapping[str, Any],
+        taints: list[Mapping[str, Any]],
+        now: datetime,
+    ) -> datetime | None:
+        tolerations = list(pod.get("spec", {}).get("tolerations") or [])
+        due: datetime | None = None
+        for taint in taints:
+            matching = [t for t in tolerations if tolerates(t, taint)]
+            if not matching:
+                return now
+            seconds = min_toleration_seconds(matching)
+            if seconds is None:
+                continue
+            added = parse_time(taint.get("timeAdded")) or self._first_seen.get(
+                self._taint_key(node, taint), now
+            )
+            moment = added + timedelta(seconds=seconds)
+            due = moment if due is None else min(due, moment)
+        return due
+
+    def _evict(self, pod: Obj, now: datetime) -> None:
+        store = self.sim.store
+        meta = pod["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        try:
+            if self.sim.settings.version[:2] >= DISRUPTION_TARGET_FROM:
+                new = copy.deepcopy(pod)
+                conditions = new.setdefault("status", {}).setdefault("conditions", [])
+                conditions[:] = [c for c in conditions if c.get("type") != "DisruptionTarget"]
+                conditions.append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "DeletionByTaintManager",
+                        "message": "Taint manager: deleting due to NoExecute taint",
+                        "lastTransitionTime": rfc3339(now),
+                    }
+                )
+                store.update(PODS, namespace, name, new, subresource="status")
+            store.delete(PODS, namespace, name, DeleteOptions(uid=uid))
+        except ApiError:
+            return
+
+
+def controllers(sim: Simulation) -> list[Controller]:
+    return [TaintEvictionController(sim)]

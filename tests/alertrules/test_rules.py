@@ -1,0 +1,137 @@
+"""The Prometheus rules: promtool checks and unit tests, the two files in step, the contract."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULES_DIR = REPO / "alertrules"
+RULES = RULES_DIR / "nodefence.rules.yaml"
+PROMETHEUS_RULE = RULES_DIR / "prometheusrule.yaml"
+UNIT_TESTS = sorted((RULES_DIR / "tests").glob("*.yaml"))
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package prometheus; CI installs it)"
+)
+SELF_ALERTS = {
+    "NodefenceWebhookErrors",
+    "NodefenceNodeFencedTooLong",
+    "NodefenceApprovalPending",
+    "NodefenceDown",
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+def rules_by_name() -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for g in load(RULES)["groups"] for r in g["rules"]}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, check=False)
+
+
+@needs_promtool
+def test_rules_file_passes_promtool_check() -> None:
+    out = promtool("check", "rules", str(RULES))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS: 6 rules found" in out.stdout
+
+
+@needs_promtool
+def test_prometheus_rule_spec_passes_promtool_check(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(load(PROMETHEUS_RULE)["spec"]))
+    out = promtool("check", "rules", str(spec))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass() -> None:
+    assert UNIT_TESTS
+    out = promtool("test", "rules", *map(str, UNIT_TESTS))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_unit_tests_fail_when_a_threshold_changes(tmp_path: Path) -> None:
+    """The unit tests pin the thresholds: a rule file with a looser one makes them fail."""
+    changed = RULES.read_text().replace("> 3600 * 6", "> 3600 * 8")
+    assert changed != RULES.read_text()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / RULES.name).write_text(changed)
+    copy = tmp_path / "tests" / "nodefence_alerts_test.yaml"
+    copy.write_text((RULES_DIR / "tests" / "nodefence_alerts_test.yaml").read_text())
+    out = promtool("test", "rules", str(copy))
+    assert out.returncode != 0
+    assert "NodefenceNodeFencedTooLong" in out.stdout + out.stderr
+
+
+def test_prometheus_rule_carries_the_same_groups() -> None:
+    resource = load(PROMETHEUS_RULE)
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1"
+    assert resource["kind"] == "PrometheusRule"
+    assert resource["metadata"]["name"] == "nodefence"
+    assert resource["metadata"]["labels"]["prometheus"] == "k8s"
+    assert resource["metadata"]["labels"]["role"] == "alert-rules"
+    assert resource["spec"] == load(RULES), (
+        "prometheusrule.yaml spec must equal nodefence.rules.yaml; copy the groups over"
+    )
+
+
+def test_node_alerts_are_the_kube_prometheus_ones() -> None:
+    rules = rules_by_name()
+    not_ready = rules["KubeNodeNotReady"]
+    assert not_ready["expr"].strip() == (
+        'kube_node_status_condition{job="kube-state-metrics",condition="Ready",status="true"} == 0'
+    )
+    assert not_ready["for"] == "15m"
+    assert not_ready["labels"] == {"severity": "warning"}
+    unreachable = rules["KubeNodeUnreachable"]
+    assert unreachable["expr"].strip() == (
+        '(kube_node_spec_taint{job="kube-state-metrics",key="node.kubernetes.io/unreachable",'
+        'effect="NoSchedule"} unless ignoring(key,value) kube_node_spec_taint'
+        '{job="kube-state-metrics",key=~"ToBeDeletedByClusterAutoscaler|'
+        'cloud.google.com/impending-node-termination|aws-node-termination-handler/spot-itn"})'
+        " == 1"
+    )
+    assert unreachable["for"] == "15m"
+    for rule in (not_ready, unreachable):
+        assert "{{ $labels.node }}" in rule["annotations"]["description"]
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for path in UNIT_TESTS:
+        for test in load(path)["tests"]:
+            for case in test.get("alert_rule_test", []):
+                (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+    names = set(rules_by_name())
+    assert names == SELF_ALERTS | {"KubeNodeNotReady", "KubeNodeUnreachable"}
+    assert names - firing == set()
+    assert names - quiet == set()
+
+
+def test_metric_contract_documents_every_metric_the_rules_use() -> None:
+    used = set()
+    for name in SELF_ALERTS:
+        used |= set(re.findall(r"nodefence_[a-z_]+", rules_by_name()[name]["expr"]))
+    documented = set(re.findall(r"`(nodefence_[a-z_]+)`", (RULES_DIR / "README.md").read_text()))
+    assert used == {
+        "nodefence_http_requests_total",
+        "nodefence_fenced_nodes",
+        "nodefence_approval_pending_seconds",
+    }
+    assert used == documented

@@ -1,0 +1,87 @@
+"""Shared fixtures for the deployment tests: the repository layout and the rendered overlays.
+
+Rendering goes through the real ``kubectl kustomize`` so that what is tested is exactly what an
+operator applies.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
+NAMESPACE = "nodefence"
+
+Obj = dict[str, Any]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: builds a fresh virtualenv with pip (tens of seconds); runs by default"
+    )
+
+
+def kustomize(path: Path) -> list[Obj]:
+    """Render a kustomization directory with kubectl and parse the documents."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is required to render the manifests (.ci/run checks for it)")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, f"kubectl kustomize {path} failed:\n{out.stderr}"
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+_cache: dict[str, list[Obj]] = {}
+
+
+def rendered(overlay: str) -> list[Obj]:
+    """The overlay's objects, rendered once per test session."""
+    if overlay not in _cache:
+        _cache[overlay] = kustomize(DEPLOY / "overlays" / overlay)
+    return _cache[overlay]
+
+
+def find(objs: list[Obj], kind: str, name: str | None = None) -> list[Obj]:
+    return [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+
+
+def one(objs: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = find(objs, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_templates(objs: list[Obj]) -> list[tuple[str, Obj]]:
+    """Every pod template (metadata + spec) of the workloads, labelled by kind/name."""
+    templates: list[tuple[str, Obj]] = []
+    for o in objs:
+        label = f"{o['kind']}/{o['metadata']['name']}"
+        if o["kind"] == "Deployment":
+            templates.append((label, o["spec"]["template"]))
+        elif o["kind"] == "CronJob":
+            templates.append((label, o["spec"]["jobTemplate"]["spec"]["template"]))
+        elif o["kind"] == "Service" and o["apiVersion"].startswith("serving.knative.dev/"):
+            templates.append((label, o["spec"]["template"]))
+    return templates
+
+
+@pytest.fixture(params=OVERLAYS)
+def overlay(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def objs(overlay: str) -> list[Obj]:
+    return rendered(overlay)

@@ -1,0 +1,386 @@
+"""The rendered overlays: offline schema validation and the properties an operator relies on."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from .conftest import (
+    DEPLOY,
+    NAMESPACE,
+    OVERLAYS,
+    REPO,
+    Obj,
+    find,
+    kustomize,
+    one,
+    pod_templates,
+    rendered,
+)
+
+K8S_VERSION = "1.32"
+CUSTOM_GROUPS = {"serving.knative.dev", "monitoring.coreos.com"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+UID = 10001
+
+
+def rendered_deployment() -> list[Obj]:
+    return rendered("deployment")
+
+
+def rendered_knative() -> list[Obj]:
+    return rendered("knative")
+
+
+def group_of(obj: Obj) -> str:
+    api: str = obj["apiVersion"]
+    return api.split("/", maxsplit=1)[0] if "/" in api else ""
+
+
+def test_both_overlays_exist() -> None:
+    assert OVERLAYS == ["deployment", "knative"]
+
+
+def test_overlay_renders_into_the_nodefence_namespace(objs: list[Obj]) -> None:
+    assert objs
+    for o in objs:
+        assert o["metadata"]["name"]
+        if o["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in o["metadata"]
+        else:
+            assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
+
+
+def test_builtin_objects_validate_against_kubernetes_schemas(objs: list[Obj]) -> None:
+    checked = 0
+    for o in objs:
+        if group_of(o) in CUSTOM_GROUPS:
+            continue
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+        checked += 1
+    assert checked >= 8
+
+
+def test_validation_catches_a_broken_object(objs: list[Obj]) -> None:
+    broken = dict(one(objs, "ServiceAccount"))
+    broken["automountServiceAccountToken"] = "yes"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_no_secret_values_are_shipped(objs: list[Obj]) -> None:
+    assert find(objs, "Secret") == []
+
+
+def test_images_carry_the_package_version(objs: list[Obj]) -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    templates = pod_templates(objs)
+    assert templates
+    for label, tpl in templates:
+        for c in tpl["spec"]["containers"]:
+            assert c["image"] == f"nodefence:{version}", label
+
+
+def test_pods_are_locked_down(objs: list[Obj]) -> None:
+    templates = pod_templates(objs)
+    assert len(templates) == 2
+    for label, tpl in templates:
+        spec = tpl["spec"]
+        pod_sc = spec.get("securityContext", {})
+        assert spec["serviceAccountName"] == "nodefence", label
+        assert spec.get("automountServiceAccountToken", True) is True, label
+        assert tpl["metadata"]["labels"]["app.kubernetes.io/name"] == "nodefence", label
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True, label
+            assert sc["runAsUser"] == UID, label
+            assert sc["runAsGroup"] == UID, label
+            assert sc["readOnlyRootFilesystem"] is True, label
+            assert sc["allowPrivilegeEscalation"] is False, label
+            assert sc["capabilities"] == {"drop": ["ALL"]}, label
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, label
+            assert "privileged" not in sc, label
+            assert c["envFrom"] == [{"secretRef": {"name": "nodefence-secrets"}}], label
+            assert c["resources"]["requests"], label
+            assert c["resources"]["limits"]["memory"], label
+        if pod_sc:
+            assert pod_sc["runAsNonRoot"] is True, label
+            assert pod_sc["runAsUser"] == UID, label
+            assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}, label
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(key), label
+
+
+def test_policy_configmap_is_generated_and_mounted(objs: list[Obj]) -> None:
+    cms = [
+        o for o in find(objs, "ConfigMap") if o["metadata"]["name"].startswith("nodefence-policy")
+    ]
+    assert len(cms) == 1
+    cm = cms[0]
+    assert re.fullmatch(r"nodefence-policy-[a-z0-9]{10}", cm["metadata"]["name"])
+    assert cm["data"]["policy.yaml"] == (DEPLOY / "base" / "policy.yaml").read_text()
+    assert isinstance(yaml.safe_load(cm["data"]["policy.yaml"]), dict)
+    for label, tpl in pod_templates(objs):
+        spec = tpl["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        container = spec["containers"][0]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        policy_file = Path(env["NODEFENCE_POLICY_FILE"])
+        mount = next(
+            m for m in container["volumeMounts"] if Path(m["mountPath"]) == policy_file.parent
+        )
+        assert mount["readOnly"] is True, label
+        assert volumes[mount["name"]]["configMap"]["name"] == cm["metadata"]["name"], label
+        assert policy_file.name in cm["data"], label
+
+
+def test_read_only_root_has_a_writable_tmp_where_pod_volumes_allow() -> None:
+    for label, tpl in pod_templates(rendered_deployment()):
+        container = tpl["spec"]["containers"][0]
+        tmp = next(m for m in container["volumeMounts"] if m["mountPath"] == "/tmp")
+        volume = next(v for v in tpl["spec"]["volumes"] if v["name"] == tmp["name"])
+        assert "emptyDir" in volume, label
+
+
+def test_deployment_is_highly_available() -> None:
+    objs = rendered_deployment()
+    dep = one(objs, "Deployment", "nodefence")
+    spec = dep["spec"]
+    pod_labels = spec["template"]["metadata"]["labels"]
+    assert spec["replicas"] == 2
+    assert spec["selector"]["matchLabels"].items() <= pod_labels.items()
+    spread = spec["template"]["spec"]["topologySpreadConstraints"]
+    assert [s["topologyKey"] for s in spread] == ["kubernetes.io/hostname"]
+    assert spread[0]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    pdb = one(objs, "PodDisruptionBudget", "nodefence")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    tolerations = {t["key"]: t for t in spec["template"]["spec"]["tolerations"]}
+    assert tolerations["node.kubernetes.io/unreachable"]["tolerationSeconds"] < 300
+
+
+def test_deployment_probes_and_port() -> None:
+    objs = rendered_deployment()
+    dep = one(objs, "Deployment", "nodefence")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["serve"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8080}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PORT"] == "8080"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+
+    svc = one(objs, "Service", "nodefence")
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_reconcile_cronjob_matches_the_receiver() -> None:
+    """Same image, account, security and configuration as the receiver, every 5 minutes."""
+    for objs in (rendered_deployment(), rendered_knative()):
+        cron = one(objs, "CronJob", "nodefence-reconcile")
+        assert cron["spec"]["schedule"] == "*/5 * * * *"
+        assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+        job = cron["spec"]["jobTemplate"]["spec"]
+        assert job["activeDeadlineSeconds"] < 300
+        pod = job["template"]["spec"]
+        container = pod["containers"][0]
+        assert container["args"] == ["reconcile"]
+        assert pod["restartPolicy"] == "Never"
+    templates = dict(pod_templates(rendered_deployment()))
+    dep_pod = templates["Deployment/nodefence"]
+    cron_pod = templates["CronJob/nodefence-reconcile"]
+    assert dep_pod["spec"]["securityContext"] == cron_pod["spec"]["securityContext"]
+    dep_container = dep_pod["spec"]["containers"][0]
+    cron_container = cron_pod["spec"]["containers"][0]
+    for field in ("image", "securityContext", "envFrom", "volumeMounts"):
+        assert dep_container[field] == cron_container[field], field
+    # The same settings, less PORT: the reconcile pass serves nothing.
+    dep_env = [e for e in dep_container["env"] if e["name"] != "PORT"]
+    assert cron_container["env"] == dep_env
+    assert dep_pod["spec"]["volumes"] == cron_pod["spec"]["volumes"]
+
+
+def test_network_policy_limits_ingress_to_monitoring() -> None:
+    np = one(rendered_deployment(), "NetworkPolicy", "nodefence")
+    spec = np["spec"]
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "nodefence"}
+    (rule,) = spec["ingress"]
+    sources = {
+        (
+            s["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            s["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        )
+        for s in rule["from"]
+    }
+    assert sources == {("monitoring", "alertmanager"), ("monitoring", "prometheus")}
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    egress_ports = {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]}
+    assert egress_ports == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP")}
+
+
+def _knative_service() -> Obj:
+    objs = rendered_knative()
+    ksvcs = [o for o in find(objs, "Service") if group_of(o) == "serving.knative.dev"]
+    assert len(ksvcs) == 1
+    return ksvcs[0]
+
+
+# Fields Knative Serving admits in a revision's pod spec and container (its PodSpecMask and
+# ContainerMask, plus the feature-flagged ones we do not use left out).
+KNATIVE_POD_FIELDS = {
+    "serviceAccountName",
+    "containers",
+    "volumes",
+    "imagePullSecrets",
+    "enableServiceLinks",
+    "containerConcurrency",
+    "timeoutSeconds",
+    "responseStartTimeoutSeconds",
+    "idleTimeoutSeconds",
+}
+KNATIVE_CONTAINER_FIELDS = {
+    "name",
+    "args",
+    "command",
+    "env",
+    "workingDir",
+    "envFrom",
+    "image",
+    "imagePullPolicy",
+    "livenessProbe",
+    "ports",
+    "readinessProbe",
+    "resources",
+    "securityContext",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "volumeMounts",
+}
+
+
+def test_knative_service_shape() -> None:
+    ksvc = _knative_service()
+    assert ksvc["apiVersion"] == "serving.knative.dev/v1"
+    assert ksvc["metadata"]["name"] == "nodefence"
+    assert ksvc["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
+    template = ksvc["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/min-scale"] in {"0", "1"}
+    assert int(annotations["autoscaling.knative.dev/max-scale"]) >= 1
+    spec = template["spec"]
+    assert set(spec) <= KNATIVE_POD_FIELDS
+    assert isinstance(spec["containerConcurrency"], int)
+    assert spec["containerConcurrency"] > 0
+    (container,) = spec["containers"]
+    assert set(container) <= KNATIVE_CONTAINER_FIELDS
+    assert container["ports"] == [{"name": "http1", "containerPort": 8080}]
+    assert "PORT" not in {e["name"] for e in container.get("env", [])}, "Knative reserves PORT"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "port" not in container[probe]["httpGet"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_knative_pod_spec_is_a_valid_kubernetes_pod_spec() -> None:
+    """Knative runs the template as a pod; its defaulting fills in the probes' port first."""
+    template = copy.deepcopy(_knative_service()["spec"]["template"])
+    spec: dict[str, Any] = {
+        k: v
+        for k, v in template["spec"].items()
+        if k not in {"containerConcurrency", "timeoutSeconds"}
+    }
+    for container in spec["containers"]:
+        for probe in ("readinessProbe", "livenessProbe"):
+            container[probe]["httpGet"]["port"] = container["ports"][0]["containerPort"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nodefence", "labels": template["metadata"]["labels"]},
+        "spec": spec,
+    }
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_knative_overlay_replaces_the_plain_service_and_opens_the_knative_path() -> None:
+    objs = rendered_knative()
+    assert [o for o in find(objs, "Service") if group_of(o) == ""] == []
+    assert find(objs, "Deployment") == []
+    assert find(objs, "PodDisruptionBudget") == []
+    assert find(objs, "PingSource") == []
+    np = one(objs, "NetworkPolicy", "nodefence")
+    namespaces = {
+        s["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        for s in np["spec"]["ingress"][0]["from"]
+    }
+    assert "knative-serving" in namespaces
+    ns = one(objs, "Namespace", "nodefence")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_deployment_namespace_enforces_restricted_pod_security() -> None:
+    ns = one(rendered_deployment(), "Namespace", "nodefence")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_pod_monitor_scrapes_the_receivers_as_job_nodefence() -> None:
+    objs = kustomize(DEPLOY / "monitoring")
+    pm = one(objs, "PodMonitor", "nodefence")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["metadata"]["namespace"] == NAMESPACE
+    selector = pm["spec"]["selector"]["matchLabels"]
+    ports = {e["port"] for e in pm["spec"]["podMetricsEndpoints"]}
+    assert {e["path"] for e in pm["spec"]["podMetricsEndpoints"]} == {"/metrics"}
+    for label, tpl in pod_templates(rendered_deployment()) + pod_templates(rendered_knative()):
+        labels = tpl["metadata"]["labels"]
+        selected = selector.items() <= labels.items()
+        assert selected == label.startswith(("Deployment/", "Service/")), label
+        if selected:
+            assert labels[pm["spec"]["jobLabel"]] == "nodefence", label
+            names = {p["name"] for p in tpl["spec"]["containers"][0]["ports"]}
+            assert names & ports, label
+
+
+def test_secret_example_is_outside_every_kustomization() -> None:
+    example = DEPLOY / "secret.example.yaml"
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    secret = next(d for d in docs if d["metadata"]["name"] == "nodefence-secrets")
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    assert all(key.startswith("NODEFENCE_") for key in secret["stringData"])
+    assert "NODEFENCE_ALERT_TOKEN" in secret["stringData"]
+    for kustomization in DEPLOY.rglob("kustomization.yaml"):
+        assert "secret.example" not in kustomization.read_text(), kustomization
+
+
+def test_shipped_policy_passes_check_config(tmp_path: Path) -> None:
+    """The policy the ConfigMap carries is accepted by the service's own validation."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "NODEFENCE_ALERT_TOKEN": "check-config-token",
+        "NODEFENCE_POLICY_FILE": str(DEPLOY / "base" / "policy.yaml"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "nodefence", "check-config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert env["NODEFENCE_POLICY_FILE"] in out.stdout

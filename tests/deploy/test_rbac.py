@@ -1,0 +1,127 @@
+"""RBAC grants exactly the API calls listed in deploy/base/api-calls.yaml: no more, no less."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import DEPLOY, NAMESPACE, Obj, one, rendered
+
+Grant = tuple[str, ...]
+
+SCOPE_OF_KIND = {"ClusterRole": "cluster", "Role": "namespace"}
+
+
+def listed_calls() -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = yaml.safe_load((DEPLOY / "base" / "api-calls.yaml").read_text())[
+        "calls"
+    ]
+    return calls
+
+
+def expand_calls(calls: list[dict[str, Any]]) -> set[Grant]:
+    grants: set[Grant] = set()
+    for call in calls:
+        scope = call["scope"]
+        for verb in call["verbs"]:
+            if "nonResourceURL" in call:
+                grants.add((scope, "url", call["nonResourceURL"], verb))
+                continue
+            for name in call.get("resourceNames") or ["*"]:
+                grants.add((scope, call["group"], call["resource"], verb, name))
+    return grants
+
+
+def expand_rules(role: Obj) -> set[Grant]:
+    scope = SCOPE_OF_KIND[role["kind"]]
+    grants: set[Grant] = set()
+    for rule in role["rules"]:
+        for verb in rule["verbs"]:
+            for url in rule.get("nonResourceURLs", []):
+                grants.add((scope, "url", url, verb))
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    for name in rule.get("resourceNames") or ["*"]:
+                        grants.add((scope, group, resource, verb, name))
+    return grants
+
+
+@pytest.fixture(params=["deployment", "knative"])
+def roles(request: pytest.FixtureRequest) -> tuple[Obj, Obj, list[Obj]]:
+    objs = rendered(request.param)
+    return one(objs, "ClusterRole"), one(objs, "Role"), objs
+
+
+def test_roles_grant_exactly_the_listed_calls(roles: tuple[Obj, Obj, list[Obj]]) -> None:
+    cluster_role, role, _ = roles
+    granted = expand_rules(cluster_role) | expand_rules(role)
+    listed = expand_calls(listed_calls())
+    assert granted - listed == set(), "granted but not listed"
+    assert listed - granted == set(), "listed but not granted"
+
+
+def test_the_list_covers_every_call_the_service_makes() -> None:
+    """The calls from the product spec; a new call must be added to the list and the roles."""
+    listed = expand_calls(listed_calls())
+    expected = (
+        {("cluster", "", "nodes", v, "*") for v in ("get", "list", "watch", "patch", "update")}
+        | {("cluster", "", "pods", v, "*") for v in ("get", "list", "delete", "patch")}
+        | {
+            ("cluster", "coordination.k8s.io", "leases", "get", "*"),
+            ("cluster", "coordination.k8s.io", "leases", "list", "*"),
+            ("namespace", "coordination.k8s.io", "leases", "get", "nodefence-fence-lock"),
+            ("namespace", "coordination.k8s.io", "leases", "update", "nodefence-fence-lock"),
+            ("namespace", "coordination.k8s.io", "leases", "create", "*"),
+            ("cluster", "", "events", "create", "*"),
+            ("cluster", "", "events", "patch", "*"),
+            ("namespace", "", "configmaps", "get", "nodefence-control"),
+            ("cluster", "storage.k8s.io", "volumeattachments", "list", "*"),
+            ("cluster", "storage.k8s.io", "volumeattachments", "delete", "*"),
+            ("cluster", "url", "/version", "get"),
+        }
+    )
+    assert listed == expected
+
+
+def test_an_extra_grant_is_detected(roles: tuple[Obj, Obj, list[Obj]]) -> None:
+    cluster_role, role, _ = roles
+    widened = {
+        **cluster_role,
+        "rules": [
+            *cluster_role["rules"],
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        ],
+    }
+    assert expand_rules(widened) | expand_rules(role) != expand_calls(listed_calls())
+
+
+def test_no_wildcards_secrets_or_escalation(roles: tuple[Obj, Obj, list[Obj]]) -> None:
+    for role in roles[:2]:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert "*" not in rule.get(field, []), (role["kind"], rule)
+            assert "secrets" not in rule.get("resources", [])
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+def test_bindings_bind_the_service_account(roles: tuple[Obj, Obj, list[Obj]]) -> None:
+    cluster_role, role, objs = roles
+    subject = {"kind": "ServiceAccount", "name": "nodefence", "namespace": NAMESPACE}
+    crb = one(objs, "ClusterRoleBinding")
+    assert crb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": cluster_role["metadata"]["name"],
+    }
+    assert crb["subjects"] == [subject]
+    rb = one(objs, "RoleBinding")
+    assert rb["metadata"]["namespace"] == NAMESPACE == role["metadata"]["namespace"]
+    assert rb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert rb["subjects"] == [subject]
+    one(objs, "ServiceAccount", "nodefence")

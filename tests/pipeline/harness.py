@@ -1,0 +1,140 @@
+"""Both real servers on loopback: the simulated cluster and nodefence's receiver."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+from pydantic import SecretStr
+
+from nodefence.http.app import build_app
+from nodefence.observability.metrics import Metrics
+from nodefence.pipeline import Pipeline
+from nodefence.policy import Policy, parse_policy
+from nodefence.runtime import build_pipeline
+from nodefence.settings import Settings
+from nodefence.sim.faults import WRITE_VERBS
+from nodefence.sim.testing import SimulatorHandle
+
+T = TypeVar("T")
+OOS = "node.kubernetes.io/out-of-service"
+
+
+@dataclass
+class Receiver:
+    url: str
+    token: str
+    pipeline: Pipeline
+    metrics: Metrics
+    session: aiohttp.ClientSession
+
+    async def post(
+        self, path: str, payload: Any, *, token: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {token or self.token}"}
+        async with self.session.post(self.url + path, json=payload, headers=headers) as r:
+            return r.status, await r.json()
+
+    async def alert(self, payload: Any) -> list[dict[str, Any]]:
+        status, body = await self.post("/alerts", payload)
+        assert status == 200, body
+        return list(body["decisions"])
+
+
+@asynccontextmanager
+async def start_receiver(
+    cluster: SimulatorHandle,
+    *,
+    policy: Policy | dict[str, Any] | None = None,
+    identity: str = "replica-1",
+    settle_seconds: float | None = None,
+    deadline_seconds: float = 20,
+) -> AsyncIterator[Receiver]:
+    if isinstance(policy, dict):
+        policy = parse_policy(policy)
+    token = secrets.token_urlsafe(16)
+    settings = Settings(
+        alert_token=SecretStr(token),
+        namespace="nodefence",
+        identity=identity,
+        request_deadline_seconds=deadline_seconds,
+    )
+    metrics = Metrics()
+    pipeline = await build_pipeline(
+        settings, metrics=metrics, policy=policy or Policy(), kubeconfig=str(cluster.kubeconfig)
+    )
+    if settle_seconds is not None:
+        pipeline.options = dataclasses.replace(pipeline.options, settle_seconds=settle_seconds)
+    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    async with aiohttp.ClientSession() as session:
+        try:
+            yield Receiver(f"http://127.0.0.1:{port}", token, pipeline, metrics, session)
+        finally:
+            await runner.cleanup()
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T] | T], *, within: float = 15.0, interval: float = 0.05
+) -> T:
+    """Poll until ``probe`` returns something truthy; fail with its last value at the deadline."""
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s (last value {value!r})")
+        await asyncio.sleep(interval)
+
+
+def writes_since(cluster: SimulatorHandle, cursor: int) -> list[str]:
+    return [
+        f"{r.method} {r.path} -> {r.status}"
+        for r in cluster.faults.requests(cursor)
+        if r.verb in WRITE_VERBS
+    ]
+
+
+def node(cluster: SimulatorHandle, name: str) -> dict[str, Any]:
+    from nodefence.sim.resources import NODES
+
+    return cluster.sim.store.get(NODES, None, name)
+
+
+def oos_taints(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
+    return [t for t in node(cluster, name)["spec"].get("taints") or [] if t["key"] == OOS]
+
+
+def pods_on(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
+    from nodefence.sim.resources import PODS
+
+    return [p for p in cluster.sim.store.items(PODS) if p["spec"].get("nodeName") == name]
+
+
+def terminating_on(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
+    return [p for p in pods_on(cluster, name) if p["metadata"].get("deletionTimestamp")]
+
+
+def node_events(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
+    from nodefence.sim.resources import EVENTS
+
+    return [
+        e
+        for e in cluster.sim.store.items(EVENTS)
+        if e["involvedObject"].get("name") == name
+        and (e.get("source") or {}).get("component") == "nodefence"
+    ]

@@ -1,0 +1,161 @@
+"""The main job end to end over HTTP: a dead node is fenced and purged, a recovered node is
+verified and unfenced; every step is checked on the simulated cluster's state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence.engine import ledger
+from nodefence.sim.resources import PODS
+from nodefence.sim.testing import SimulatorHandle
+
+from .harness import (
+    eventually,
+    node,
+    node_events,
+    oos_taints,
+    pods_on,
+    start_receiver,
+    terminating_on,
+    writes_since,
+)
+
+NODE = "control02"
+
+
+def firing(name: str = NODE) -> dict[str, object]:
+    return webhook([node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=5))])
+
+
+def resolved(name: str = NODE) -> dict[str, object]:
+    return webhook([node_alert(name, status="resolved", ends_at=datetime.now(UTC))])
+
+
+async def kill(cluster: SimulatorHandle, name: str = NODE, since: int = 1200) -> None:
+    cluster.sim.node_down(name, since_seconds=since)
+    await eventually(lambda: terminating_on(cluster, name))
+
+
+async def test_dead_node_is_fenced_purged_then_verified_and_unfenced(
+    cluster: SimulatorHandle,
+) -> None:
+    await kill(cluster)
+    stuck = {p["metadata"]["name"] for p in terminating_on(cluster, NODE)}
+    assert "mariadb-server-1" in stuck
+
+    async with start_receiver(cluster) as receiver:
+        [decision] = await receiver.alert(firing())
+        assert decision["verdict"] == "fence", decision
+        [taint] = oos_taints(cluster, NODE)
+        assert (taint["value"], taint["effect"]) == ("nodeshutdown", "NoExecute")
+        notes = node(cluster, NODE)["metadata"]["annotations"]
+        assert notes[ledger.FENCED_BY] == "nodefence"
+        assert notes[ledger.NODE_UID] == node(cluster, NODE)["metadata"]["uid"]
+        await eventually(lambda: not terminating_on(cluster, NODE))
+
+        def moved() -> bool:
+            pod = cluster.sim.store.peek(PODS, "openstack", "mariadb-server-1")
+            return bool(pod) and pod["spec"].get("nodeName") not in (None, "", NODE)
+
+        await eventually(moved, within=30)
+        reasons = {e["reason"] for e in node_events(cluster, NODE)}
+        assert "NodeFenced" in reasons
+
+        [early] = await receiver.alert(resolved())
+        assert early["verdict"] == "deferred", early
+        assert oos_taints(cluster, NODE), "a resolve alone must not unfence"
+
+        cluster.sim.node_up(NODE, since_seconds=600, reboot=True)
+        await eventually(lambda: node(cluster, NODE)["spec"].get("taints") is not None)
+        [late] = await receiver.alert(resolved())
+        assert late["verdict"] == "unfence", late
+        assert not oos_taints(cluster, NODE)
+        notes = node(cluster, NODE)["metadata"]["annotations"]
+        assert ledger.FENCED_BY not in notes
+        assert ledger.UNFENCED_AT in notes
+
+        def daemonset_back() -> bool:
+            return any(
+                ref["kind"] == "DaemonSet"
+                for p in pods_on(cluster, NODE)
+                for ref in p["metadata"].get("ownerReferences") or []
+            )
+
+        await eventually(daemonset_back, within=30)
+        assert "NodeUnfenced" in {e["reason"] for e in node_events(cluster, NODE)}
+
+
+async def test_repeated_alert_for_fenced_node_makes_no_write(cluster: SimulatorHandle) -> None:
+    await kill(cluster)
+    async with start_receiver(cluster) as receiver:
+        [first] = await receiver.alert(firing())
+        assert first["verdict"] == "fence"
+        await eventually(lambda: not terminating_on(cluster, NODE))
+        cursor = cluster.faults.cursor
+        [again] = await receiver.alert(firing())
+        assert again["verdict"] == "noop", again
+        assert writes_since(cluster, cursor) == []
+        reads = len(cluster.faults.requests(cursor))
+        assert reads <= 3, [r.path for r in cluster.faults.requests(cursor)]
+
+
+async def test_ready_node_is_never_fenced_and_the_refusal_is_an_event(
+    cluster: SimulatorHandle,
+) -> None:
+    async with start_receiver(cluster) as receiver:
+        cursor = cluster.faults.cursor
+        [decision] = await receiver.alert(firing())
+        assert decision["verdict"] == "noop"
+        assert not oos_taints(cluster, NODE)
+        writes = writes_since(cluster, cursor)
+        assert all("/events" in w for w in writes), writes
+        refusals = [e for e in node_events(cluster, NODE) if e["reason"] == "FenceRefused"]
+        assert refusals
+        assert "Ready" in refusals[0]["message"]
+
+
+async def test_unknown_node_and_missing_label_are_skipped(cluster: SimulatorHandle) -> None:
+    async with start_receiver(cluster) as receiver:
+        payload = webhook([node_alert("no-such-node")])
+        unlabeled = node_alert("x")
+        del unlabeled["labels"]["node"]
+        payload["alerts"].append(unlabeled)  # type: ignore[attr-defined]
+        decisions = await receiver.alert(payload)
+        assert [d["verdict"] for d in decisions] == ["skip", "skip"]
+
+
+async def test_reconcile_purges_leftovers_and_unfences_recovered_node(
+    cluster: SimulatorHandle,
+) -> None:
+    await kill(cluster)
+    async with start_receiver(cluster, settle_seconds=0) as receiver:
+        [decision] = await receiver.alert(firing())
+        assert decision["verdict"] == "fence"
+        # The taint evicts the DaemonSet pods too; with no settle time they are left Terminating.
+        await eventually(lambda: terminating_on(cluster, NODE))
+        status, body = await receiver.post("/reconcile", {})
+        assert status == 200, body
+        await eventually(lambda: not terminating_on(cluster, NODE))
+        assert oos_taints(cluster, NODE), "reconcile must not unfence a dead node"
+
+        cluster.sim.node_up(NODE, since_seconds=600, reboot=True)
+        status, body = await receiver.post("/reconcile", {})
+        assert status == 200
+        verdicts = {d["node"]: d["verdict"] for d in body["decisions"]}
+        assert verdicts[NODE] == "unfence", body
+        assert not oos_taints(cluster, NODE)
+
+
+async def test_api_unavailable_answers_503_so_alertmanager_retries(
+    cluster: SimulatorHandle,
+) -> None:
+    await kill(cluster)
+    async with start_receiver(cluster, deadline_seconds=1.5) as receiver:
+        cluster.faults.down(30)
+        status, body = await receiver.post("/alerts", firing())
+        assert status == 503, body
+        cluster.faults.clear()
+        assert not oos_taints(cluster, NODE)
+        [decision] = await receiver.alert(firing())
+        assert decision["verdict"] == "fence"
