@@ -32,13 +32,20 @@ from nodefence.engine.model import (
     Verdict,
 )
 from nodefence.engine.render import describe
+from nodefence.engine.volumes import (
+    AUTOMATIC_DETACH_FROM,
+    VolumeAttachmentFacts,
+    plan_volume_release,
+    server_minor,
+)
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient
+from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.lock import FenceLock
 from nodefence.observability.metrics import Metrics
-from nodefence.policy import Policy
+from nodefence.policy import Policy, Rule
 
 log = structlog.get_logger(__name__)
 
@@ -173,7 +180,32 @@ class Pipeline:
         results.extend(await self.executor.purge(purge, deadline))
         if decision.verdict is Verdict.FENCE:
             results.extend(await self._settle(event, deadline))
+        if decision.verdict in (Verdict.FENCE, Verdict.PURGE):
+            decision, released = await self._release_volumes(decision, deadline)
+            results.extend(released)
         return decision, results
+
+    async def _release_volumes(
+        self, decision: Decision, deadline: Deadline
+    ) -> tuple[Decision, list[ActionResult]]:
+        """Say whether the cluster frees the node's volumes; where it does not and the rule
+        allows it, delete the node's VolumeAttachments once its pods are gone."""
+        if decision.node is None:
+            return decision, []
+        rule = self.policy.rule_named(decision.rule) or Rule()
+        minor = server_minor(self.reader.server_version)
+        attachments: tuple[VolumeAttachmentFacts, ...] = ()
+        snapshot = await self.reader.read(decision.node, deadline)
+        if minor is None or minor < AUTOMATIC_DETACH_FROM:
+            attachments = tuple(
+                volume_attachment_facts(a)
+                for a in await self.kube.list_volume_attachments(deadline)
+            )
+        plan = plan_volume_release(
+            snapshot.facts, attachments, cleanup_allowed=rule.volume_attachment_cleanup
+        )
+        results = [await self.executor.release_volume(a.name, deadline) for a in plan.delete]
+        return dataclasses.replace(decision, reasons=(*decision.reasons, plan.reason)), results
 
     async def _fence_write(
         self, snapshot: Snapshot, decision: Decision, deadline: Deadline
@@ -271,6 +303,9 @@ class Pipeline:
                 else:
                     purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
                     results = await self.executor.purge(purge, deadline)
+                    if snapshot.facts.node is not None and snapshot.facts.node.ledger.fenced:
+                        decision, released = await self._release_volumes(decision, deadline)
+                        results.extend(released)
                 await self._record(decision, results, _uid(snapshot), deadline)
             else:
                 self._log(decision)
@@ -332,13 +367,15 @@ def _node_event(
     """The Event an operator sees in ``kubectl describe node``; None when nothing happened that
     is worth a line (a repeated alert for a node already handled)."""
     fenced = any(r.action == "fence" and r.outcome is Outcome.DONE for r in results)
+    released = sum(1 for r in results if r.action == "release-volume" and r.outcome is Outcome.DONE)
     unfenced = any(r.action == "unfence" and r.outcome is Outcome.DONE for r in results)
     failed = [r for r in results if r.outcome is Outcome.FAILED]
     blocked = [r for r in decision.reasons if not r.passed]
     if fenced:
+        volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
         return (
             "NodeFenced",
-            f"out-of-service taint applied; {purged} pods purged. " + decision.summary,
+            f"out-of-service taint applied; {purged} pods purged{volumes}. " + decision.summary,
             True,
         )
     if unfenced:
@@ -348,6 +385,12 @@ def _node_event(
         return ("NodefenceActionFailed", details, True)
     if purged:
         return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0", True)
+    if released:
+        return (
+            "VolumesReleased",
+            f"{released} VolumeAttachment(s) of the fenced node deleted",
+            True,
+        )
     if decision.verdict is Verdict.DEFERRED:
         return ("UnfenceDeferred", decision.summary, False)
     if decision.verdict in (Verdict.NOOP, Verdict.SKIP, Verdict.AWAIT_APPROVAL) and blocked:

@@ -181,6 +181,15 @@ class Executor:
             detail += f"; {', '.join(keep)} still hold it"
         return ActionResult("purge", target, Outcome.DONE, detail)
 
+    async def release_volume(self, name: str, deadline: Deadline) -> ActionResult:
+        try:
+            await self.kube.delete_volume_attachment(name, deadline)
+        except KubeError as exc:
+            if exc.status == 404:
+                return ActionResult("release-volume", name, Outcome.ALREADY, "already gone")
+            return ActionResult("release-volume", name, Outcome.FAILED, str(exc))
+        return ActionResult("release-volume", name, Outcome.DONE, "VolumeAttachment deleted")
+
     async def purge(self, actions: list[PurgePodAction], deadline: Deadline) -> list[ActionResult]:
         """Bounded concurrency: a thousand stuck pods must not become a thousand open sockets."""
         semaphore = asyncio.Semaphore(self.purge_concurrency)

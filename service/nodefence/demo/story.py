@@ -27,6 +27,7 @@ from nodefence.demo.timeline import StepFailedError, Timeline
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.http.app import build_app
 from nodefence.observability.logging import configure_logging
+from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
 from nodefence.sim.simulation import Simulation
@@ -35,6 +36,9 @@ from nodefence.sim.testing import running_simulator
 NODE = "control02"
 STATEFUL = ("mariadb-server-1", "rabbitmq-rabbitmq-2", "ingress-0")
 NAMESPACE = "openstack"
+# The seed cluster runs 1.24 without NodeOutOfServiceVolumeDetach, so the taint alone releases
+# neither the stuck pods nor their volumes: the rule lets nodefence finish both.
+DEMO_POLICY = parse_policy({"rules": [{"name": "seed", "volume_attachment_cleanup": True}]})
 
 
 def _free_port() -> int:
@@ -88,7 +92,7 @@ class Story:
     async def run(self) -> None:
         t, view = self.t, self.view
 
-        t.heading("A healthy seed cluster (Kubernetes v1.24 with NodeOutOfServiceVolumeDetach)")
+        t.heading("A healthy seed cluster (Kubernetes v1.24.8, NodeOutOfServiceVolumeDetach off)")
 
         async def healthy() -> bool:
             nodes = await view.nodes()
@@ -235,13 +239,14 @@ async def run_demo(out: TextIO | None = None) -> int:
     timeline = Timeline(out)
     configure_logging("json", "warning")
     sim = Simulation.from_scenario("seed")
-    sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
     token = secrets.token_urlsafe(24)
     async with running_simulator(sim) as cluster:
         settings = Settings(
             alert_token=SecretStr(token), namespace="nodefence", identity="nodefence-demo"
         )
-        pipeline = await build_pipeline(settings, kubeconfig=str(cluster.kubeconfig))
+        pipeline = await build_pipeline(
+            settings, policy=DEMO_POLICY, kubeconfig=str(cluster.kubeconfig)
+        )
         app = build_app(settings, pipeline, metrics=pipeline.metrics)
         runner = web.AppRunner(app)
         await runner.setup()

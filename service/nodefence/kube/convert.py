@@ -16,6 +16,7 @@ from nodefence.engine.model import (
     PodFacts,
     Taint,
 )
+from nodefence.engine.volumes import VolumeAttachmentFacts
 
 Json = dict[str, Any]
 
@@ -138,3 +139,13 @@ def cluster_facts(nodes: list[Json], server_version: str = "") -> ClusterFacts:
 
 def has_out_of_service_taint(node: Json) -> bool:
     return any(t.get("key") == OUT_OF_SERVICE_KEY for t in node.get("spec", {}).get("taints") or [])
+
+
+def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:
+    spec = attachment.get("spec", {})
+    return VolumeAttachmentFacts(
+        name=str(attachment.get("metadata", {}).get("name", "")),
+        node_name=str(spec.get("nodeName") or ""),
+        persistent_volume=str((spec.get("source") or {}).get("persistentVolumeName") or ""),
+        attached=bool((attachment.get("status") or {}).get("attached", False)),
+    )

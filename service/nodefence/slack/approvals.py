@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import structlog
+from pydantic import SecretStr
 
 from nodefence.engine import ledger
 from nodefence.engine.model import PREFIX, Approval, Decision, NodeFacts
@@ -119,6 +120,10 @@ def _time(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+def _since_text(since: int) -> str:
+    return instant(datetime.fromtimestamp(since, UTC)) if since else ""
+
+
 def _annotations(node: Json) -> dict[str, str]:
     return dict(node.get("metadata", {}).get("annotations") or {})
 
@@ -159,7 +164,11 @@ class NodeLedger:
             meta = node.get("metadata", {})
             ops: list[Json] = [
                 {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-                {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": meta.get("resourceVersion"),
+                },
                 {"op": "add", "path": "/metadata/annotations", "value": notes},
             ]
             try:
@@ -182,7 +191,7 @@ class SlackApprovals:
         kube: KubeClient,
         *,
         channel: str,
-        approval_key: tokens.SecretStr,
+        approval_key: SecretStr,
         ttl_seconds: int,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -309,6 +318,7 @@ class SlackApprovals:
                 ledger.APPROVAL: ledger.approval_text(approval),
                 REQUEST_NODE_UID: token.uid,
                 REQUEST_FINGERPRINT: token.fingerprint,
+                REQUEST_NOT_READY_SINCE: _since_text(token.since),
             }
             # Without its own UID the engine would take the ledger for a re-created node's.
             if ledger.NODE_UID not in _annotations(node):

@@ -60,7 +60,9 @@ def fact_lines(facts: Facts, now: datetime) -> list[str]:
             f"*Kubelet Lease:* last renewed {duration(now - renewed)} ago ({instant(renewed)})"
         )
     stuck = sorted(f"{p.namespace}/{p.name}" for p in facts.pods if p.terminating)
-    lines.append(f"*Pods stuck Terminating:* {len(stuck)}" + (f": {_listed(stuck)}" if stuck else ""))
+    lines.append(
+        f"*Pods stuck Terminating:* {len(stuck)}" + (f": {_listed(stuck)}" if stuck else "")
+    )
     sets = sorted(
         {
             f"{p.namespace}/{p.owner_name}"
@@ -142,11 +144,15 @@ def request_message(
     return text, blocks
 
 
-def outcome_message(headline: str, decision: Decision | None, footer: str) -> tuple[str, list[Json]]:
+def outcome_message(
+    headline: str, decision: Decision | None, footer: str
+) -> tuple[str, list[Json]]:
     """The request message after it was answered: no buttons left to press."""
     blocks: list[Json] = [_section(headline)]
     if decision is not None and decision.reasons:
-        blocks.append(_section("*Guards at the time of the answer*\n" + "\n".join(reason_lines(decision))))
+        blocks.append(
+            _section("*Guards at the time of the answer*\n" + "\n".join(reason_lines(decision)))
+        )
     blocks.append(_context(footer))
     return headline, blocks
 
