@@ -1,0 +1,218 @@
+"""The safety invariants end to end: real receivers over HTTP against the simulated cluster.
+
+Property tests of the pure engine (tests/engine) prove the decisions; these prove that the
+writes that reach the cluster keep the invariants too, across replicas and deliveries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from nodefence.actions.executor import Executor, Outcome
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence.engine import ledger
+from nodefence.engine.model import PurgePodAction
+from nodefence.kube.client import Deadline, KubeClient, load_api_client
+from nodefence.sim.resources import NODES, PODS
+from nodefence.sim.testing import SimulatorHandle
+
+from .harness import (
+    OOS,
+    eventually,
+    node,
+    node_events,
+    oos_taints,
+    start_receiver,
+    terminating_on,
+    writes_since,
+)
+
+NODE = "control02"
+
+
+def firing(name: str = NODE) -> dict[str, object]:
+    return webhook([node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=5))])
+
+
+def resolved(name: str = NODE) -> dict[str, object]:
+    return webhook([node_alert(name, status="resolved", ends_at=datetime.now(UTC))])
+
+
+def successful_node_patches(cluster: SimulatorHandle, cursor: int, name: str) -> int:
+    return sum(
+        1
+        for r in cluster.faults.requests(cursor)
+        if r.verb == "patch" and r.path == f"/api/v1/nodes/{name}" and r.status == 200
+    )
+
+
+def admin_taint(cluster: SimulatorHandle, name: str) -> None:
+    """What `kubectl taint node N node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`
+    leaves: the taint and no nodefence ledger."""
+    obj = copy.deepcopy(node(cluster, name))
+    obj["spec"].setdefault("taints", []).append(
+        {"key": OOS, "value": "nodeshutdown", "effect": "NoExecute"}
+    )
+    cluster.sim.store.update(NODES, None, name, obj, check_rv=False)
+
+
+async def test_s7_concurrent_duplicate_deliveries_fence_once(cluster: SimulatorHandle) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with (
+        start_receiver(cluster, identity="replica-a") as a,
+        start_receiver(cluster, identity="replica-b") as b,
+    ):
+        cursor = cluster.faults.cursor
+        payload = firing()
+        results = await asyncio.gather(
+            a.alert(payload), b.alert(payload), a.alert(payload), b.alert(payload)
+        )
+        verdicts = sorted(d["verdict"] for [d] in results)
+        assert verdicts.count("fence") >= 1, verdicts
+        assert len(oos_taints(cluster, NODE)) == 1
+        assert successful_node_patches(cluster, cursor, NODE) == 1
+        fenced_events = [e for e in node_events(cluster, NODE) if e["reason"] == "NodeFenced"]
+        assert len(fenced_events) == 1
+        await eventually(lambda: not terminating_on(cluster, NODE))
+
+
+async def test_s7_reordered_resolved_before_firing_does_not_unfence_a_dead_node(
+    cluster: SimulatorHandle,
+) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        [early] = await receiver.alert(resolved())
+        assert early["verdict"] == "noop"
+        [fence] = await receiver.alert(firing())
+        assert fence["verdict"] == "fence"
+        [late] = await receiver.alert(resolved())
+        assert late["verdict"] == "deferred"
+        assert oos_taints(cluster, NODE)
+
+
+async def test_s3_budget_holds_across_three_replicas(cluster: SimulatorHandle) -> None:
+    for name in ("compute01", "compute02"):
+        cluster.sim.node_down(name, since_seconds=1200)
+    async with (
+        start_receiver(cluster, identity="r1") as r1,
+        start_receiver(cluster, identity="r2") as r2,
+        start_receiver(cluster, identity="r3") as r3,
+    ):
+        results = await asyncio.gather(
+            r1.alert(firing("compute01")),
+            r2.alert(firing("compute02")),
+            r3.alert(firing("compute01")),
+            r3.alert(firing("compute02")),
+        )
+        fenced = [n for n in ("compute01", "compute02") if oos_taints(cluster, n)]
+        assert len(fenced) == 1, results
+        refused = [d for [d] in results if d["verdict"] == "noop"]
+        assert any(
+            not r["passed"] and r["guard"] == "fence-budget" for d in refused for r in d["reasons"]
+        )
+
+
+async def test_s4_admin_taint_is_never_taken_over_or_removed(cluster: SimulatorHandle) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    admin_taint(cluster, NODE)
+    async with start_receiver(cluster) as receiver:
+        [fire] = await receiver.alert(firing())
+        assert fire["verdict"] == "noop"
+        assert ledger.FENCED_BY not in (node(cluster, NODE)["metadata"].get("annotations") or {})
+        cluster.sim.node_up(NODE, since_seconds=3600, reboot=True)
+        [res] = await receiver.alert(resolved())
+        assert res["verdict"] == "noop"
+        status, body = await receiver.post("/reconcile", {})
+        assert status == 200, body
+        assert len(oos_taints(cluster, NODE)) == 1
+
+
+async def test_s8_dry_run_makes_zero_writes(cluster: SimulatorHandle) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster, policy={"dry_run": True}) as receiver:
+        cursor = cluster.faults.cursor
+        [decision] = await receiver.alert(firing())
+        assert decision["verdict"] == "fence"
+        assert decision["dry_run"] is True
+        assert decision["actions"], "a dry run still says what it would do"
+        cluster.sim.node_up(NODE, since_seconds=3600)
+        await receiver.alert(resolved())
+        await receiver.post("/reconcile", {})
+        assert writes_since(cluster, cursor) == []
+        assert not oos_taints(cluster, NODE)
+
+
+async def test_s8_plan_command_makes_zero_writes(cluster: SimulatorHandle, tmp_path: Path) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    payload = tmp_path / "alert.json"
+    payload.write_text(json.dumps(firing()))
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "NODEFENCE_NAMESPACE": "nodefence"}
+    env.pop("NODEFENCE_ALERT_TOKEN", None)
+    cursor = cluster.faults.cursor
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodefence",
+        "plan",
+        "--payload",
+        str(payload),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    [decision] = json.loads(out)["decisions"]
+    assert decision["verdict"] == "fence"
+    assert decision["dry_run"] is True
+    assert cluster.faults.count(since=cursor) > 0, "plan must read the live cluster"
+    assert writes_since(cluster, cursor) == []
+    assert not oos_taints(cluster, NODE)
+
+
+async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        [fence] = await receiver.alert(firing())
+        assert fence["verdict"] == "fence"
+        old = node(cluster, NODE)
+        cluster.sim.recreate_node(NODE)
+        # Restored from a backup manifest: the old ledger and taint come back on a new object.
+        restored = copy.deepcopy(node(cluster, NODE))
+        assert restored["metadata"]["uid"] != old["metadata"]["uid"]
+        restored["metadata"]["annotations"] = old["metadata"]["annotations"]
+        restored["spec"]["taints"] = old["spec"]["taints"]
+        cluster.sim.store.update(NODES, None, NODE, restored, check_rv=False)
+
+        [res] = await receiver.alert(resolved())
+        assert res["verdict"] == "noop", res
+        assert oos_taints(cluster, NODE), "a taint nodefence did not apply to this node stays"
+        # The stale ledger does not count against the budget either.
+        cluster.sim.node_down("compute01", since_seconds=1200)
+        [other] = await receiver.alert(firing("compute01"))
+        assert other["verdict"] == "fence", other
+
+
+async def test_s6_pod_replaced_under_the_same_name_is_not_deleted(
+    cluster: SimulatorHandle,
+) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    [stuck, *_] = terminating_on(cluster, NODE)
+    namespace, name = stuck["metadata"]["namespace"], stuck["metadata"]["name"]
+    stale_uid = "00000000-0000-0000-0000-000000000000"
+    kube = KubeClient(await load_api_client(str(cluster.kubeconfig)))
+    try:
+        result = await Executor(kube).purge_pod(
+            PurgePodAction(namespace, name, stale_uid, NODE), Deadline(5)
+        )
+    finally:
+        await kube.close()
+    assert result.outcome is Outcome.SKIPPED
+    assert cluster.sim.store.peek(PODS, namespace, name) is not None
