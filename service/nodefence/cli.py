@@ -30,7 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--kubeconfig-out", help="write a kubeconfig for the simulator here")
     sim.add_argument("--k8s-version", help="simulated Kubernetes version (default 1.24.8)")
 
-    sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")
+    demo = sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")
+    demo.add_argument(
+        "--approval",
+        action="store_true",
+        help="the same story with a Slack approval round trip (against a local Slack stand-in)",
+    )
 
     plan = sub.add_parser(
         "plan", help="print the decisions for a webhook payload; makes no write to the cluster"
@@ -152,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_from_cli(args)
     if args.command == "demo":
+        if args.approval:
+            from nodefence.demo.approval_story import main as approval_demo
+
+            return approval_demo(args)
         from nodefence.demo.story import main as demo_main
 
         return demo_main(args)

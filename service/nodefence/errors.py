@@ -22,6 +22,9 @@ class ClusterUnavailableError(NodefenceError):
     later, instead of a 4xx that would make it drop the notification.
     """
 
+    problem_kind = "cluster-unavailable"
+    public_detail = "The Kubernetes API is unavailable; retry later."
+
     def __init__(self, message: str, *, retry_after_seconds: int = 10) -> None:
         super().__init__(message)
         self.retry_after_seconds = retry_after_seconds

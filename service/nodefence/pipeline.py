@@ -57,6 +57,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class FenceNotifier(Protocol):
+    """Tells people (Slack) about fences and unfences that were actually written."""
+
+    async def notify(self, decision: Decision, results: list[ActionResult]) -> None:
+        """Best effort: a notification that fails must not fail the action it reports."""
+
+
 class ApprovalRequester(Protocol):
     """Asks a person to approve a fence (Slack); the pipeline calls it for ``await-approval``."""
 
@@ -102,6 +109,7 @@ class Pipeline:
             ttl_seconds=self.options.lock_ttl_seconds,
         )
         self.approvals: ApprovalRequester | None = None
+        self.notifier: FenceNotifier | None = None
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
 
@@ -317,6 +325,8 @@ class Pipeline:
         self, decision: Decision, results: list[ActionResult], node_uid: str, deadline: Deadline
     ) -> None:
         self._log(decision, results)
+        if self.notifier is not None:
+            await self.notifier.notify(decision, results)
         for result in results:
             self.metrics.action_executed(result.action, result.outcome.value)
             if result.outcome is Outcome.DONE and decision.node is not None:

@@ -233,7 +233,7 @@ def near_cases(draw: st.DrawFn) -> Case:
         renew = after(rule.lease_staleness_seconds) if "lease" in broken else fresh
     boot = "boot-1" if "boot" in broken else "boot-2"
     labels = {"tier": "compute"}
-    if "control-plane" in broken:
+    if "control-plane" in broken or draw(st.booleans()):
         labels[CONTROL_PLANE_LABELS[0]] = ""
     fenced_notes = ledger.fence_annotations(
         NodeFacts(NODE, uid, "1", boot_id="boot-1"),
@@ -270,11 +270,11 @@ def near_cases(draw: st.DrawFn) -> Case:
         total_nodes=total,
         ready_nodes=total - draw(st.integers(0, 8 if "capacity" in broken else 1)),
         control_plane_total=3,
-        control_plane_ready=draw(st.integers(0, 3)),
+        control_plane_ready=draw(st.integers(0, 1)) if "control-plane" in broken else 3,
         fenced_by_us=tuple(
             draw(st.lists(st.sampled_from(OTHER_NODES), unique=True)) if "budget" in broken else ()
         ),
-        fenced_control_plane=("cp-2",) if draw(st.booleans()) else (),
+        fenced_control_plane=("cp-2",) if "control-plane" in broken else (),
     )
     event = AlertEvent(
         alertname="KubeNodeNotReady",

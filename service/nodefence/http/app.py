@@ -7,15 +7,17 @@ import signal
 
 from aiohttp import web
 
-from nodefence.http import handlers
+from nodefence.http import handlers, openapi
 from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
 from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
 from nodefence.http.middleware import observe_middleware
 from nodefence.http.problems import problem_middleware
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
+from nodefence.pipeline import Pipeline as LivePipeline
 from nodefence.pipeline_api import Pipeline
 from nodefence.settings import Settings
+from nodefence.slack.routes import add_slack_routes
 
 __all__ = ["PROTECTED_PATHS", "Pipeline", "build_app", "run"]
 
@@ -48,6 +50,10 @@ def build_app(
     app.router.add_get("/healthz", handlers.get_healthz)
     app.router.add_get("/readyz", handlers.get_readyz)
     app.router.add_get("/metrics", handlers.get_metrics)
+    app.router.add_get(openapi.OPENAPI_PATH, openapi.get_openapi)
+    integration = add_slack_routes(app, settings, pipeline)
+    if integration.notifier is not None and isinstance(pipeline, LivePipeline):
+        pipeline.notifier = integration.notifier
     return app
 
 

@@ -94,8 +94,8 @@ async def _within_deadline(request: web.Request, work: Awaitable[list[Decision]]
         log.warning("cluster_unavailable", path=request.path, error=str(exc))
         raise Problem(
             503,
-            kind="cluster-unavailable",
-            detail="The Kubernetes API is unavailable; retry later.",
+            kind=exc.problem_kind,
+            detail=exc.public_detail,
             headers={"Retry-After": str(exc.retry_after_seconds)},
         ) from exc
     except TimeoutError as exc:

@@ -315,7 +315,7 @@ class SlackApprovals:
             if meta.get("uid") != token.uid:
                 return None
             changes: dict[str, str | None] = {
-                ledger.APPROVAL: ledger.approval_text(approval),
+                ledger.APPROVAL: f"rejected by {approval.user} at {instant(approval.at)}",
                 REQUEST_NODE_UID: token.uid,
                 REQUEST_FINGERPRINT: token.fingerprint,
                 REQUEST_NOT_READY_SINCE: _since_text(token.since),

@@ -28,6 +28,9 @@ class ApprovalChannelUnavailableError(ClusterUnavailableError):
     answered 503 and Alertmanager delivers it again later.
     """
 
+    problem_kind = "approval-channel-unavailable"
+    public_detail = "Slack, where fences are approved, is unavailable; retry later."
+
 
 @dataclass(frozen=True)
 class PostedMessage:

@@ -29,13 +29,12 @@ from slack_sdk.signature import SignatureVerifier
 
 from nodefence.engine import ledger
 from nodefence.engine.model import (
+    OUT_OF_SERVICE_KEY,
     AlertEvent,
     AlertStatus,
     Approval,
     ApprovalDecision,
     Decision,
-    OUT_OF_SERVICE_KEY,
-    Verdict,
 )
 from nodefence.engine.wording import instant
 from nodefence.errors import ClusterUnavailableError
@@ -76,9 +75,9 @@ class BackgroundTasks:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def drain(self, timeout: float | None = None) -> None:
+    async def drain(self, grace_seconds: float | None = None) -> None:
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout)
+            await asyncio.wait(set(self._tasks), timeout=grace_seconds)
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -274,7 +273,10 @@ class Interactions:
             )
             self._settled(node)
         elif fenced is not None:
-            headline = f"Node *{node}* is already fenced ({fenced}); the approval by {who} changed nothing."
+            headline = (
+                f"Node *{node}* is already fenced ({fenced}); the approval by {who} changed "
+                "nothing."
+            )
         else:
             await self.approvals.withdraw(node, token, deadline)
             headline = (
@@ -348,4 +350,4 @@ def _stale(node: Json | None, token: tokens.ButtonToken) -> str | None:
     return None
 
 
-__all__ = ["BackgroundTasks", "Click", "Interactions", "Verdict", "parse_click"]
+__all__ = ["BackgroundTasks", "Click", "Interactions", "parse_click"]

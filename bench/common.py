@@ -1,0 +1,254 @@
+"""Processes and HTTP plumbing shared by the benchmarks: a simulated cluster and a receiver,
+each in its own process so that clients, servers and the load generator never share a core's
+event loop, as in a real cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence.sim.testing import SimulatorProcess
+
+DEAD_NODE = "dead01"
+FINALIZER = "bench.nodefence.io/protect"
+NAMESPACE = "workload"
+TOKEN = "bench-token"  # noqa: S105 - a loopback-only receiver started by the benchmark
+LATENCY_SECONDS = 0.002
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the results table. ``ratio`` is how many times better than the baseline."""
+
+    name: str
+    value: str
+    baseline: str = ""
+    ratio: str = ""
+    target: str = ""
+    met: str = ""
+    note: str = ""
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def request(
+    url: str,
+    *,
+    method: str = "GET",
+    body: Any = None,
+    token: str | None = None,
+    timeout: float = 120,
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:  # noqa: S310
+            text = response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        status = exc.code
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text.decode(errors="replace")
+
+
+def wait_for(probe: Any, *, within: float, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {within}s")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scenario(pods: int, finalizer_every: int = 10) -> dict[str, Any]:
+    """Four healthy nodes (three control-plane) and ``dead01`` running ``pods`` bare pods, every
+    ``finalizer_every``-th of them holding a finalizer that only a person would remove."""
+    nodes = [("control01", True), ("control02", True), ("control03", True), ("worker01", False)]
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nodefence"}},
+    ]
+    for name, control in [*nodes, (DEAD_NODE, False)]:
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        if control:
+            labels["node-role.kubernetes.io/control-plane"] = ""
+        objects.append(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+        )
+    for index in range(pods):
+        metadata: dict[str, Any] = {
+            "name": f"app-{index:04d}",
+            "namespace": NAMESPACE,
+            "labels": {"app": "bench"},
+        }
+        if index % finalizer_every == 0:
+            metadata["finalizers"] = [FINALIZER]
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {
+                    "nodeName": DEAD_NODE,
+                    "containers": [{"name": "app", "image": "registry.local/app:1"}],
+                },
+            }
+        )
+    # The seed cluster's version, before NodeOutOfServiceVolumeDetach: nothing but the runbook
+    # (or nodefence) deletes the stuck pods, as the seed's operators found.
+    return {"simulation": {"k8s_version": "1.24.8", "feature_gates": {}}, "objects": objects}
+
+
+POLICY = {"rules": [{"name": "default", "purge": {"strip_finalizers": [FINALIZER]}}]}
+
+
+class Cluster:
+    """A simulator subprocess with a generated scenario, a dead node and API latency."""
+
+    def __init__(self, process: SimulatorProcess) -> None:
+        self.process = process
+        self.url = process.url
+        self.kubeconfig = process.kubeconfig
+
+    def pods_on_dead_node(self) -> list[dict[str, Any]]:
+        _, body = request(
+            f"{self.url}/api/v1/pods?fieldSelector=spec.nodeName%3D{DEAD_NODE}", timeout=60
+        )
+        return list(body["items"])
+
+    def kill_dead_node(self, pods: int) -> None:
+        status, body = request(
+            f"{self.url}/sim/v1/nodes/{DEAD_NODE}/down", method="POST", body={"sinceSeconds": 1200}
+        )
+        assert status < 300, body
+
+        def all_terminating() -> bool:
+            items = self.pods_on_dead_node()
+            stuck = [p for p in items if p["metadata"].get("deletionTimestamp")]
+            return len(stuck) == pods
+
+        wait_for(all_terminating, within=120, interval=0.2, what="eviction of every pod")
+
+    def set_latency(self, seconds: float) -> None:
+        request(f"{self.url}/sim/v1/faults", method="POST", body={"latencySeconds": seconds})
+
+    def cursor(self) -> int:
+        _, body = request(f"{self.url}/sim/v1/requests?since=999999999999")
+        return int(body["cursor"])
+
+    def requests_since(self, cursor: int) -> list[dict[str, Any]]:
+        _, body = request(f"{self.url}/sim/v1/requests?since={cursor}")
+        return list(body["requests"])
+
+
+@contextmanager
+def cluster(pods: int) -> Iterator[Cluster]:
+    with tempfile.TemporaryDirectory(prefix="nodefence-bench-") as tmp:
+        path = Path(tmp) / "scenario.yaml"
+        path.write_text(yaml.safe_dump(scenario(pods), sort_keys=False), encoding="utf-8")
+        with SimulatorProcess(str(path), startup_timeout=120) as process:
+            yield Cluster(process)
+
+
+class ReceiverProcess:
+    """``nodefence serve`` as a subprocess, as it runs in a pod."""
+
+    def __init__(self, kubeconfig: Path, *, policy: dict[str, Any] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.policy = policy
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._tmp = tempfile.TemporaryDirectory(prefix="nodefence-bench-rx-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ReceiverProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PORT": str(self.port),
+            "NODEFENCE_HOST": "127.0.0.1",
+            "NODEFENCE_ALERT_TOKEN": TOKEN,
+            "NODEFENCE_NAMESPACE": "nodefence",
+            "NODEFENCE_IDENTITY": "bench",
+        }
+        if self.policy is not None:
+            policy_file = Path(self._tmp.name) / "policy.yaml"
+            policy_file.write_text(yaml.safe_dump(self.policy), encoding="utf-8")
+            env["NODEFENCE_POLICY_FILE"] = str(policy_file)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nodefence", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def ready() -> bool:
+            try:
+                return request(self.url + "/healthz", timeout=2)[0] == 200
+            except OSError:
+                return False
+
+        wait_for(ready, within=60, what="receiver start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._tmp.cleanup()
+
+    def status_kib(self, field: str) -> int:
+        """A ``/proc/<pid>/status`` memory figure (VmHWM: peak resident set) in KiB."""
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise KeyError(field)
+
+    def alert(self, payload: dict[str, Any]) -> tuple[int, Any]:
+        return request(self.url + "/alerts", method="POST", body=payload, token=TOKEN)
+
+
+def firing(node: str, alertname: str = "KubeNodeNotReady") -> dict[str, Any]:
+    return webhook([node_alert(node, alertname=alertname)])

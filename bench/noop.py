@@ -1,0 +1,76 @@
+"""Throughput and latency of ``/alerts`` when there is nothing to do.
+
+Alertmanager repeats notifications (``repeat_interval``) and a flapping cluster sends many, so
+the cheap paths bound how much load nodefence puts on the API server and how it behaves under a
+storm. Two paths: an alert nodefence does not handle (``skip``, no API request at all) and a
+``KubeNodeNotReady`` for a node that is Ready (refused by S1 after reading the node's facts).
+The baseline is ``/healthz`` under the same load: the cost of aiohttp and the middlewares alone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from bench.common import (
+    LATENCY_SECONDS,
+    ReceiverProcess,
+    Row,
+    cluster,
+    firing,
+    median,
+    percentile,
+)
+
+CONCURRENCY = 32
+
+
+def _load(url: str, payload: dict[str, object] | None, count: int, seconds: float) -> dict[str, object]:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.loadgen",
+        url,
+        "bench-token",
+        "-" if payload is None else json.dumps(payload),
+        str(count),
+        str(CONCURRENCY),
+        str(seconds),
+    ]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    result: dict[str, object] = json.loads(output)
+    return result
+
+
+def run(count: int = 3000, seconds: float = 20.0) -> list[Row]:
+    rows: list[Row] = []
+    with cluster(0) as sim, ReceiverProcess(sim.kubeconfig) as receiver:
+        sim.set_latency(LATENCY_SECONDS)
+        _load(receiver.url + "/healthz", None, 200, 10)  # warm-up
+        base = _load(receiver.url + "/healthz", None, count, seconds)
+        base_rate = len(base["latencies_ms"]) / float(base["seconds"])  # type: ignore[arg-type]
+        cases = [
+            ("no-op /alerts: unhandled alertname (skip)", firing("control01", "Watchdog")),
+            ("no-op /alerts: Ready node (S1 refusal)", firing("control01")),
+        ]
+        for name, payload in cases:
+            _load(receiver.url + "/alerts", payload, 200, 10)  # warm-up
+            result = _load(receiver.url + "/alerts", payload, count, seconds)
+            latencies = list(result["latencies_ms"])  # type: ignore[call-overload]
+            rate = len(latencies) / float(result["seconds"])  # type: ignore[arg-type]
+            rows.append(
+                Row(
+                    name,
+                    f"{rate:.0f} req/s",
+                    f"{base_rate:.0f} req/s (GET /healthz)",
+                    f"{rate / base_rate:.2f}×",
+                    "≥ 500 req/s",
+                    "yes" if rate >= 500 else "NO",
+                    f"p50 {median(latencies):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms; "
+                    f"{len(latencies)} requests at concurrency {CONCURRENCY}; "
+                    f"statuses {result['statuses']}",
+                )
+            )
+            print(f"  {name}: {rate:.0f} req/s", flush=True)
+    return rows

@@ -1,0 +1,471 @@
+"""Real processes on loopback for the end-to-end tests: the simulated cluster, ``nodefence
+serve``, Prometheus and Alertmanager.
+
+Every process writes its output to a file in the test's temporary directory rather than to a
+pipe, so a chatty process can never block on a full pipe buffer, and the files are still there
+to show when a test fails. Every wait has a deadline, and every process started is stopped
+(SIGTERM, then SIGKILL) however the test ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "alertrules" / "nodefence.rules.yaml"
+AM_EXAMPLE = REPO / "deploy" / "alertmanager" / "alertmanager.example.yaml"
+AM_SNIPPET = REPO / "deploy" / "alertmanager" / "nodefence-route.yaml"
+OOS = "node.kubernetes.io/out-of-service"
+LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+LOG_TAIL_LINES = 150
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A port the kernel just handed out on 127.0.0.1; for servers that must be told their
+    port up front (Prometheus and Alertmanager cannot report one they picked)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def eventually(
+    probe: Callable[[], T], *, within: float, interval: float = 0.2, what: str = "condition"
+) -> T:
+    """Poll ``probe`` until it returns something truthy; at the deadline fail with its last
+    value, so the failure says what was seen instead of only that time ran out."""
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not met within {within:.0f}s (last value {value!r})")
+        time.sleep(interval)
+
+
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 5.0,
+) -> tuple[int, bytes]:
+    """One request; HTTP error statuses are returned, not raised, and a refused connection
+    is status 0, so pollers can treat "not up yet" like any other unready answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback
+    request.add_header("Content-Type", "application/json")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, b""
+
+
+def get_json(url: str) -> Any:
+    status, body = http("GET", url)
+    assert status == 200, f"GET {url} -> {status}: {body[:500]!r}"
+    return json.loads(body)
+
+
+@dataclass
+class Process:
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes]
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=grace)
+
+
+@dataclass
+class Processes:
+    """The processes of one test, stopped in reverse order of start by :meth:`stop_all`."""
+
+    workdir: Path
+    started: list[Process] = field(default_factory=list)
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Process:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as sink:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=cwd or self.workdir,
+                # Its own process group, so stopping it also stops anything it started.
+                start_new_session=True,
+            )
+        process = Process(name, list(argv), log, popen)
+        self.started.append(process)
+        return process
+
+    def wait_ready(self, process: Process, url: str, *, within: float = 30.0) -> None:
+        """Poll ``url`` until it answers 200; fail early if the process has exited."""
+
+        def ready() -> bool:
+            if not process.alive():
+                raise AssertionError(
+                    f"{process.name} exited with {process.popen.returncode} during startup:\n"
+                    + tail(process.output())
+                )
+            return http("GET", url, timeout=2)[0] == 200
+
+        eventually(ready, within=within, what=f"{process.name} ready at {url}")
+
+    def stop_all(self) -> None:
+        for process in reversed(self.started):
+            process.stop()
+
+    def report(self) -> str:
+        parts = []
+        for process in self.started:
+            state = "running" if process.alive() else f"exit {process.popen.returncode}"
+            header = f"===== {process.name} ({state}): {' '.join(process.argv)}"
+            parts.append(f"{header}\n{tail(process.output())}")
+        return "\n".join(parts)
+
+
+def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    kept = text.splitlines()[-lines:]
+    return "\n".join(kept)
+
+
+# --------------------------------------------------------------------------- the simulator
+
+
+@dataclass
+class Simulator:
+    url: str
+    kubeconfig: Path
+    process: Process
+
+    def control(self, node: str, action: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        status, raw = http("POST", f"{self.url}/sim/v1/nodes/{node}/{action}", dict(body))
+        assert status == 200, f"{action} {node} -> {status}: {raw!r}"
+        result: dict[str, Any] = json.loads(raw)
+        return result
+
+    def node(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = get_json(f"{self.url}/api/v1/nodes/{name}")
+        return result
+
+    def oos_taints(self, name: str) -> list[dict[str, Any]]:
+        return [t for t in self.node(name)["spec"].get("taints") or [] if t["key"] == OOS]
+
+    def pods_on(self, name: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = get_json(
+            f"{self.url}/api/v1/pods?fieldSelector=spec.nodeName%3D{name}"
+        )["items"]
+        return items
+
+    def terminating_on(self, name: str) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in self.pods_on(name)
+            if p["metadata"].get("deletionTimestamp")
+        ]
+
+    def nodefence_events(self, node: str) -> list[dict[str, Any]]:
+        items = get_json(f"{self.url}/api/v1/events")["items"]
+        return [
+            e
+            for e in items
+            if e["involvedObject"].get("kind") == "Node"
+            and e["involvedObject"].get("name") == node
+            and (e.get("source") or {}).get("component") == "nodefence"
+        ]
+
+    def cursor(self) -> int:
+        value: int = get_json(f"{self.url}/sim/v1/requests?since=0")["cursor"]
+        return value
+
+    def requests(self, since: int = 0) -> list[dict[str, Any]]:
+        """The Kubernetes API requests served after ``since``; the simulator's own controllers
+        and the ``/sim`` control surface do not appear here, only clients over HTTP."""
+        records: list[dict[str, Any]] = get_json(f"{self.url}/sim/v1/requests?since={since}")[
+            "requests"
+        ]
+        return records
+
+
+def start_simulator(procs: Processes, *, within: float = 30.0) -> Simulator:
+    kubeconfig = procs.workdir / "kubeconfig"
+    argv = [sys.executable, "-m", "nodefence", "simulate", "--port", "0", "--scenario", "seed"]
+    process = procs.start("simulator", [*argv, "--kubeconfig-out", str(kubeconfig)])
+
+    def listening() -> str:
+        if not process.alive():
+            raise AssertionError(f"simulator exited during startup:\n{tail(process.output())}")
+        found = LISTENING.search(process.output())
+        return found.group(1) if found and kubeconfig.exists() else ""
+
+    url = eventually(listening, within=within, what="simulator listening")
+    procs.wait_ready(process, f"{url}/api/v1/nodes", within=within)
+    return Simulator(url, kubeconfig, process)
+
+
+# --------------------------------------------------------------------------- nodefence
+
+
+@dataclass
+class Nodefence:
+    url: str
+    token: str
+    process: Process
+
+
+def start_nodefence(
+    procs: Processes, sim: Simulator, token: str, *, identity: str = "nodefence-e2e"
+) -> Nodefence:
+    port = free_port()
+    env = {
+        "PORT": str(port),
+        "NODEFENCE_HOST": "127.0.0.1",
+        "NODEFENCE_ALERT_TOKEN": token,
+        "KUBECONFIG": str(sim.kubeconfig),
+        "NODEFENCE_NAMESPACE": "nodefence",
+        "NODEFENCE_IDENTITY": identity,
+        "NODEFENCE_LOG_FORMAT": "json",
+        "NODEFENCE_LOG_LEVEL": "debug",
+    }
+    process = procs.start("nodefence", [sys.executable, "-m", "nodefence", "serve"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    procs.wait_ready(process, f"{url}/readyz")
+    return Nodefence(url, token, process)
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+def shortened_rules(target: Path, for_duration: str = "2s") -> Path:
+    """The shipped rules with every ``for:`` cut to ``for_duration``; nothing else changes."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = for_duration
+    target.write_text(yaml.safe_dump(rules, sort_keys=False))
+    return target
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: Process
+
+    def alerts(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = get_json(f"{self.url}/api/v1/alerts")["data"]["alerts"]
+        return found
+
+    def firing(self, alertname: str, node: str) -> bool:
+        return any(
+            a["labels"].get("alertname") == alertname
+            and a["labels"].get("node") == node
+            and a["state"] == "firing"
+            for a in self.alerts()
+        )
+
+
+def start_prometheus(
+    procs: Processes, sim: Simulator, nodefence: Nodefence, alertmanagers: Sequence[str]
+) -> Prometheus:
+    workdir = procs.workdir / "prometheus"
+    workdir.mkdir()
+    rules = shortened_rules(workdir / "nodefence.rules.yaml")
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "alerting": {
+            "alertmanagers": [
+                {
+                    "api_version": "v2",
+                    "static_configs": [
+                        {"targets": [a.removeprefix("http://") for a in alertmanagers]}
+                    ],
+                }
+            ]
+        },
+        "scrape_configs": [
+            {
+                "job_name": "kube-state-metrics",
+                "static_configs": [{"targets": [sim.url.removeprefix("http://")]}],
+            },
+            {
+                "job_name": "nodefence",
+                "static_configs": [{"targets": [nodefence.url.removeprefix("http://")]}],
+            },
+        ],
+    }
+    config_file = workdir / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    process = procs.start(
+        "prometheus",
+        [
+            "prometheus",
+            f"--config.file={config_file}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=debug",
+        ],
+        cwd=workdir,
+    )
+    url = f"http://127.0.0.1:{port}"
+    procs.wait_ready(process, f"{url}/-/ready")
+    return Prometheus(url, process)
+
+
+# --------------------------------------------------------------------------- Alertmanager
+
+# Only these settings differ from the shipped files: the timings are cut from minutes and hours
+# to seconds so that a test takes seconds, and the URL and the token's path point at this test.
+TIMINGS = {"group_wait": "1s", "group_interval": "1s", "repeat_interval": "10s"}
+RESOLVE_TIMEOUT = "10s"
+
+
+def alertmanager_config(nodefence: Nodefence, token_file: Path) -> dict[str, Any]:
+    """``alertmanager.example.yaml`` (which carries ``nodefence-route.yaml`` as its first child
+    route) with the nodefence receiver pointed at this test's receiver and token file."""
+    config: dict[str, Any] = yaml.safe_load(AM_EXAMPLE.read_text())
+    snippet = yaml.safe_load(AM_SNIPPET.read_text())
+    assert config["route"]["routes"][0] == snippet["route"], "example and snippet disagree"
+    assert snippet["receiver"] in config["receivers"], "example and snippet disagree"
+    config.setdefault("global", {})["resolve_timeout"] = RESOLVE_TIMEOUT
+    for route in [config["route"], *config["route"]["routes"]]:
+        for key, value in TIMINGS.items():
+            if key in route:
+                route[key] = value
+    (receiver,) = (r for r in config["receivers"] if r["name"] == snippet["receiver"]["name"])
+    for hook in receiver["webhook_configs"]:
+        hook["url"] = f"{nodefence.url}/alerts"
+        hook["http_config"]["authorization"]["credentials_file"] = str(token_file)
+    return config
+
+
+def write_token_file(workdir: Path, token: str) -> Path:
+    """The token where kube-prometheus would mount the Secret: one file per key, no newline."""
+    shipped = yaml.safe_load(AM_SNIPPET.read_text())
+    credentials = Path(
+        shipped["receiver"]["webhook_configs"][0]["http_config"]["authorization"][
+            "credentials_file"
+        ]
+    )
+    folder = workdir / "secrets" / credentials.parent.name
+    folder.mkdir(parents=True)
+    path = folder / credentials.name
+    path.write_text(token)
+    path.chmod(0o600)
+    return path
+
+
+@dataclass
+class Alertmanager:
+    url: str
+    process: Process
+
+    def webhook_counts(self) -> tuple[int, int]:
+        """Webhook notifications attempted and failed, from Alertmanager's own metrics."""
+        status, raw = http("GET", f"{self.url}/metrics")
+        assert status == 200, f"alertmanager metrics -> {status}"
+        sent = failed = 0
+        for line in raw.decode().splitlines():
+            if 'integration="webhook"' not in line or line.startswith("#"):
+                continue
+            value = int(float(line.rsplit(" ", 1)[1]))
+            if line.startswith("alertmanager_notifications_total{"):
+                sent += value
+            elif line.startswith("alertmanager_notifications_failed_total{"):
+                failed += value
+        return sent, failed
+
+    def alerts(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = get_json(f"{self.url}/api/v2/alerts")
+        return found
+
+
+def start_alertmanager(
+    procs: Processes, name: str, nodefence: Nodefence, token_file: Path
+) -> Alertmanager:
+    workdir = procs.workdir / name
+    workdir.mkdir()
+    config_file = workdir / "alertmanager.yml"
+    config_file.write_text(yaml.safe_dump(alertmanager_config(nodefence, token_file)))
+    port = free_port()
+    process = procs.start(
+        name,
+        [
+            "prometheus-alertmanager",
+            f"--config.file={config_file}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            # Empty: no gossip, so each instance notifies on its own like an HA pair does
+            # while its peers are partitioned away.
+            "--cluster.listen-address=",
+            "--log.level=debug",
+        ],
+        cwd=workdir,
+    )
+    url = f"http://127.0.0.1:{port}"
+    procs.wait_ready(process, f"{url}/-/ready")
+    return Alertmanager(url, process)
+
+
+@contextlib.contextmanager
+def processes(workdir: Path) -> Iterator[Processes]:
+    procs = Processes(workdir)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()

@@ -1,0 +1,99 @@
+"""Label selectors, node-name extraction, wording and the rendered decision record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from engine_factories import NOW, event, facts, pod, policy
+
+from nodefence.engine.alerts import node_from_labels, strip_port
+from nodefence.engine.decide import decide
+from nodefence.engine.labels import SelectorError, parse_selector
+from nodefence.engine.render import decision_to_dict, describe
+from nodefence.engine.wording import duration
+
+LABELS = {"tier": "compute", "zone": "a", "node-role.kubernetes.io/control-plane": ""}
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("", True),
+        ("tier=compute", True),
+        ("tier==compute", True),
+        ("tier!=compute", False),
+        ("missing!=x", True),
+        ("tier in (storage, compute)", True),
+        ("tier notin (compute)", False),
+        ("missing notin (x)", True),
+        ("node-role.kubernetes.io/control-plane", True),
+        ("!node-role.kubernetes.io/control-plane", False),
+        ("!missing", True),
+        ("tier=compute,zone in (a,b),!missing", True),
+        ("tier=compute,zone=b", False),
+    ],
+)
+def test_selector_matching(selector: str, expected: bool) -> None:
+    assert parse_selector(selector).matches(LABELS) is expected
+
+
+@pytest.mark.parametrize(
+    "selector", ["tier in (a", "a=b)", "tier=compute,", "=x", "a in ()", "a b"]
+)
+def test_invalid_selectors(selector: str) -> None:
+    with pytest.raises(SelectorError):
+        parse_selector(selector)
+
+
+def test_node_from_labels() -> None:
+    order = ["node", "kubernetes_node", "instance"]
+    assert node_from_labels({"kubernetes_node": "n1", "instance": "x:9100"}, order) == "n1"
+    assert node_from_labels({"instance": "n2:9100"}, order) == "n2"
+    assert node_from_labels({"node": " "}, order) is None
+    assert strip_port("[fe80::1]:9100") == "fe80::1"
+    assert strip_port("fe80::1") == "fe80::1"
+
+
+def test_durations_read_like_kubectl() -> None:
+    assert [duration(s) for s in (0, 45, 300, 1200, 3723)] == [
+        "0s",
+        "45s",
+        "5m0s",
+        "20m0s",
+        "1h2m3s",
+    ]
+
+
+def test_decision_to_dict_is_json_ready() -> None:
+    d = decide(event(), facts(pods=(pod("db-0", finalizers=("f/a",)),)), policy(dry_run=True), NOW)
+    data = decision_to_dict(d)
+    assert json.loads(json.dumps(data)) == data
+    assert (data["verdict"], data["node"], data["dry_run"], data["rule"]) == (
+        "fence",
+        "worker-1",
+        True,
+        "default",
+    )
+    assert data["decided_at"] == "2026-11-30T08:20:00Z"
+    assert {"guard": "lease", "passed": True}.items() <= next(
+        r for r in data["reasons"] if r["guard"] == "lease"
+    ).items()
+    fence, purge = data["actions"]
+    assert (fence["type"], fence["effect"], fence["resource_version"]) == (
+        "fence",
+        "NoExecute",
+        "41",
+    )
+    assert (purge["type"], purge["name"], purge["strip_finalizers"]) == ("purge-pod", "db-0", [])
+
+
+def test_describe_names_verdict_guards_and_actions() -> None:
+    text = describe(decide(event(), facts(lease_age=10), policy(), NOW))
+    first, *rest = text.splitlines()
+    assert first.startswith("noop worker-1 [KubeNodeNotReady]: kubelet Lease")
+    assert any(line.startswith("  NO  lease:") for line in rest)
+    assert any(line.startswith("  ok  ready:") for line in rest)
+    fenced = describe(decide(event(), facts(pods=(pod("db-0"),)), policy(), NOW))
+    assert "  -> taint node worker-1 out-of-service (NoExecute)" in fenced
+    assert "  -> force-delete pod default/db-0" in fenced

@@ -1,0 +1,144 @@
+"""Shared checks for the reliability tests: the final state every fault must leave behind, and
+a listener that watches every node write in the simulator for a broken invariant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence.engine import ledger
+from nodefence.sim.resources import NODES, PODS
+from nodefence.sim.store import WatchEvent
+from nodefence.sim.testing import SimulatorHandle
+from pipeline.harness import OOS, eventually, oos_taints, pods_on, terminating_on
+
+NODE_PATH = "/api/v1/nodes/{}"
+
+
+def alert(name: str, status: str = "firing") -> dict[str, Any]:
+    if status == "firing":
+        return node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=20))
+    return node_alert(name, status="resolved", ends_at=datetime.now(UTC))
+
+
+def firing(*names: str) -> dict[str, Any]:
+    return webhook([alert(n) for n in names])
+
+
+def resolved(*names: str) -> dict[str, Any]:
+    return webhook([alert(n, "resolved") for n in names])
+
+
+def ours(node: dict[str, Any]) -> bool:
+    """The node carries nodefence's fence: its taint and a ledger written for this node."""
+    notes = node["metadata"].get("annotations") or {}
+    has_taint = any(t.get("key") == OOS for t in node["spec"].get("taints") or [])
+    return has_taint and notes.get(ledger.FENCED_BY) == ledger.FENCED_BY_VALUE
+
+
+def orphans(nodes: list[dict[str, Any]]) -> list[str]:
+    """Nodes whose taint and ledger disagree: a ledger without the taint, or nodefence's ledger
+    beside a taint of another effect. Either would make a later decision wrong."""
+    found = []
+    for node in nodes:
+        notes = node["metadata"].get("annotations") or {}
+        taints = [t for t in node["spec"].get("taints") or [] if t.get("key") == OOS]
+        fenced = ledger.FENCED_BY in notes
+        if fenced and len(taints) != 1:
+            found.append(f"{node['metadata']['name']}: ledger with {len(taints)} taints")
+        elif fenced and taints[0].get("effect") != notes.get(ledger.TAINT_EFFECT):
+            found.append(f"{node['metadata']['name']}: taint effect differs from the ledger")
+    return found
+
+
+@dataclass
+class NodeWriteWatch:
+    """Checks the fence budget and taint/ledger agreement on every node write the simulator
+    stores, so a violation that lasts a single write is still caught."""
+
+    limit: int
+    max_fenced: int = 0
+    violations: list[str] = field(default_factory=list)
+    writes: int = 0
+
+    def attach(self, cluster: SimulatorHandle) -> NodeWriteWatch:
+        store = cluster.sim.store
+
+        def listener(event: WatchEvent) -> None:
+            if event.resource.key != NODES.key:
+                return
+            self.writes += 1
+            nodes = store.items(NODES)
+            fenced = sorted(n["metadata"]["name"] for n in nodes if ours(n))
+            self.max_fenced = max(self.max_fenced, len(fenced))
+            if len(fenced) > self.limit:
+                self.violations.append(f"{len(fenced)} nodes fenced at once: {fenced}")
+            self.violations.extend(orphans(nodes))
+
+        store.add_listener(listener)
+        return self
+
+
+def pod_uids_off(cluster: SimulatorHandle, name: str) -> dict[str, tuple[str, str]]:
+    """UID -> (namespace, name) of every pod bound to another node (or to none)."""
+    return {
+        p["metadata"]["uid"]: (p["metadata"]["namespace"], p["metadata"]["name"])
+        for p in cluster.sim.store.items(PODS)
+        if p["spec"].get("nodeName") != name
+    }
+
+
+def successful(cluster: SimulatorHandle, method: str, path: str, since: int = 0) -> int:
+    return sum(
+        1
+        for r in cluster.faults.requests(since)
+        if r.method == method and r.path == path and 200 <= r.status < 300
+    )
+
+
+def attempts(cluster: SimulatorHandle, method: str, path: str, since: int = 0) -> int:
+    return sum(1 for r in cluster.faults.requests(since) if r.method == method and r.path == path)
+
+
+def assert_fenced(
+    cluster: SimulatorHandle,
+    name: str,
+    *,
+    others_before: dict[str, tuple[str, str]],
+    on_node_before: set[tuple[str, str]],
+    since: int = 0,
+) -> None:
+    """The state a fence must end in, whatever went wrong on the way: one taint, a ledger for
+    this very node, no pod left Terminating on it, exactly one successful fence write, and no
+    pod of another node touched (S6)."""
+    node = cluster.sim.store.get(NODES, None, name)
+    [taint] = oos_taints(cluster, name)
+    notes = node["metadata"]["annotations"]
+    assert notes[ledger.FENCED_BY] == ledger.FENCED_BY_VALUE, notes
+    assert notes[ledger.NODE_UID] == node["metadata"]["uid"], notes
+    assert notes[ledger.TAINT_EFFECT] == taint["effect"], (notes, taint)
+    assert notes[ledger.BOOT_ID] == node["status"]["nodeInfo"]["bootID"], notes
+    assert orphans(cluster.sim.store.items(NODES)) == []
+    assert terminating_on(cluster, name) == []
+    assert successful(cluster, "PATCH", NODE_PATH.format(name), since) == 1
+    alive = {p["metadata"]["uid"] for p in cluster.sim.store.items(PODS)}
+    lost = {uid: ref for uid, ref in others_before.items() if uid not in alive}
+    assert lost == {}, f"pods of other nodes were deleted: {sorted(lost.values())}"
+    deleted = {
+        tuple(r.path.split("/")[4:7:2])
+        for r in cluster.faults.requests(since)
+        if r.method == "DELETE" and "/pods/" in r.path and r.status == 200
+    }
+    assert deleted <= on_node_before, sorted(deleted - on_node_before)
+
+
+def names_on(cluster: SimulatorHandle, name: str) -> set[tuple[str, str]]:
+    return {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods_on(cluster, name)}
+
+
+async def kill_node(cluster: SimulatorHandle, name: str) -> None:
+    """Take the node down twenty minutes ago and wait for its pods to hang Terminating."""
+    cluster.sim.node_down(name, since_seconds=1200)
+    await eventually(lambda: terminating_on(cluster, name))

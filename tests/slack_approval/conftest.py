@@ -1,0 +1,169 @@
+"""The simulated cluster, a fake Slack Web API and the real receiver, all on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from pydantic import SecretStr
+
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence.http.app import build_app
+from nodefence.policy import parse_policy
+from nodefence.runtime import build_pipeline
+from nodefence.settings import Settings
+from nodefence.sim.resources import NODES, PODS
+from nodefence.sim.simulation import Simulation
+from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence.slack.fake import (
+    FakeSlack,
+    button,
+    interaction_body,
+    running_fake_slack,
+    sign_request,
+)
+from nodefence.slack.messages import APPROVE_ACTION_ID
+from nodefence.slack.routes import SLACK, SlackIntegration
+
+NODE = "control02"
+CHANNEL = "C0NODEFENCE"
+APPROVER = "U0ONCALL"
+SIGNING_SECRET = "signing-" + secrets.token_hex(8)
+BOT_TOKEN = "xoxb-" + secrets.token_hex(8)
+APPROVAL_KEY = "approval-" + secrets.token_hex(8)
+POLICY = {"rules": [{"name": "ask", "approval": "slack"}]}
+
+
+async def eventually(probe: Callable[[], Any], *, within: float = 15.0) -> Any:
+    """Poll until ``probe`` returns something truthy; fail with its last value at the deadline."""
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s (last value {value!r})")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class World:
+    cluster: SimulatorHandle
+    slack: FakeSlack
+    url: str
+    token: str
+    session: aiohttp.ClientSession
+    integration: SlackIntegration
+
+    def node(self) -> dict[str, Any]:
+        return self.cluster.sim.store.get(NODES, None, NODE)
+
+    def terminating(self) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in self.cluster.sim.store.items(PODS)
+            if p["spec"].get("nodeName") == NODE and p["metadata"].get("deletionTimestamp")
+        ]
+
+    def annotations(self) -> dict[str, str]:
+        return dict(self.node()["metadata"].get("annotations") or {})
+
+    def oos(self) -> list[dict[str, Any]]:
+        return [
+            t
+            for t in self.node()["spec"].get("taints") or []
+            if t["key"] == "node.kubernetes.io/out-of-service"
+        ]
+
+    async def alert(self, status: str = "firing") -> tuple[int, dict[str, Any]]:
+        started = datetime.now(UTC) - timedelta(minutes=15)
+        ends = datetime.now(UTC) if status == "resolved" else None
+        payload = webhook([node_alert(NODE, status=status, starts_at=started, ends_at=ends)])
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with self.session.post(f"{self.url}/alerts", json=payload, headers=headers) as r:
+            return r.status, await r.json()
+
+    def value(self, action_id: str = APPROVE_ACTION_ID, message: int = -1) -> str:
+        return str(button(self.slack.posted()[message], action_id)["value"])
+
+    async def click(
+        self,
+        action_id: str = APPROVE_ACTION_ID,
+        *,
+        user: str = APPROVER,
+        channel: str = CHANNEL,
+        value: str | None = None,
+        timestamp: int | None = None,
+        tamper: bool = False,
+        response: str = "1",
+    ) -> int:
+        body = interaction_body(
+            user=user,
+            channel=channel,
+            action_id=action_id,
+            value=self.value(action_id) if value is None else value,
+            response_url=self.slack.response_url(response),
+        )
+        headers = sign_request(SIGNING_SECRET, body, timestamp)
+        if tamper:
+            body = body.replace(user.encode(), b"U0INTRUDER")
+        async with self.session.post(
+            f"{self.url}/slack/interactions", data=body, headers=headers
+        ) as r:
+            return r.status
+
+    async def settle(self) -> None:
+        interactions = self.integration.interactions
+        assert interactions is not None
+        await interactions.tasks.drain(20)
+        assert len(interactions.tasks) == 0
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    sim = Simulation.from_scenario("seed")
+    sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
+    token = secrets.token_urlsafe(16)
+    async with running_simulator(sim) as cluster, running_fake_slack(BOT_TOKEN) as slack:
+        slack.groups["S0ONCALL"] = ["U0GROUPIE"]
+        settings = Settings(
+            alert_token=SecretStr(token),
+            namespace="nodefence",
+            identity="replica-1",
+            slack_bot_token=SecretStr(BOT_TOKEN),
+            slack_signing_secret=SecretStr(SIGNING_SECRET),
+            approval_key=SecretStr(APPROVAL_KEY),
+            slack_channel=CHANNEL,
+            slack_approvers=[APPROVER],
+            slack_approver_groups=["S0ONCALL"],
+            slack_api_url=slack.api_url,
+            slack_timeout_seconds=2,
+            request_deadline_seconds=10,
+        )
+        pipeline = await build_pipeline(
+            settings, policy=parse_policy(POLICY), kubeconfig=str(cluster.kubeconfig)
+        )
+        pipeline.options = type(pipeline.options)(
+            namespace="nodefence", identity="replica-1", deadline_seconds=10, settle_seconds=0.5
+        )
+        app = build_app(settings, pipeline, metrics=pipeline.metrics)
+        integration = app[SLACK]
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            async with aiohttp.ClientSession() as session:
+                yield World(cluster, slack, url, token, session, integration)
+        finally:
+            await runner.cleanup()
+            await pipeline.close()

@@ -1,0 +1,179 @@
+"""Approval in Slack end to end: alert -> question -> signed click -> fence on live facts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+from nodefence.engine import ledger
+from nodefence.slack import approvals
+from nodefence.slack.messages import REJECT_ACTION_ID
+
+from .conftest import APPROVER, NODE, World, eventually
+
+
+async def kill(world: World) -> None:
+    world.cluster.sim.node_down(NODE, since_seconds=1200)
+    await eventually(world.terminating)
+
+
+def node_patches(world: World, cursor: int, *, accepted: bool = True) -> list[int]:
+    """Statuses of the node's patches since ``cursor``: by default only the accepted ones; a
+    refused one (a failed ``test`` precondition) changed nothing."""
+    return [
+        r.status
+        for r in world.cluster.faults.requests(cursor)
+        if r.verb == "patch"
+        and r.path.endswith(f"/nodes/{NODE}")
+        and (r.status < 300 or not accepted)
+    ]
+
+
+async def test_alert_asks_once_then_an_approval_fences(world: World) -> None:
+    await kill(world)
+    status, body = await world.alert()
+    assert status == 200, body
+    [decision] = body["decisions"]
+    assert decision["verdict"] == "await-approval"
+    assert not world.oos()
+    [message] = world.slack.posted()
+    assert message["channel"] == "C0NODEFENCE"
+    text = str(message["blocks"])
+    assert NODE in text
+    assert "mariadb-server-1" in text
+    assert "Kubelet Lease" in text
+    assert "StatefulSets affected" in text
+    assert "openstack/mariadb-server" in text
+    notes = world.annotations()
+    assert notes[approvals.REQUEST_NODE_UID] == world.node()["metadata"]["uid"]
+    assert notes[approvals.MESSAGE].startswith("C0NODEFENCE/")
+    assert approvals.EXPIRES_AT in notes
+
+    status, body = await world.alert()
+    assert status == 200
+    assert body["decisions"][0]["verdict"] == "await-approval"
+    assert len(world.slack.posted()) == 1, "a repeated alert must not ask again"
+
+    started = time.monotonic()
+    assert await world.click() == 200
+    assert time.monotonic() - started < 3, "Slack needs its answer within three seconds"
+    await world.settle()
+    [taint] = world.oos()
+    assert taint["effect"] == "NoExecute"
+    notes = world.annotations()
+    assert notes[ledger.FENCED_BY] == "nodefence"
+    assert notes[ledger.APPROVAL].startswith(f"approved by {APPROVER} at ")
+    [reply] = world.slack.responses
+    assert reply["replace_original"] is True
+    assert "is fenced" in reply["text"]
+    assert APPROVER in str(reply["blocks"])
+    await eventually(lambda: not world.terminating())
+
+
+async def test_double_click_fences_once(world: World) -> None:
+    await kill(world)
+    await world.alert()
+    cursor = world.cluster.faults.cursor
+    statuses = await asyncio.gather(
+        world.click(response="a"), world.click(user="U0GROUPIE", response="b")
+    )
+    assert statuses == [200, 200]
+    await world.settle()
+    assert len(world.oos()) == 1
+    # Both presses run the pipeline; the loser's write fails its resourceVersion test (or is
+    # never attempted once the winner's fence is seen), so exactly one write changed the node.
+    assert node_patches(world, cursor) == [200], node_patches(world, cursor, accepted=False)
+    assert all(s in (200, 409, 422) for s in node_patches(world, cursor, accepted=False))
+    texts = sorted(r["text"] for r in world.slack.responses)
+    assert len(texts) == 2
+    assert any("is fenced" in t for t in texts)
+    assert any("already fenced" in t for t in texts)
+    # A click long after is no more effective.
+    cursor = world.cluster.faults.cursor
+    assert await world.click(response="c") == 200
+    await world.settle()
+    assert node_patches(world, cursor) == []
+
+
+async def test_reject_is_recorded_and_not_asked_again(world: World) -> None:
+    await kill(world)
+    await world.alert()
+    assert await world.click(REJECT_ACTION_ID) == 200
+    await world.settle()
+    assert not world.oos()
+    notes = world.annotations()
+    assert notes[ledger.APPROVAL].startswith(f"rejected by {APPROVER} at ")
+    assert notes[approvals.REQUEST_NODE_UID] == world.node()["metadata"]["uid"]
+    assert notes[approvals.REQUEST_FINGERPRINT]
+    [reply] = world.slack.responses
+    assert "rejected" in reply["text"]
+    status, _body = await world.alert()
+    assert status == 200
+    assert len(world.slack.posted()) == 1, "a rejected incident is not asked about again"
+    assert not world.oos()
+    # The old approve button of the same message no longer fences either: the rejection stands
+    # in the ledger and the engine still needs a fresh approval.
+    assert world.annotations()[ledger.APPROVAL].startswith("rejected")
+
+
+async def test_approval_after_recovery_fences_nothing(world: World) -> None:
+    await kill(world)
+    await world.alert()
+    world.cluster.sim.node_up(NODE, since_seconds=60)
+    await eventually(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in world.node()["status"]["conditions"]
+        )
+    )
+    cursor = world.cluster.faults.cursor
+    assert await world.click() == 200
+    await world.settle()
+    assert not world.oos()
+    assert ledger.FENCED_BY not in world.annotations()
+    [reply] = world.slack.responses
+    assert "Ready again" in reply["text"]
+    assert "Nothing was fenced" in reply["text"]
+    assert len(node_patches(world, cursor)) <= 1, "at most the request is withdrawn"
+    assert approvals.MESSAGE not in world.annotations()
+
+
+async def test_group_member_may_approve(world: World) -> None:
+    await kill(world)
+    await world.alert()
+    assert await world.click(user="U0GROUPIE") == 200
+    await world.settle()
+    assert world.oos()
+    assert any(c.method == "usergroups.users.list" for c in world.slack.calls)
+
+
+async def test_slack_down_means_503_and_no_fence(world: World) -> None:
+    await kill(world)
+    world.slack.down = True
+    status, body = await world.alert()
+    assert status == 503, body
+    assert body["status"] == 503
+    assert not world.oos()
+    assert approvals.REQUESTED_AT not in world.annotations(), "the claim is released"
+    world.slack.down = False
+    status, body = await world.alert()
+    assert status == 200
+    assert len(world.slack.posted()) == 1
+
+
+async def test_expired_request_is_asked_again(world: World) -> None:
+    await kill(world)
+    await world.alert()
+    old = world.annotations()[approvals.MESSAGE]
+    requester = world.integration.approvals
+    assert requester is not None
+    later = datetime.now(UTC) + timedelta(hours=2)
+    requester.clock = lambda: later
+    status, _body = await world.alert()
+    assert status == 200
+    assert len(world.slack.posted()) == 2, "an expired request is asked again"
+    assert world.annotations()[approvals.MESSAGE] != old
+    [update] = world.slack.posted("chat.update")
+    assert update["ts"] == old.split("/", 1)[1]
+    assert "expired" in update["text"]
