@@ -154,6 +154,7 @@ async def test_slack_down_means_503_and_no_fence(world: World) -> None:
     status, body = await world.alert()
     assert status == 503, body
     assert body["status"] == 503
+    assert "Slack" in body["detail"]
     assert not world.oos()
     assert approvals.REQUESTED_AT not in world.annotations(), "the claim is released"
     world.slack.down = False
