@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from bench.common import (
     DEAD_NODE,
-    FINALIZER,
     LATENCY_SECONDS,
     NAMESPACE,
     POLICY,
@@ -69,7 +68,9 @@ def runbook_seconds(pods: int, sample: int) -> tuple[float, int]:
         kubeconfig = str(sim.kubeconfig)
         stuck = sorted(p["metadata"]["name"] for p in sim.pods_on_dead_node())
         with_finalizers = {
-            p["metadata"]["name"] for p in sim.pods_on_dead_node() if p["metadata"].get("finalizers")
+            p["metadata"]["name"]
+            for p in sim.pods_on_dead_node()
+            if p["metadata"].get("finalizers")
         }
         done = stuck[: min(sample, len(stuck))]
         started = time.perf_counter()
@@ -78,14 +79,27 @@ def runbook_seconds(pods: int, sample: int) -> tuple[float, int]:
         for name in done:
             # --wait=false: a pod kept by a finalizer would otherwise block the script for good.
             _kubectl(
-                kubeconfig, "delete", "pod", "-n", NAMESPACE, name,
-                "--grace-period=0", "--force", "--wait=false",
+                kubeconfig,
+                "delete",
+                "pod",
+                "-n",
+                NAMESPACE,
+                name,
+                "--grace-period=0",
+                "--force",
+                "--wait=false",
             )
         for name in done:
             if name in with_finalizers:
                 _kubectl(
-                    kubeconfig, "patch", "pod", "-n", NAMESPACE, name,
-                    "-p", json.dumps({"metadata": {"finalizers": None}}),
+                    kubeconfig,
+                    "patch",
+                    "pod",
+                    "-n",
+                    NAMESPACE,
+                    name,
+                    "-p",
+                    json.dumps({"metadata": {"finalizers": None}}),
                 )
         finished = time.perf_counter()
         left = {p["metadata"]["name"] for p in sim.pods_on_dead_node()}
@@ -98,7 +112,9 @@ def _writes(sim: Cluster, cursor: int) -> int:
     return sum(1 for r in sim.requests_since(cursor) if r["verb"] in WRITE_VERBS)
 
 
-def nodefence_fence(pods: int, repeats: int) -> tuple[float, float, int, int, int, list[int], list[float]]:
+def nodefence_fence(
+    pods: int, repeats: int
+) -> tuple[float, float, int, int, int, list[int], list[float]]:
     with cluster(pods) as sim:
         sim.kill_dead_node(pods)
         sim.set_latency(LATENCY_SECONDS)
@@ -136,7 +152,9 @@ def nodefence_fence(pods: int, repeats: int) -> tuple[float, float, int, int, in
             )
 
 
-def run(sizes: tuple[int, ...] = (10, 100, 1000), sample: int = 50, repeats: int = 200) -> list[FenceResult]:
+def run(
+    sizes: tuple[int, ...] = (10, 100, 1000), sample: int = 50, repeats: int = 200
+) -> list[FenceResult]:
     results = []
     for pods in sizes:
         seconds, answer, peak, idle, calls, counts, latencies = nodefence_fence(
@@ -144,7 +162,9 @@ def run(sizes: tuple[int, ...] = (10, 100, 1000), sample: int = 50, repeats: int
         )
         kubectl, sampled = runbook_seconds(pods, sample)
         results.append(
-            FenceResult(pods, seconds, answer, kubectl, sampled, peak, idle, calls, counts, latencies)
+            FenceResult(
+                pods, seconds, answer, kubectl, sampled, peak, idle, calls, counts, latencies
+            )
         )
         print(
             f"  fence {pods:>5} pods: nodefence {seconds:.2f}s, kubectl {kubectl:.2f}s"
@@ -161,13 +181,13 @@ def rows(results: list[FenceResult]) -> list[Row]:
         note = f"answer after {r.answer_seconds:.2f}s; {r.api_requests} API requests"
         if r.kubectl_sampled < r.pods:
             note += f"; kubectl timed on {r.kubectl_sampled} pods, extrapolated"
-        target = "≥ 20×" if r.pods == 1000 else ""
+        target = "≥ 20x" if r.pods == 1000 else ""
         table.append(
             Row(
                 f"fence, {r.pods} Terminating pods",
                 f"{r.nodefence_seconds:.2f} s",
                 f"{r.kubectl_seconds:.2f} s (kubectl)",
-                f"{ratio:.1f}×",
+                f"{ratio:.1f}x",
                 target,
                 ("yes" if ratio >= 20 else "NO") if target else "",
                 note,
@@ -178,7 +198,7 @@ def rows(results: list[FenceResult]) -> list[Row]:
         most = max(largest.repeat_requests)
         table.append(
             Row(
-                f"repeated alert, fenced node (×{len(largest.repeat_latencies)})",
+                f"repeated alert, fenced node (x{len(largest.repeat_latencies)})",
                 f"{median(largest.repeat_requests):.0f} API req (max {most})",
                 "",
                 "",
@@ -194,7 +214,7 @@ def rows(results: list[FenceResult]) -> list[Row]:
             f"peak RSS of the receiver, {largest.pods}-pod fence",
             f"{peak_mb:.1f} MB",
             f"{largest.idle_rss_kib / 1024:.1f} MB (idle)",
-            f"{peak_mb / (largest.idle_rss_kib / 1024):.2f}× idle",
+            f"{peak_mb / (largest.idle_rss_kib / 1024):.2f}x idle",
             "≤ 100 MB",
             "yes" if peak_mb <= 100 else "NO",
             "VmHWM of `nodefence serve`",

@@ -26,7 +26,9 @@ from bench.common import (
 CONCURRENCY = 32
 
 
-def _load(url: str, payload: dict[str, object] | None, count: int, seconds: float) -> dict[str, object]:
+def _load(
+    url: str, payload: dict[str, object] | None, count: int, seconds: float
+) -> dict[str, object]:
     command = [
         sys.executable,
         "-m",
@@ -64,7 +66,7 @@ def run(count: int = 3000, seconds: float = 20.0) -> list[Row]:
                     name,
                     f"{rate:.0f} req/s",
                     f"{base_rate:.0f} req/s (GET /healthz)",
-                    f"{rate / base_rate:.2f}×",
+                    f"{rate / base_rate:.2f}x",
                     "≥ 500 req/s",
                     "yes" if rate >= 500 else "NO",
                     f"p50 {median(latencies):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms; "

@@ -18,6 +18,7 @@ from typing import Protocol
 import structlog
 
 from nodefence.actions.executor import ActionResult, Executor, Outcome
+from nodefence.engine.alerts import match_rule
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
@@ -46,6 +47,7 @@ from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.lock import FenceLock
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy, Rule
+from nodefence.power import probe_power
 
 log = structlog.get_logger(__name__)
 
@@ -99,7 +101,7 @@ class Pipeline:
         self.metrics = metrics
         self.options = options or PipelineOptions()
         self.clock = clock
-        self.reader = FactsReader(kube)
+        self.reader = FactsReader(kube, self.options.namespace)
         self.executor = Executor(kube, purge_concurrency=self.options.purge_concurrency)
         self.events = EventRecorder(kube, self.options.identity)
         self.lock = FenceLock(
@@ -153,8 +155,7 @@ class Pipeline:
             decision = decide(event, empty, self.policy, self.clock())
             self._log(decision)
             return decision
-        snapshot = await self.reader.read(event.node, deadline)
-        decision = decide(event, snapshot.facts, self.policy, self.clock(), approval=approval)
+        snapshot, decision = await self._read_and_decide(event, deadline, approval)
         if decision.dry_run:
             self._log(decision)
             return decision
@@ -166,6 +167,34 @@ class Pipeline:
             decision, results = await self._unfence(event, decision, deadline)
         await self._record(decision, results, _uid(snapshot), deadline)
         return decision
+
+    async def _read_and_decide(
+        self, event: AlertEvent, deadline: Deadline, approval: Approval | None = None
+    ) -> tuple[Snapshot, Decision]:
+        """Decide without the node's Lease first: for a node already handled that settles it (a
+        repeated alert costs two reads). Anything else is decided again with the Lease, and, for
+        a rule that asks for it, with proof that the machine is powered off."""
+        assert event.node is not None
+        snapshot = await self.reader.read(event.node, deadline, with_lease=False)
+        decision = decide(event, snapshot.facts, self.policy, self.clock(), approval=approval)
+        if _settled_without_lease(decision, snapshot):
+            return snapshot, decision
+        snapshot = await self.reader.with_lease(snapshot, deadline)
+        snapshot = await self._with_power(event, snapshot)
+        decision = decide(event, snapshot.facts, self.policy, self.clock(), approval=approval)
+        return snapshot, decision
+
+    async def _with_power(self, event: AlertEvent, snapshot: Snapshot) -> Snapshot:
+        node = snapshot.facts.node
+        if node is None or event.status is not AlertStatus.FIRING:
+            return snapshot
+        rule = match_rule(self.policy, event, node)
+        if rule is None or rule.power_off_proof.mode != "http":
+            return snapshot
+        proof = rule.power_off_proof
+        evidence = await probe_power(proof.url, node.name, proof.timeout_seconds)
+        facts = dataclasses.replace(snapshot.facts, power=evidence)
+        return dataclasses.replace(snapshot, facts=facts)
 
     async def _fence_and_purge(
         self,
@@ -203,7 +232,7 @@ class Pipeline:
         rule = self.policy.rule_named(decision.rule) or Rule()
         minor = server_minor(self.reader.server_version)
         attachments: tuple[VolumeAttachmentFacts, ...] = ()
-        snapshot = await self.reader.read(decision.node, deadline)
+        snapshot = await self.reader.read(decision.node, deadline, with_lease=False)
         if minor is None or minor < AUTOMATIC_DETACH_FROM:
             attachments = tuple(
                 volume_attachment_facts(a)
@@ -245,12 +274,10 @@ class Pipeline:
         assert name is not None
         result: ActionResult | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
-            snapshot = await self.reader.read(name, deadline)
             if event is not None:
-                decision = decide(
-                    event, snapshot.facts, self.policy, self.clock(), approval=approval
-                )
+                snapshot, decision = await self._read_and_decide(event, deadline, approval)
             else:
+                snapshot = await self.reader.read(name, deadline)
                 decision = decide_reconcile(snapshot.facts, self.policy, self.clock())
             result = await write(snapshot, decision, deadline)
             if result is None or result.outcome is not Outcome.CONFLICT:
@@ -365,6 +392,18 @@ class Pipeline:
             results=[r.as_dict() for r in results or []],
             summary=describe(decision),
         )
+
+
+def _settled_without_lease(decision: Decision, snapshot: Snapshot) -> bool:
+    """Nothing to do for a node nodefence already fenced, or a node that does not exist: the
+    Lease could not change that. Everything else needs it."""
+    if snapshot.facts.node is None:
+        return True
+    return (
+        decision.verdict is Verdict.NOOP
+        and snapshot.facts.node.ledger.fenced
+        and all(r.passed for r in decision.reasons)
+    )
 
 
 def _uid(snapshot: Snapshot) -> str:

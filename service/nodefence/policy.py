@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nodefence.engine.labels import SelectorError, parse_selector
 
@@ -63,6 +63,27 @@ class RuleMatch(_Model):
         return value
 
 
+class PowerOffProof(_Model):
+    """Evidence required before tainting that the machine is really off (off by default).
+
+    ``annotation``: the node must carry ``annotation`` = "off" (or "true"), set by external
+    fencing. ``http``: GET ``url`` (``{node}`` is replaced by the node name) must answer "off"
+    (plain text, or JSON ``{"state": "off"}`` / ``{"power": "off"}``) within ``timeout_seconds``.
+    No answer, no fence.
+    """
+
+    mode: Literal["none", "annotation", "http"] = "none"
+    annotation: str = "nodefence.io/power-state"
+    url: str = ""
+    timeout_seconds: float = Field(default=5.0, gt=0, le=30)
+
+    @model_validator(mode="after")
+    def _url_for_http(self) -> PowerOffProof:
+        if self.mode == "http" and "://" not in self.url:
+            raise ValueError("url is required (http or https) when mode is http")
+        return self
+
+
 class Rule(_Model):
     name: str = Field(default="default", min_length=1)
     match: RuleMatch = Field(default_factory=RuleMatch)
@@ -80,6 +101,7 @@ class Rule(_Model):
     # An approval older than this no longer authorises a fence; the request is asked again.
     approval_timeout_seconds: int = Field(default=3600, gt=0)
     flap_window_seconds: int = Field(default=1800, ge=0)
+    power_off_proof: PowerOffProof = Field(default_factory=PowerOffProof)
 
 
 class ClusterPolicy(_Model):
@@ -87,6 +109,8 @@ class ClusterPolicy(_Model):
     min_ready_fraction: float = Field(default=0.51, ge=0.0, le=1.0)
     control_plane_quorum: bool = True
     storm_not_ready_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    # After a storm ends, nodes that recovered within this window still count as part of it.
+    storm_cooldown_seconds: int = Field(default=600, ge=0)
 
 
 class Policy(_Model):

@@ -3,6 +3,9 @@ a listener that watches every node write in the simulator for a broken invariant
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -142,3 +145,17 @@ async def kill_node(cluster: SimulatorHandle, name: str) -> None:
     """Take the node down twenty minutes ago and wait for its pods to hang Terminating."""
     cluster.sim.node_down(name, since_seconds=1200)
     await eventually(lambda: terminating_on(cluster, name))
+
+
+async def until(
+    probe: Callable[[], Awaitable[object]], *, within: float = 15.0, interval: float = 0.05
+) -> None:
+    """Poll an asynchronous probe until it returns something truthy; fail at the deadline."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s (last value {value!r})")
+        await asyncio.sleep(interval)

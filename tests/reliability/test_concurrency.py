@@ -15,12 +15,12 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
-from pipeline.harness import Receiver, node_events, start_receiver
 
 from nodefence.policy import parse_policy
 from nodefence.sim.resources import NODES
 from nodefence.sim.simulation import Simulation
 from nodefence.sim.testing import SimulatorHandle, running_simulator
+from pipeline.harness import Receiver, node_events, start_receiver
 
 from .support import NODE_PATH, NodeWriteWatch, firing, orphans, ours, resolved, successful
 
@@ -67,7 +67,7 @@ def fenced_now(cluster: SimulatorHandle) -> list[str]:
 
 
 async def run(seed: int, limit: int) -> None:
-    rng = random.Random(seed)  # noqa: S311 - reproducible schedules
+    rng = random.Random(seed)
     down = rng.choice(OUTAGES)
     policy = parse_policy({"cluster": {"max_fenced_nodes": limit}})
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:

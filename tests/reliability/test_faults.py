@@ -4,6 +4,7 @@ the fence still ends in the one correct state, or answers 503 without leaving a 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from .support import (
     orphans,
     pod_uids_off,
     successful,
+    until,
 )
 
 NODE = "control02"
@@ -92,10 +94,12 @@ async def test_throttling_honours_retry_after(cluster: SimulatorHandle, dead: Be
         [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "fence", decision
     patches = [
-        r for r in cluster.faults.requests(dead.cursor) if (r.method, r.path) == ("PATCH", PATCH_NODE)
+        r
+        for r in cluster.faults.requests(dead.cursor)
+        if (r.method, r.path) == ("PATCH", PATCH_NODE)
     ]
     assert [r.status for r in patches] == [429, 429, 200]
-    gaps = [later.at - earlier.at for earlier, later in zip(patches, patches[1:], strict=False)]
+    gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(patches)]
     assert all(gap >= 0.75 for gap in gaps), gaps
     dead.check(cluster)
 
@@ -108,7 +112,7 @@ async def test_conflict_storm_rereads_and_redecides(cluster: SimulatorHandle, de
     log = cluster.faults.requests(dead.cursor)
     patches = [i for i, r in enumerate(log) if (r.method, r.path) == ("PATCH", PATCH_NODE)]
     assert [log[i].status for i in patches] == [409, 409, 409, 409, 200]
-    for earlier, later in zip(patches, patches[1:], strict=False):
+    for earlier, later in itertools.pairwise(patches):
         between = [r.path for r in log[earlier + 1 : later]]
         assert "/api/v1/nodes" in between, "each retry must re-read the node and re-decide"
     dead.check(cluster)
@@ -281,7 +285,7 @@ async def test_api_down_right_after_the_taint_then_reconcile_finishes(
             assert status == 200
             return not terminating_on(cluster, NODE)
 
-        await eventually(reconciled, within=10, interval=0.2)
+        await until(reconciled, within=10, interval=0.2)
     dead.check(cluster)
 
 

@@ -112,6 +112,9 @@ def _common_preamble(
     if record.policy.paused:
         record.add("paused", False, "nodefence is paused by the policy; nothing is done")
         return record.finish(Verdict.SKIP)
+    if facts.cluster.paused_reason:
+        record.add("paused", False, f"nodefence is paused: {facts.cluster.paused_reason}")
+        return record.finish(Verdict.SKIP)
     node = facts.node
     if node is None:
         record.add("node-found", False, f"node {node_name} does not exist in the cluster")
@@ -263,9 +266,11 @@ def _firing(
     record.extend(
         guards.lease_is_stale(node, facts.lease, rule, record.now),
         guards.no_storm(facts.cluster, policy.cluster),
+        guards.storm_cooled_down(facts.cluster, policy.cluster, record.now),
         guards.within_fence_budget(node, facts.cluster, policy.cluster),
         guards.ready_fraction_kept(node, facts.cluster, policy.cluster),
         guards.control_plane_quorum(node, facts.cluster, policy.cluster),
+        guards.powered_off(node, facts.power, rule),
     )
     flap = guards.not_flapping(own, rule, record.now)
     record.extend(flap)
@@ -308,6 +313,10 @@ def _approval(
         "" if flap.passed else " (the node may be flapping)"
     )
     if approval is None:
+        rejected = ledger.rejection(node, record.fingerprint)
+        if rejected is not None:
+            record.add("approval", False, f"fencing was {rejected} for this incident")
+            return record.finish(Verdict.NOOP)
         record.add("approval", False, f"{asked}; none given yet")
         return record.finish(Verdict.AWAIT_APPROVAL)
     if approval.node_uid != node.uid:
@@ -339,16 +348,16 @@ def _approval(
 def _purge_leftovers(record: _Record, facts: Facts, node: NodeFacts, rule: Rule) -> Decision:
     """Purging pods is only safe while the node is still verifiably down, so S1 and S2 are
     checked again even though the node is already fenced."""
+    purges, reason = select_purge(node, facts.pods, rule.purge)
+    if not purges:
+        record.extend(reason)
+        record.add("verdict", True, "already fenced and nothing left to purge")
+        return record.finish(Verdict.NOOP)
     s1 = guards.ready_is_not_true(node)
     s2 = guards.lease_is_stale(node, facts.lease, rule, record.now)
-    record.extend(s1, s2)
+    record.extend(s1, s2, reason)
     if not (s1.passed and s2.passed):
         record.add("purge", False, "the node shows signs of life; its pods are not purged")
-        return record.finish(Verdict.NOOP)
-    purges, reason = select_purge(node, facts.pods, rule.purge)
-    record.extend(reason)
-    if not purges:
-        record.add("verdict", True, "already fenced and nothing left to purge")
         return record.finish(Verdict.NOOP)
     return record.finish(Verdict.PURGE, purges)
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from nodefence.engine.model import ClusterFacts, LeaseFacts, Ledger, NodeFacts, PodFacts, Reason
+from nodefence.engine.model import (
+    ClusterFacts,
+    LeaseFacts,
+    Ledger,
+    NodeFacts,
+    PodFacts,
+    PowerEvidence,
+    Reason,
+)
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import ClusterPolicy, Rule
 
@@ -26,6 +34,8 @@ HEALTHY_DELAY = "healthy-delay"
 LEASE_FRESH = "lease-fresh"
 BOOT_ID = "boot-id"
 TERMINATING_PODS = "terminating-pods"
+STORM_COOLDOWN = "storm-cooldown"
+POWER_OFF = "power-off"
 
 _MAX_LISTED = 5
 
@@ -144,6 +154,63 @@ def no_storm(cluster: ClusterFacts, policy: ClusterPolicy) -> Reason:
     return _pass(
         STORM,
         f"{not_ready} of {total} nodes are NotReady, within the {threshold} storm threshold",
+    )
+
+
+def storm_cooled_down(cluster: ClusterFacts, policy: ClusterPolicy, now: datetime) -> Reason:
+    """A storm is not over when the nodes come back: flapping links take nodes down again. Nodes
+    that became Ready within the cooldown count as part of the storm, so nodefence keeps
+    refusing until the cluster has been calm for ``storm_cooldown_seconds``."""
+    total = cluster.total_nodes
+    window = timedelta(seconds=policy.storm_cooldown_seconds)
+    if total <= 0 or policy.storm_cooldown_seconds == 0:
+        return _pass(STORM_COOLDOWN, "no storm cooldown applies")
+    recovered = sum(1 for since in cluster.ready_since if timedelta(0) <= now - since < window)
+    not_ready = max(0, total - cluster.ready_nodes)
+    fraction = (not_ready + recovered) / total
+    if recovered and fraction > policy.storm_not_ready_fraction:
+        return _block(
+            STORM_COOLDOWN,
+            f"{recovered} node(s) became Ready within the last "
+            f"{duration(policy.storm_cooldown_seconds)} while {not_ready} are NotReady "
+            f"({_percent(fraction)} of {total} nodes together, more than the "
+            f"{_percent(policy.storm_not_ready_fraction)} storm threshold): a storm just ended; "
+            "fencing nothing until it has been calm for the cooldown",
+        )
+    return _pass(
+        STORM_COOLDOWN,
+        f"no storm within the last {duration(policy.storm_cooldown_seconds)} "
+        f"({recovered} node(s) recovered in that time)",
+    )
+
+
+def powered_off(node: NodeFacts, power: PowerEvidence | None, rule: Rule) -> Reason:
+    """Where the policy asks for it, a taint needs proof that the machine is off: a node that
+    only lost its network still runs its pods and writes to its volumes."""
+    proof = rule.power_off_proof
+    if proof.mode == "none":
+        return _pass(POWER_OFF, "the rule does not require proof that the machine is off")
+    if proof.mode == "annotation":
+        value = node.annotations.get(proof.annotation, "").strip().lower()
+        if value in ("off", "true"):
+            return _pass(
+                POWER_OFF, f"external fencing says the machine is off ({proof.annotation}={value})"
+            )
+        shown = value or "absent"
+        return _block(
+            POWER_OFF,
+            f"the rule requires proof the machine is off: annotation {proof.annotation} is "
+            f"{shown}, not off",
+        )
+    if power is None:
+        return _block(POWER_OFF, "the rule requires proof the machine is off; none was obtained")
+    if power.state == "off":
+        return _pass(POWER_OFF, f"{power.source} reports the machine is powered off")
+    detail = f" ({power.detail})" if power.detail else ""
+    return _block(
+        POWER_OFF,
+        f"the rule requires proof the machine is off; {power.source} answered "
+        f"{power.state}{detail}: no answer, no fence",
     )
 
 

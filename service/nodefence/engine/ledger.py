@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from nodefence.engine.model import PREFIX, AlertEvent, Approval, Ledger, NodeFacts
+from nodefence.engine.model import (
+    PREFIX,
+    AlertEvent,
+    Approval,
+    ApprovalDecision,
+    Ledger,
+    NodeFacts,
+)
 from nodefence.engine.wording import instant
 
 FENCED_BY = PREFIX + "fenced-by"
@@ -24,6 +31,9 @@ TAINT_EFFECT = PREFIX + "taint-effect"
 RULE = PREFIX + "rule"
 APPROVAL = PREFIX + "approval"
 UNFENCED_AT = PREFIX + "unfenced-at"
+# Which node object and alert an approval request (and its answer) was for.
+APPROVAL_NODE_UID = PREFIX + "approval-node-uid"
+APPROVAL_FINGERPRINT = PREFIX + "approval-fingerprint"
 
 FENCED_BY_VALUE = "nodefence"
 
@@ -73,8 +83,25 @@ def parse_ledger(annotations: Mapping[str, str] | None) -> Ledger:
     )
 
 
+_PAST = {ApprovalDecision.APPROVE: "approved", ApprovalDecision.REJECT: "rejected"}
+
+
 def approval_text(approval: Approval) -> str:
-    return f"{approval.decision.value}d by {approval.user} at {instant(approval.at)}"
+    return f"{_PAST[approval.decision]} by {approval.user} at {instant(approval.at)}"
+
+
+def rejection(node: NodeFacts, fingerprint: str) -> str | None:
+    """The recorded "rejected by ..." if a person rejected fencing this very node object for
+    this alert; a new node object or a new incident is asked again."""
+    notes = node.annotations
+    answer = _text(notes, APPROVAL)
+    if answer is None or not answer.startswith("rejected"):
+        return None
+    if _text(notes, APPROVAL_NODE_UID) != node.uid:
+        return None
+    if _text(notes, APPROVAL_FINGERPRINT) not in (None, fingerprint):
+        return None
+    return answer
 
 
 def fence_annotations(

@@ -131,6 +131,21 @@ class ClusterFacts:
     server_version: str = ""
     # The control-plane nodes among ``fenced_by_us``: the quorum guard never fences a second one.
     fenced_control_plane: tuple[str, ...] = ()
+    # When each Ready node last became Ready: nodes that recovered together mark a storm that
+    # just ended, during whose cooldown nothing is fenced.
+    ready_since: tuple[datetime, ...] = ()
+    # Set when an operator paused nodefence cluster-wide (the control ConfigMap); says by whom.
+    paused_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class PowerEvidence:
+    """Evidence that the machine behind a node is powered off (from a BMC or cloud power API,
+    or an annotation set by external fencing). Only ``state == "off"`` counts as proof."""
+
+    state: str  # "off", "on" or "unknown"
+    source: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,7 @@ class Facts:
     lease: LeaseFacts | None
     pods: tuple[PodFacts, ...]
     cluster: ClusterFacts
+    power: PowerEvidence | None = None
 
 
 class ApprovalDecision(StrEnum):

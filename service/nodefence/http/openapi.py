@@ -22,7 +22,7 @@ from nodefence.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 OPENAPI_PATH = "/openapi.json"
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 _LABELS_REF = {"$ref": "#/components/schemas/Labels"}
-_SECURED = [{"bearer": []}, {"basic": []}]
+_SECURED: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]
 
 
 def _problem(description: str, *, headers: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -114,7 +114,9 @@ def pod_facts(pod: Json) -> PodFacts:
     )
 
 
-def cluster_facts(nodes: list[Json], server_version: str = "") -> ClusterFacts:
+def cluster_facts(
+    nodes: list[Json], server_version: str = "", paused_reason: str | None = None
+) -> ClusterFacts:
     """Counts for the budget, quorum and storm guards, from one list of all nodes."""
     control_plane = [
         n
@@ -123,17 +125,25 @@ def cluster_facts(nodes: list[Json], server_version: str = "") -> ClusterFacts:
     ]
     # A ledger written for an earlier node of the same name (other uid) is not ours (S9).
     fenced = [
-        facts.name
+        facts
         for facts in map(node_facts, nodes)
         if facts.ledger.fenced and facts.ledger.node_uid == facts.uid
     ]
+    ready_since = tuple(
+        cond.last_transition
+        for cond in map(ready_condition, nodes)
+        if cond is not None and cond.status == "True" and cond.last_transition is not None
+    )
     return ClusterFacts(
         total_nodes=len(nodes),
         ready_nodes=sum(1 for n in nodes if is_ready(n)),
         control_plane_total=len(control_plane),
         control_plane_ready=sum(1 for n in control_plane if is_ready(n)),
-        fenced_by_us=tuple(sorted(fenced)),
+        fenced_by_us=tuple(sorted(f.name for f in fenced)),
+        fenced_control_plane=tuple(sorted(f.name for f in fenced if f.is_control_plane)),
         server_version=server_version,
+        ready_since=ready_since,
+        paused_reason=paused_reason,
     )
 
 

@@ -52,6 +52,9 @@ class SimSettings:
     pod_eviction_toleration_seconds: int = 300
     orphan_pod_quarantine_seconds: float = 40.0
     force_detach_after_seconds: float | None = None
+    # How long a scenario's nodes have been Ready when it starts: a cluster that has run for a
+    # while, not one whose nodes all just came up together.
+    initial_uptime_seconds: float = 86400.0
     tick_seconds: float = 0.1
 
     def __post_init__(self) -> None:
@@ -150,6 +153,12 @@ class Simulation:
         sim.controllers.extend(all_controllers(sim))
         sim.load_objects(scenario.objects)
         sim.settle()
+        if sim.settings.initial_uptime_seconds > 0:
+            for node in sim.store.items(NODES):
+                sim.kubelets.up(
+                    str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds
+                )
+            sim.settle()
         return sim
 
     @property

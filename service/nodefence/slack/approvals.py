@@ -35,8 +35,8 @@ log = structlog.get_logger(__name__)
 REQUESTED_AT = PREFIX + "approval-requested-at"
 EXPIRES_AT = PREFIX + "approval-expires-at"
 MESSAGE = PREFIX + "approval-message"
-REQUEST_NODE_UID = PREFIX + "approval-node-uid"
-REQUEST_FINGERPRINT = PREFIX + "approval-fingerprint"
+REQUEST_NODE_UID = ledger.APPROVAL_NODE_UID
+REQUEST_FINGERPRINT = ledger.APPROVAL_FINGERPRINT
 REQUEST_NOT_READY_SINCE = PREFIX + "approval-not-ready-since"
 REQUEST_KEYS = (
     REQUESTED_AT,

@@ -1,0 +1,101 @@
+"""``make bench``: every benchmark, then one table against the targets; with ``--write`` the
+table and the machine it ran on replace the top of ``bench/RESULTS.md`` (the analysis of missed
+targets below it is kept)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench import fence, noop
+from bench.common import Row
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+ANALYSIS = "All figures come from"
+COLUMNS = ("benchmark", "nodefence", "baseline", "ratio", "target", "met", "notes")
+
+
+def _startup_rows() -> list[Row]:
+    """Cold start by ``bench.startup``, against a minimal aiohttp server timed the same way."""
+    try:
+        startup = importlib.import_module("bench.startup")
+    except ImportError:
+        return [Row("cold start", "not measured", note="bench.startup is not present")]
+    with startup.SimulatorProcess("seed") as sim:
+        serve = startup.measure(
+            "nodefence serve", lambda: startup.serve_once(sim.kubeconfig), runs=5
+        )
+        server = startup.measure("minimal aiohttp server", startup.minimal_server_once, runs=5)
+    threshold = startup.THRESHOLD_SECONDS
+    return [
+        Row(
+            "cold start to 200 /readyz (median of 5)",
+            f"{serve.median:.2f} s",
+            f"{server.median:.2f} s (minimal aiohttp server)",
+            f"{serve.median / server.median:.1f}x slower",
+            f"≤ {threshold:.1f} s",
+            "yes" if serve.median <= threshold else "NO",
+            "python -m bench.startup --imports for the breakdown",
+        )
+    ]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> str:
+    return (
+        f"{os.cpu_count()} CPUs ({_cpu_model()}), Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}, "
+        f"{datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+    )
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        cells = (row.name, row.value, row.baseline, row.ratio, row.target, row.met, row.note)
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--sizes", default="10,100,1000", help="pods on the dead node")
+    parser.add_argument("--sample", type=int, default=50, help="pods timed with kubectl")
+    parser.add_argument("--repeats", type=int, default=200, help="repeated alerts")
+    parser.add_argument("--requests", type=int, default=3000, help="no-op load per path")
+    parser.add_argument("--write", action="store_true", help="also write bench/RESULTS.md")
+    args = parser.parse_args(argv)
+    sizes = tuple(int(n) for n in args.sizes.split(","))
+    print("fence versus the kubectl runbook", flush=True)
+    rows = fence.rows(fence.run(sizes, sample=args.sample, repeats=args.repeats))
+    print("no-op load", flush=True)
+    rows += noop.run(count=args.requests)
+    print("cold start", flush=True)
+    rows += _startup_rows()
+    table = markdown(rows)
+    print()
+    print(table)
+    print()
+    print(machine())
+    if args.write:
+        RESULTS.write_text(f"# Benchmark results\n\n{machine()}\n\n{table}\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

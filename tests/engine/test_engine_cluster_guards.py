@@ -1,0 +1,96 @@
+"""Cluster-level guards: storm cooldown, cluster-wide pause, proof of power-off, and a rejection
+recorded in the ledger. Each test fails if its guard is removed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from engine_factories import NOW, UID, ago, cluster, event, facts, node, policy
+
+from nodefence.engine import ledger
+from nodefence.engine.decide import decide
+from nodefence.engine.model import PowerEvidence, Verdict
+
+
+def blocked_by(decision_reasons: tuple[object, ...]) -> list[str]:
+    return [r.guard for r in decision_reasons if not r.passed]  # type: ignore[attr-defined]
+
+
+def test_storm_cooldown_refuses_while_a_storm_just_ended() -> None:
+    # One node NotReady, three that came back two minutes ago: a storm of 4 of 5 just ended.
+    recovered = (ago(120), ago(120), ago(120), ago(86400))
+    decision = decide(event(), facts(cluster_=cluster(ready_since=recovered)), policy(), NOW)
+    assert decision.verdict is Verdict.NOOP
+    assert "storm-cooldown" in blocked_by(decision.reasons)
+
+
+def test_storm_cooldown_passes_once_calm_for_the_window() -> None:
+    recovered = (ago(1200), ago(1200), ago(1200), ago(86400))
+    decision = decide(event(), facts(cluster_=cluster(ready_since=recovered)), policy(), NOW)
+    assert decision.verdict is Verdict.FENCE
+
+
+def test_storm_cooldown_can_be_switched_off() -> None:
+    recovered = (ago(120), ago(120), ago(120), ago(86400))
+    the_policy = policy(cluster={"storm_cooldown_seconds": 0})
+    decision = decide(event(), facts(cluster_=cluster(ready_since=recovered)), the_policy, NOW)
+    assert decision.verdict is Verdict.FENCE
+
+
+def test_cluster_wide_pause_skips_with_its_reason() -> None:
+    paused = cluster(paused_reason="ConfigMap nodefence/nodefence-control (maintenance)")
+    decision = decide(event(), facts(cluster_=paused), policy(), NOW)
+    assert decision.verdict is Verdict.SKIP
+    assert "maintenance" in decision.summary
+    assert not decision.actions
+
+
+@pytest.mark.parametrize(
+    ("value", "verdict"),
+    [("off", Verdict.FENCE), ("true", Verdict.FENCE), ("on", Verdict.NOOP), (None, Verdict.NOOP)],
+)
+def test_power_off_proof_by_annotation(value: str | None, verdict: Verdict) -> None:
+    rule = {"power_off_proof": {"mode": "annotation", "annotation": "fencing.example/power"}}
+    notes = {"fencing.example/power": value} if value is not None else {}
+    decision = decide(event(), facts(node(annotations=notes)), policy(rule=rule), NOW)
+    assert decision.verdict is verdict
+    if verdict is Verdict.NOOP:
+        assert "power-off" in blocked_by(decision.reasons)
+
+
+@pytest.mark.parametrize(
+    ("evidence", "verdict"),
+    [
+        (PowerEvidence("off", "bmc"), Verdict.FENCE),
+        (PowerEvidence("on", "bmc"), Verdict.NOOP),
+        (PowerEvidence("unknown", "bmc", "no answer within 5s"), Verdict.NOOP),
+        (None, Verdict.NOOP),
+    ],
+)
+def test_power_off_proof_by_http_endpoint(evidence: PowerEvidence | None, verdict: Verdict) -> None:
+    rule = {"power_off_proof": {"mode": "http", "url": "http://bmc.example/power/{node}"}}
+    the_facts = replace(facts(), power=evidence)
+    decision = decide(event(), the_facts, policy(rule=rule), NOW)
+    assert decision.verdict is verdict
+
+
+def test_http_proof_needs_a_url() -> None:
+    with pytest.raises(Exception, match="url"):
+        policy(rule={"power_off_proof": {"mode": "http"}})
+
+
+def test_recorded_rejection_holds_for_the_incident_only() -> None:
+    notes = {
+        ledger.APPROVAL: "rejected by U123 at 2026-11-30T08:00:00Z",
+        ledger.APPROVAL_NODE_UID: UID,
+        ledger.APPROVAL_FINGERPRINT: "fp-1",
+    }
+    slack = policy(rule={"approval": "slack"})
+    rejected = decide(event(), facts(node(annotations=notes)), slack, NOW)
+    assert rejected.verdict is Verdict.NOOP
+    assert "rejected by U123" in rejected.summary
+    new_incident = decide(event(fingerprint="fp-2"), facts(node(annotations=notes)), slack, NOW)
+    assert new_incident.verdict is Verdict.AWAIT_APPROVAL
+    new_node = decide(event(), facts(node(uid="other", annotations=notes)), slack, NOW)
+    assert new_node.verdict is Verdict.AWAIT_APPROVAL

@@ -1,0 +1,261 @@
+"""A replica killed mid-action: the next one finishes the work from the cluster's state alone,
+without an orphaned ledger and without a second fence."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import secrets
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import pytest
+
+from nodefence.engine import ledger
+from nodefence.kube.lock import LOCK_NAME
+from nodefence.sim.resources import LEASES
+from nodefence.sim.testing import SimulatorHandle, SimulatorProcess
+from pipeline.harness import OOS, oos_taints, start_receiver
+
+from .support import (
+    NODE_PATH,
+    assert_fenced,
+    firing,
+    kill_node,
+    names_on,
+    orphans,
+    pod_uids_off,
+    until,
+)
+
+NODE = "control02"
+IDENTITY = "replica-a"
+# Seeds for the kill points; each draws after how many API requests the receiver dies. These
+# land before the lock (4), around the fence write (10, 11), and early and late in the purge
+# (16, 36); with 30 ms per request the next request is usually in flight at the kill.
+CRASH_SEEDS = (2, 79, 21, 3, 29)
+MAX_KILL_POINT = 45
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class ServeProcess:
+    """``python -m nodefence serve`` against the simulator, killed with SIGKILL when asked."""
+
+    def __init__(self, kubeconfig: Path, token: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PORT": str(self.port),
+            "NODEFENCE_HOST": "127.0.0.1",
+            "NODEFENCE_ALERT_TOKEN": token,
+            "NODEFENCE_IDENTITY": IDENTITY,
+            "NODEFENCE_NAMESPACE": "nodefence",
+            "NODEFENCE_LOG_LEVEL": "warning",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nodefence", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def wait_healthy(self, http: aiohttp.ClientSession) -> ServeProcess:
+        async def healthy() -> bool:
+            assert self.process.poll() is None, "nodefence serve exited during startup"
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(self.url + "/healthz") as response:
+                    return response.status == 200
+            return False
+
+        await until(healthy, within=20, interval=0.05)
+        return self
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill()
+
+
+class Cluster:
+    """The simulator in its own process, seen over HTTP only."""
+
+    def __init__(self, sim: SimulatorProcess, http: aiohttp.ClientSession) -> None:
+        self.sim = sim
+        self.http = http
+
+    async def get(self, path: str, **params: str) -> Any:
+        async with self.http.get(self.sim.url + path, params=params) as response:
+            assert response.status == 200, await response.text()
+            return await response.json()
+
+    async def post(self, path: str, body: Any) -> Any:
+        async with self.http.post(self.sim.url + path, json=body) as response:
+            assert response.status < 300, await response.text()
+            return await response.json()
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return list((await self.get("/api/v1/nodes"))["items"])
+
+    async def pods(self) -> list[dict[str, Any]]:
+        return list((await self.get("/api/v1/pods"))["items"])
+
+    async def terminating_on(self, name: str) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in await self.pods()
+            if p["spec"].get("nodeName") == name and p["metadata"].get("deletionTimestamp")
+        ]
+
+    async def requests(self, since: int) -> list[dict[str, Any]]:
+        return list((await self.get("/sim/v1/requests", since=str(since)))["requests"])
+
+    async def cursor(self) -> int:
+        return int((await self.get("/sim/v1/requests", since="999999999"))["cursor"])
+
+
+async def _deliver(http: aiohttp.ClientSession, url: str, token: str, path: str) -> int:
+    body = firing(NODE) if path == "/alerts" else {}
+    headers = {"Authorization": f"Bearer {token}"}
+    async with http.post(url + path, json=body, headers=headers) as response:
+        await response.read()
+        return response.status
+
+
+async def _crash_and_recover(seed: int) -> None:
+    rng = random.Random(seed)
+    kill_after = rng.randint(1, MAX_KILL_POINT)
+    token = secrets.token_urlsafe(16)
+    with SimulatorProcess("seed") as sim:
+        async with aiohttp.ClientSession() as http:
+            cluster = Cluster(sim, http)
+            await cluster.post(f"/sim/v1/nodes/{NODE}/down", {"sinceSeconds": 1200})
+            await until(lambda: cluster.terminating_on(NODE))
+            pods = await cluster.pods()
+            others = {p["metadata"]["uid"] for p in pods if p["spec"].get("nodeName") != NODE}
+            on_node = {
+                (p["metadata"]["namespace"], p["metadata"]["name"])
+                for p in pods
+                if p["spec"].get("nodeName") == NODE
+            }
+            await cluster.post("/sim/v1/faults", {"latencySeconds": 0.03})
+            cursor = await cluster.cursor()
+
+            with ServeProcess(sim.kubeconfig, token) as first:
+                await first.wait_healthy(http)
+                delivery = asyncio.create_task(_deliver(http, first.url, token, "/alerts"))
+                while not delivery.done() and len(await cluster.requests(cursor)) < kill_after:
+                    await asyncio.sleep(0.01)
+                assert not delivery.done(), f"seed {seed}: the alert finished before the kill"
+                first.kill()
+                with contextlib.suppress(aiohttp.ClientError):
+                    await delivery
+            assert orphans(await cluster.nodes()) == [], f"seed {seed}, killed at {kill_after}"
+
+            with ServeProcess(sim.kubeconfig, token) as second:
+                await second.wait_healthy(http)
+                assert await _deliver(http, second.url, token, "/alerts") == 200
+
+                async def finished() -> bool:
+                    assert await _deliver(http, second.url, token, "/reconcile") == 200
+                    return not await cluster.terminating_on(NODE)
+
+                await until(finished, within=15, interval=0.2)
+
+            nodes = await cluster.nodes()
+            assert orphans(nodes) == []
+            [node] = [n for n in nodes if n["metadata"]["name"] == NODE]
+            taints = [t for t in node["spec"]["taints"] if t["key"] == OOS]
+            assert len(taints) == 1, node["spec"]["taints"]
+            assert node["metadata"]["annotations"][ledger.NODE_UID] == node["metadata"]["uid"]
+            log = await cluster.requests(cursor)
+            fences = [
+                r
+                for r in log
+                if (r["method"], r["path"]) == ("PATCH", NODE_PATH.format(NODE))
+                and r["status"] == 200
+            ]
+            assert len(fences) == 1, f"seed {seed}, killed at {kill_after}: {fences}"
+            alive = {p["metadata"]["uid"] for p in await cluster.pods()}
+            assert others <= alive, "a pod of another node was deleted"
+            deleted = {
+                tuple(r["path"].split("/")[4:7:2])
+                for r in log
+                if r["method"] == "DELETE" and "/pods/" in r["path"] and r["status"] == 200
+            }
+            assert deleted <= on_node
+
+
+@pytest.mark.parametrize("seed", CRASH_SEEDS)
+async def test_receiver_killed_mid_fence_is_finished_by_the_next_one(seed: int) -> None:
+    await _crash_and_recover(seed)
+
+
+async def test_lock_of_a_crashed_replica_is_taken_over_after_its_ttl(
+    cluster: SimulatorHandle,
+) -> None:
+    """A replica that died inside the fence step leaves the Lease held; the others wait, answer
+    503 while it is live, and proceed once it has expired, without anyone releasing it."""
+    await kill_node(cluster, NODE)
+    others, on_node, cursor = pod_uids_off(cluster, NODE), names_on(cluster, NODE), 0
+    ttl = 2
+    held_at = datetime.now(UTC)
+    stamp = held_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cluster.sim.store.create(
+        LEASES,
+        "nodefence",
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LOCK_NAME, "namespace": "nodefence"},
+            "spec": {
+                "holderIdentity": "replica-crashed",
+                "leaseDurationSeconds": ttl,
+                "acquireTime": stamp,
+                "renewTime": stamp,
+                "leaseTransitions": 0,
+            },
+        },
+    )
+    async with start_receiver(cluster, identity="replica-b", deadline_seconds=0.8) as hurried:
+        status, body = await hurried.post("/alerts", firing(NODE))
+        assert status == 503, body
+        assert oos_taints(cluster, NODE) == []
+    async with start_receiver(cluster, identity="replica-c", deadline_seconds=10) as patient:
+        [decision] = await patient.alert(firing(NODE))
+    assert decision["verdict"] == "fence", decision
+    [fence] = [
+        r
+        for r in cluster.faults.requests(cursor)
+        if (r.method, r.path) == ("PATCH", NODE_PATH.format(NODE)) and r.status == 200
+    ]
+    expiry = held_at + timedelta(seconds=ttl)
+    assert datetime.fromtimestamp(fence.at, UTC) >= expiry - timedelta(milliseconds=50)
+    lock = cluster.sim.store.get(LEASES, "nodefence", LOCK_NAME)
+    assert lock["spec"]["holderIdentity"] in ("", "replica-c")
+    assert_fenced(cluster, NODE, others_before=others, on_node_before=on_node, since=cursor)
