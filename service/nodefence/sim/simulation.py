@@ -155,9 +155,7 @@ class Simulation:
         sim.settle()
         if sim.settings.initial_uptime_seconds > 0:
             for node in sim.store.items(NODES):
-                sim.kubelets.up(
-                    str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds
-                )
+                sim.kubelets.up(str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds)
             sim.settle()
         return sim
 
