@@ -93,7 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(machine())
     if args.write:
-        RESULTS.write_text(f"# Benchmark results\n\n{machine()}\n\n{table}\n", encoding="utf-8")
+        previous = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+        _, marker, analysis = previous.partition(ANALYSIS)
+        RESULTS.write_text(
+            f"# Benchmark results\n\n{machine()}\n\n{table}\n\n{marker}{analysis}",
+            encoding="utf-8",
+        )
     return 0
 
 

@@ -83,6 +83,11 @@ def _parse_json(body: bytes) -> Any:
         return json.loads(body)
     except ValueError as exc:
         raise Problem(400, kind="malformed-json", detail="The body is not valid JSON.") from exc
+    except RecursionError as exc:
+        # Nesting deeper than the parser's recursion limit: no webhook looks like that.
+        raise Problem(
+            400, kind="malformed-json", detail="The body nests JSON too deeply to be a webhook."
+        ) from exc
 
 
 async def _within_deadline(request: web.Request, work: Awaitable[list[Decision]]) -> list[Decision]:
