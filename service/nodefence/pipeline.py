@@ -10,6 +10,7 @@ reading and deciding instead of forcing the write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -40,10 +41,10 @@ from nodefence.engine.volumes import (
     server_minor,
 )
 from nodefence.errors import ClusterUnavailableError
-from nodefence.kube.client import Deadline, KubeClient
+from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
-from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader, Snapshot
 from nodefence.kube.lock import FenceLock
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy, Rule
@@ -110,6 +111,7 @@ class Pipeline:
             self.options.identity,
             ttl_seconds=self.options.lock_ttl_seconds,
         )
+        self._pause_refresher: asyncio.Task[None] | None = None
         self.approvals: ApprovalRequester | None = None
         self.notifier: FenceNotifier | None = None
         self.alert_names = list(policy.alerts.names)
@@ -120,7 +122,26 @@ class Pipeline:
         return self.policy.dry_run
 
     async def close(self) -> None:
+        if self._pause_refresher is not None:
+            self._pause_refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pause_refresher
         await self.kube.close()
+
+    def _keep_pause_fresh(self) -> None:
+        """While serving, re-read the pause switch in the background, off the request path."""
+        if self._pause_refresher is not None:
+            return
+
+        async def refresh() -> None:
+            while True:
+                await asyncio.sleep(PAUSE_REFRESH_SECONDS)
+                try:
+                    await self.reader.refresh_pause(Deadline(PAUSE_REFRESH_SECONDS))
+                except (ClusterUnavailableError, KubeError) as exc:
+                    log.warning("pause_switch_unreadable", error=str(exc))
+
+        self._pause_refresher = asyncio.create_task(refresh(), name="pause-refresher")
 
     async def ready(self) -> tuple[bool, str]:
         try:
@@ -133,6 +154,7 @@ class Pipeline:
     async def handle_events(self, events: list[AlertEvent]) -> list[Decision]:
         """Events for different nodes run concurrently; events for one node run in order."""
         deadline = Deadline(self.options.deadline_seconds)
+        self._keep_pause_fresh()
         await self.reader.server_version_string(deadline)
         by_node: dict[str | None, list[int]] = {}
         for index, event in enumerate(events):

@@ -13,7 +13,7 @@ from nodefence.demo.payloads import node_alert, webhook
 from nodefence.sim.resources import CONFIGMAPS
 from nodefence.sim.testing import SimulatorHandle
 
-from .harness import node_events, oos_taints, start_receiver, writes_since
+from .harness import eventually, node_events, oos_taints, start_receiver, writes_since
 
 NODE = "control02"
 
@@ -96,3 +96,26 @@ async def test_unreachable_power_endpoint_means_no_fence(cluster: SimulatorHandl
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "noop"
         assert not oos_taints(cluster, NODE)
+
+
+async def test_a_running_receiver_notices_the_pause_switch(cluster: SimulatorHandle) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster, policy={"dry_run": True}) as receiver:
+        [before] = await receiver.alert(firing())
+        assert before["verdict"] == "fence"
+        cluster.sim.store.create(
+            CONFIGMAPS,
+            "nodefence",
+            {
+                "metadata": {
+                    "name": "nodefence-control",
+                    "annotations": {"nodefence.io/paused": "true"},
+                }
+            },
+        )
+
+        async def paused() -> bool:
+            [decision] = await receiver.alert(firing())
+            return decision["verdict"] == "skip"
+
+        await eventually(paused, within=20, interval=0.5)

@@ -116,15 +116,6 @@ async def test_replicas_fence_within_budget_of_two(seed: int) -> None:
     await run(seed, 2)
 
 
-SAME_REPLICA_BYPASSES_LOCK = (
-    "FenceLock._free treats a Lease held by its own identity as free (meant for a restarted "
-    "replica), and nothing serialises the fence step inside one process, so two requests on "
-    "one replica (or two alerts of one payload, which handle_events runs concurrently) both "
-    "'hold' the lock, both read zero fenced nodes and both fence: the budget is exceeded."
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SAME_REPLICA_BYPASSES_LOCK)
 @pytest.mark.parametrize("grouped", [False, True], ids=["two-requests", "one-payload"])
 async def test_one_replica_serving_concurrent_alerts_keeps_the_budget(grouped: bool) -> None:
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:

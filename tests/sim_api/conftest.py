@@ -20,7 +20,18 @@ def _node(name: str, ready: str, role: str) -> dict[str, object]:
         "status": {
             "conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady"}],
             "addresses": [{"type": "InternalIP", "address": f"10.0.0.{len(name)}"}],
-            "nodeInfo": {"kubeletVersion": "v1.24.8", "osImage": "Ubuntu 22.04"},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": f"boot-{name}",
+                "containerRuntimeVersion": "containerd://1.6.8",
+                "kernelVersion": "5.15.0",
+                "kubeProxyVersion": "v1.24.8",
+                "kubeletVersion": "v1.24.8",
+                "machineID": f"machine-{name}",
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 22.04",
+                "systemUUID": f"uuid-{name}",
+            },
         },
     }
 

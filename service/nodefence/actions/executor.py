@@ -104,7 +104,9 @@ class Executor:
         try:
             await self.kube.patch_node_json(name, ops, deadline)
         except KubeError as exc:
-            if exc.is_conflict:
+            # These patches are built from the object just read, so a 422 can only be a failed
+            # uid or resourceVersion ``test``: the node changed under us.
+            if exc.is_conflict or exc.status == 422:
                 return ActionResult(kind, name, Outcome.CONFLICT, str(exc))
             if exc.status == 404:
                 return ActionResult(kind, name, Outcome.SKIPPED, "node no longer exists")
@@ -173,7 +175,7 @@ class Executor:
         except KubeError as exc:
             if exc.status == 404:
                 return ActionResult("purge", target, Outcome.DONE, "deleted")
-            if exc.is_conflict:
+            if exc.is_conflict or exc.status == 422:
                 return ActionResult("purge", target, Outcome.CONFLICT, str(exc))
             return ActionResult("purge", target, Outcome.FAILED, str(exc))
         detail = f"deleted; stripped finalizers {', '.join(strip)}"

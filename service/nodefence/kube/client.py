@@ -42,10 +42,8 @@ class KubeError(Exception):
 
     @property
     def is_conflict(self) -> bool:
-        """409, or a failed JSON-patch ``test`` (the server answers 422 for that)."""
-        if self.status == 409:
-            return True
-        return self.status == 422 and "test" in self.message.lower()
+        """409: a resourceVersion or UID precondition no longer holds."""
+        return self.status == 409
 
 
 class Deadline:

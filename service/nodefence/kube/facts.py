@@ -15,9 +15,11 @@ CONTROL_CONFIGMAP = "nodefence-control"
 PAUSED = PREFIX + "paused"
 PAUSED_REASON = PREFIX + "paused-reason"
 # The pause switch is read at most this often: operators flip it by hand, and every replica
-# seeing it within seconds is enough, while a read per alert would double the cost of a
-# repeated alert.
-PAUSE_CACHE_SECONDS = 5.0
+# seeing it within seconds is enough, while a read per alert would add to the cost of every
+# alert. A serving receiver refreshes it in the background (``PAUSE_REFRESH_SECONDS``) so the
+# request path finds it fresh.
+PAUSE_CACHE_SECONDS = 10.0
+PAUSE_REFRESH_SECONDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,10 @@ class FactsReader:
         now = time.monotonic()
         if self._pause is not None and now - self._pause[0] < PAUSE_CACHE_SECONDS:
             return self._pause[1]
+        return await self.refresh_pause(deadline)
+
+    async def refresh_pause(self, deadline: Deadline | None = None) -> str | None:
+        now = time.monotonic()
         try:
             configmap = await self.kube.get_configmap(self.namespace, CONTROL_CONFIGMAP, deadline)
         except KubeError as exc:

@@ -40,6 +40,9 @@ class FenceLock:
         self.identity = identity
         self.ttl_seconds = ttl_seconds
         self.name = name
+        # Requests inside one replica take turns too: the Lease carries only the replica's
+        # identity, so on its own it would let two of this replica's requests in at once.
+        self._local = asyncio.Lock()
 
     def _spec(self, now: datetime, transitions: int) -> Json:
         return {
@@ -101,6 +104,21 @@ class FenceLock:
     @asynccontextmanager
     async def held(self, deadline: Deadline) -> AsyncIterator[None]:
         """Wait for the lock until the deadline; ClusterUnavailableError if it never frees."""
+        try:
+            async with asyncio.timeout(deadline.remaining):
+                await self._local.acquire()
+        except TimeoutError:
+            raise ClusterUnavailableError(
+                "another request of this replica kept the fence lock until the deadline"
+            ) from None
+        try:
+            async with self._held_in_cluster(deadline):
+                yield
+        finally:
+            self._local.release()
+
+    @asynccontextmanager
+    async def _held_in_cluster(self, deadline: Deadline) -> AsyncIterator[None]:
         delay = 0.02
         while True:
             lease = await self._try_acquire(deadline)

@@ -118,8 +118,11 @@ class Fault:
     hang_seconds: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class RequestRecord:
+    """One request, logged on arrival; ``status`` is filled in when the reply is sent (0 while
+    it is in flight, e.g. an open watch, or when the connection was reset)."""
+
     seq: int
     method: str
     path: str
@@ -247,11 +250,15 @@ class Faults:
         return Fault(latency=latency)
 
     # ---------------------------------------------------------------- logging
-    def record(self, method: str, path: str, query: str, verb: str, status: int) -> None:
+    def record(
+        self, method: str, path: str, query: str, verb: str, status: int = 0
+    ) -> RequestRecord:
         self._seq += 1
-        self._log.append(RequestRecord(self._seq, method, path, query, verb, status, time.time()))
+        entry = RequestRecord(self._seq, method, path, query, verb, status, time.time())
+        self._log.append(entry)
         if len(self._log) > self._log_limit:
             del self._log[: len(self._log) - self._log_limit]
+        return entry
 
     @property
     def cursor(self) -> int:

@@ -15,7 +15,7 @@ from nodefence.sim.api.discovery import add_discovery_routes
 from nodefence.sim.api.fault_routes import add_fault_routes
 from nodefence.sim.api.handlers import ResourceHandlers
 from nodefence.sim.api.openapi import add_openapi_routes
-from nodefence.sim.api.paths import verb_for
+from nodefence.sim.api.paths import is_watch, verb_for
 from nodefence.sim.errors import ApiError
 from nodefence.sim.faults import Fault, Faults, faults_of
 from nodefence.sim.simulation import Simulation
@@ -106,8 +106,9 @@ def _middleware(faults: Faults) -> Middleware:
     async def kube_api(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not is_kube_path(request.path):
             return await handler(request)
-        verb = verb_for(request.method, request.path, request.query.get("watch") in ("true", "1"))
+        verb = verb_for(request.method, request.path, is_watch(request.query))
         fault = faults.decide(verb, request.path)
+        entry = faults.record(request.method, request.path, request.query_string, verb)
         status = 0
         try:
             if fault.latency > 0:
@@ -130,7 +131,7 @@ def _middleware(faults: Faults) -> Middleware:
             status = error.code
             return status_response(error)
         finally:
-            faults.record(request.method, request.path, request.query_string, verb, status)
+            entry.status = status
 
     return kube_api
 

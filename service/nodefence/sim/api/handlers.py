@@ -11,7 +11,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from nodefence.sim.api.patching import apply_patch
-from nodefence.sim.api.paths import Target, resolve
+from nodefence.sim.api.paths import Target, is_watch, resolve
 from nodefence.sim.api.tables import table, wants_table
 from nodefence.sim.api.watch import serve_watch
 from nodefence.sim.errors import ApiError, already_exists, bad_request, conflict, not_found
@@ -31,7 +31,19 @@ Obj = dict[str, Any]
 
 # Registries that answer a completed delete with the deleted object rather than a Status.
 _RETURNS_DELETED_OBJECT = frozenset({PODS.key})
-_APPS = frozenset({STATEFULSETS.key, DEPLOYMENTS.key, REPLICASETS.key, DAEMONSETS.key})
+# A new workload's status: the fields the Go types serialise even when zero.
+_EMPTY_APPS_STATUS: dict[tuple[str, str], Obj] = {
+    STATEFULSETS.key: {"replicas": 0, "availableReplicas": 0},
+    DEPLOYMENTS.key: {},
+    REPLICASETS.key: {"replicas": 0},
+    DAEMONSETS.key: {
+        "currentNumberScheduled": 0,
+        "numberMisscheduled": 0,
+        "desiredNumberScheduled": 0,
+        "numberReady": 0,
+    },
+}
+_APPS = frozenset(_EMPTY_APPS_STATUS)
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -74,7 +86,7 @@ class ResourceHandlers:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         method = request.method
         if method == "GET":
-            if request.query.get("watch") in ("true", "1"):
+            if is_watch(request.query):
                 return await serve_watch(
                     request, self.sim, target, self._watch_renderer(request, target)
                 )
@@ -356,5 +368,7 @@ def _prepare_for_create(rt: ResourceType, body: Obj) -> Obj:
         labels = obj["metadata"].setdefault("labels", {})
         labels.setdefault("kubernetes.io/metadata.name", obj["metadata"].get("name", ""))
     elif rt.key in _APPS:
-        obj["status"] = {}
+        obj["status"] = dict(_EMPTY_APPS_STATUS[rt.key])
+        if rt.key != DAEMONSETS.key:
+            obj.setdefault("spec", {}).setdefault("replicas", 1)
     return obj

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nodefence.sim.errors import ApiError
@@ -85,3 +86,8 @@ def verb_for(method: str, path: str, watch: bool) -> str:
     if method == "DELETE":
         return "deletecollection" if collection else "delete"
     return method.lower()
+
+
+def is_watch(query: Mapping[str, str]) -> bool:
+    """``watch`` parsed as Go's ``strconv.ParseBool`` does (clients send ``true`` or ``True``)."""
+    return query.get("watch", "") in ("1", "t", "T", "true", "TRUE", "True")
