@@ -21,9 +21,12 @@ LISTENING = "nodefence simulate: listening on "
 SHUTDOWN_TIMEOUT = 2.0
 
 
+SIMULATION = web.AppKey("simulation", Simulation)
+
+
 def build_app(sim: Simulation) -> web.Application:
     app = web.Application()
-    app["simulation"] = sim
+    app[SIMULATION] = sim
     add_control_routes(app, sim)
     add_metrics_route(app, sim)
     add_api_routes(app, sim)
