@@ -216,3 +216,19 @@ async def test_s6_pod_replaced_under_the_same_name_is_not_deleted(
         await kube.close()
     assert result.outcome is Outcome.SKIPPED
     assert cluster.sim.store.peek(PODS, namespace, name) is not None
+
+
+async def test_s7_duplicate_resolve_after_unfence_is_a_quiet_noop(
+    cluster: SimulatorHandle,
+) -> None:
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        await receiver.alert(firing())
+        await eventually(lambda: not terminating_on(cluster, NODE))
+        cluster.sim.node_up(NODE, since_seconds=600, reboot=True)
+        [unfence] = await receiver.alert(resolved())
+        assert unfence["verdict"] == "unfence"
+        cursor = cluster.faults.cursor
+        [again] = await receiver.alert(resolved())
+        assert again["verdict"] == "noop"
+        assert writes_since(cluster, cursor) == []

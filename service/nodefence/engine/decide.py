@@ -217,7 +217,9 @@ def _not_ours(record: _Record, node: NodeFacts) -> None:
             f"the out-of-service taint ({taint.effect}) on node {node.name} was not applied by "
             "nodefence; it is never removed by nodefence",
         )
-    record.add("ownership", False, "nodefence has not fenced this node; nothing to undo")
+    # With no taint at all there is nothing to refuse (a duplicate resolve after an unfence
+    # lands here): a quiet no-op, not a refusal Event on the node.
+    record.add("ownership", taint is None, "nodefence has not fenced this node; nothing to undo")
 
 
 def _fenced_since(record: _Record, own: Ledger) -> None:
