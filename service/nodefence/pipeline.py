@@ -390,7 +390,10 @@ class Pipeline:
         if event is None or decision.node is None:
             return
         reason, message, warning = event
+        refusal = reason in REFUSAL_REASONS
+        blocking = next((r.guard for r in decision.reasons if not r.passed), "")
         await self.events.node_event(
+            dedupe_key=f"{decision.status}:{blocking}" if refusal else None,
             node=decision.node,
             node_uid=node_uid,
             reason=reason,
@@ -426,6 +429,11 @@ def _settled_without_lease(decision: Decision, snapshot: Snapshot) -> bool:
         and snapshot.facts.node.ledger.fenced
         and all(r.passed for r in decision.reasons)
     )
+
+
+REFUSAL_REASONS = frozenset(
+    {"FenceRefused", "UnfenceRefused", "UnfenceDeferred", "FenceAwaitingApproval"}
+)
 
 
 def _uid(snapshot: Snapshot) -> str:

@@ -232,3 +232,15 @@ async def test_s7_duplicate_resolve_after_unfence_is_a_quiet_noop(
         [again] = await receiver.alert(resolved())
         assert again["verdict"] == "noop"
         assert writes_since(cluster, cursor) == []
+
+
+async def test_repeated_refusal_is_recorded_once(cluster: SimulatorHandle) -> None:
+    async with start_receiver(cluster) as receiver:
+        [first] = await receiver.alert(firing())
+        assert first["verdict"] == "noop"
+        cursor = cluster.faults.cursor
+        [second] = await receiver.alert(firing())
+        assert second["verdict"] == "noop"
+        assert writes_since(cluster, cursor) == []
+        refusals = [e for e in node_events(cluster, NODE) if e["reason"] == "FenceRefused"]
+        assert len(refusals) == 1

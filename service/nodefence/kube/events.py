@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -14,6 +15,9 @@ COMPONENT = "nodefence"
 # Node events live in the default namespace, where the kubelet and node controller put theirs.
 NODE_EVENT_NAMESPACE = "default"
 MAX_MESSAGE = 1024
+# The same refusal for the same node is recorded at most this often by one replica: retried or
+# duplicated deliveries would otherwise bury the node's history in identical lines.
+REPEAT_SUPPRESSION_SECONDS = 60.0
 
 log = structlog.get_logger(__name__)
 
@@ -22,6 +26,17 @@ class EventRecorder:
     def __init__(self, kube: KubeClient, identity: str) -> None:
         self.kube = kube
         self.identity = identity
+        self._recent: dict[tuple[str, str, str, str], float] = {}
+
+    def _repeated(self, key: tuple[str, str, str, str]) -> bool:
+        now = time.monotonic()
+        self._recent = {
+            k: at for k, at in self._recent.items() if now - at < REPEAT_SUPPRESSION_SECONDS
+        }
+        if key in self._recent:
+            return True
+        self._recent[key] = now
+        return False
 
     async def node_event(
         self,
@@ -32,8 +47,15 @@ class EventRecorder:
         message: str,
         warning: bool = False,
         deadline: Deadline | None = None,
+        dedupe_key: str | None = None,
     ) -> bool:
-        """Best effort: a lost Event must not undo or block the action it describes."""
+        """Best effort: a lost Event must not undo or block the action it describes.
+
+        ``dedupe_key`` marks a refusal: the same one for the same node object is recorded once
+        per ``REPEAT_SUPPRESSION_SECONDS``.
+        """
+        if dedupe_key is not None and self._repeated((node, node_uid, reason, dedupe_key)):
+            return False
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
