@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from nodefence.sim.controllers.tolerations import tolerates
 from nodefence.sim.errors import ApiError
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.simulation import Controller, Simulation
@@ -38,21 +39,6 @@ def node_condition(node: Mapping[str, Any], kind: str) -> Mapping[str, Any] | No
 def node_is_ready(node: Mapping[str, Any]) -> bool:
     condition = node_condition(node, "Ready")
     return condition is not None and condition.get("status") == "True"
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """``Toleration.ToleratesTaint``: an empty effect matches every effect, an empty key with
-    ``Exists`` matches every key, ``Equal`` (the default operator) compares the values."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if key != (taint.get("key") or ""):
-        return not key and operator == "Exists"
-    if operator == "Exists":
-        return True
-    return (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def untolerated_taints(

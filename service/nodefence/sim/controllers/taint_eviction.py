@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from nodefence.sim.controllers.tolerations import tolerates
 from nodefence.sim.errors import ApiError
 from nodefence.sim.resources import NODES, PODS, ResourceType
 from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
@@ -24,21 +25,6 @@ if TYPE_CHECKING:
 NOT_READY_KEY = "node.kubernetes.io/not-ready"
 UNREACHABLE_KEY = "node.kubernetes.io/unreachable"
 DISRUPTION_TARGET_FROM = (1, 26)
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """``Toleration.ToleratesTaint``: empty effect matches every effect, an empty key with
-    ``Exists`` matches every key, ``Equal`` (the default operator) compares values."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if key != (taint.get("key") or ""):
-        return not key and operator == "Exists"
-    if operator == "Exists":
-        return True
-    return str(toleration.get("value") or "") == str(taint.get("value") or "")
 
 
 def min_toleration_seconds(tolerations: Iterable[Mapping[str, Any]]) -> float | None:
