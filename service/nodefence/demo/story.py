@@ -222,11 +222,14 @@ class Story:
         await t.expect("pods that moved stay where they are", stayed, within=5)
 
         t.heading(f"What `kubectl describe node {NODE}` shows of nodefence")
-        events = [
-            e
-            for e in await view.node_events(NODE)
-            if (e.get("source") or {}).get("component") == "nodefence"
-        ]
+        events = sorted(
+            (
+                e
+                for e in await view.node_events(NODE)
+                if (e.get("source") or {}).get("component") == "nodefence"
+            ),
+            key=lambda e: int(e["metadata"]["resourceVersion"]),
+        )
         for event in events:
             t.detail(f"{event['type']:<8} {event['reason']:<16} {event['message']}")
         if not events:
