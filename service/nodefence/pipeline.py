@@ -42,7 +42,7 @@ from nodefence.engine.volumes import (
 )
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, KubeError
-from nodefence.kube.convert import volume_attachment_facts
+from nodefence.kube.convert import node_facts, volume_attachment_facts
 from nodefence.kube.events import EventRecorder
 from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader, Snapshot
 from nodefence.kube.lock import FenceLock
@@ -53,6 +53,7 @@ from nodefence.power import probe_power
 log = structlog.get_logger(__name__)
 
 MAX_DECIDE_ATTEMPTS = 5
+FENCED_GAUGE_SECONDS = 60.0
 SETTLE_POLL_SECONDS = 0.2
 
 
@@ -129,26 +130,44 @@ class Pipeline:
         await self.kube.close()
 
     def _keep_pause_fresh(self) -> None:
-        """While serving, re-read the pause switch in the background, off the request path."""
+        """While serving, re-read the pause switch in the background, off the request path, and
+        now and then publish which nodes nodefence has fenced (from the ledgers, so a restarted
+        replica reports them too)."""
         if self._pause_refresher is not None:
             return
 
         async def refresh() -> None:
+            since_gauges = FENCED_GAUGE_SECONDS
             while True:
-                await asyncio.sleep(PAUSE_REFRESH_SECONDS)
                 try:
+                    if since_gauges >= FENCED_GAUGE_SECONDS:
+                        since_gauges = 0.0
+                        await self._publish_fenced(Deadline(PAUSE_REFRESH_SECONDS))
                     await self.reader.refresh_pause(Deadline(PAUSE_REFRESH_SECONDS))
                 except (ClusterUnavailableError, KubeError) as exc:
-                    log.warning("pause_switch_unreadable", error=str(exc))
+                    log.warning("background_refresh_failed", error=str(exc))
+                await asyncio.sleep(PAUSE_REFRESH_SECONDS)
+                since_gauges += PAUSE_REFRESH_SECONDS
 
-        self._pause_refresher = asyncio.create_task(refresh(), name="pause-refresher")
+        self._pause_refresher = asyncio.create_task(refresh(), name="background-refresh")
+
+    async def _publish_fenced(self, deadline: Deadline) -> None:
+        nodes = await self.kube.list_nodes(deadline)
+        fenced = {}
+        for facts in map(node_facts, nodes):
+            ledger = facts.ledger
+            if ledger.fenced and ledger.node_uid == facts.uid and ledger.fenced_at is not None:
+                fenced[facts.name] = ledger.fenced_at.timestamp()
+        self.metrics.fenced_nodes_are(fenced)
 
     async def ready(self) -> tuple[bool, str]:
+        """Reachable now, not once: the probe asks the API server every time it is called."""
+        self._keep_pause_fresh()
         try:
-            version = await self.reader.server_version_string(Deadline(3.0))
-        except ClusterUnavailableError as exc:
+            info = await self.kube.version(Deadline(3.0))
+        except (ClusterUnavailableError, KubeError) as exc:
             return False, str(exc)
-        return True, f"Kubernetes API reachable ({version})"
+        return True, f"Kubernetes API reachable ({info.get('gitVersion', 'unknown version')})"
 
     # ------------------------------------------------------------------ alerts
     async def handle_events(self, events: list[AlertEvent]) -> list[Decision]:

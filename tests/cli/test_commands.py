@@ -78,8 +78,11 @@ def _free_port() -> int:
 
 
 @pytest.mark.timeout(90)
-async def test_serve_becomes_ready_against_the_simulator_and_stops_on_sigterm() -> None:
-    with SimulatorProcess() as sim:
+async def test_serve_becomes_ready_against_the_simulator_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "serve.log"
+    with SimulatorProcess() as sim, output.open("wb") as sink:
         kubeconfig = sim.kubeconfig
         port = _free_port()
         env = {
@@ -95,7 +98,7 @@ async def test_serve_becomes_ready_against_the_simulator_and_stops_on_sigterm() 
             "nodefence",
             "serve",
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=sink,
             stderr=subprocess.STDOUT,
         )
         try:
@@ -115,12 +118,16 @@ async def test_serve_becomes_ready_against_the_simulator_and_stops_on_sigterm() 
                 ) as r:
                     assert r.status == 401
             proc.terminate()
-            out, _ = await asyncio.wait_for(proc.communicate(), 30)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                pytest.fail("serve did not stop on SIGTERM:\n" + output.read_text()[-4000:])
         finally:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        assert proc.returncode == 0, out.decode()
-        assert SECRET not in out.decode()
-        lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+        out = output.read_text()
+        assert proc.returncode == 0, out
+        assert SECRET not in out
+        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         assert lines, "serve logs JSON lines by default"

@@ -159,3 +159,22 @@ async def test_api_unavailable_answers_503_so_alertmanager_retries(
         assert not oos_taints(cluster, NODE)
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "fence"
+
+
+async def test_fenced_nodes_gauge_comes_from_the_ledger_on_any_replica(
+    cluster: SimulatorHandle,
+) -> None:
+    await kill(cluster)
+    async with start_receiver(cluster, identity="fencer") as fencer:
+        [decision] = await fencer.alert(firing())
+        assert decision["verdict"] == "fence"
+    async with start_receiver(cluster, identity="fresh-replica") as other:
+        async with other.session.get(other.url + "/readyz") as response:
+            assert response.status == 200
+
+        async def gauge() -> bool:
+            async with other.session.get(other.url + "/metrics") as response:
+                text = await response.text()
+            return f'nodefence_fenced_nodes{{node="{NODE}"}}' in text
+
+        await eventually(gauge, within=10, interval=0.2)

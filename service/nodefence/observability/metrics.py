@@ -115,6 +115,12 @@ class Metrics:
         except KeyError:
             return
 
+    def fenced_nodes_are(self, fenced_at_unix: dict[str, float]) -> None:
+        """Replace the gauge with what the cluster's ledgers say, dropping nodes since unfenced."""
+        self.fenced_nodes.clear()
+        for node, moment in fenced_at_unix.items():
+            self.fenced_nodes.labels(node=node).set(moment)
+
     def approval_waiting(self, node: str, seconds: float) -> None:
         self.approval_pending.labels(node=node).set(seconds)
 
