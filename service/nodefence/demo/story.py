@@ -58,11 +58,38 @@ def _table(pods: list[dict[str, Any]]) -> str:
 
 
 class Story:
-    def __init__(self, view: ClusterView, receiver: str, token: str, timeline: Timeline) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        receiver: str,
+        token: str,
+        timeline: Timeline,
+        kubeconfig: str | None = None,
+    ) -> None:
         self.view = view
         self.receiver = receiver
         self.token = token
         self.t = timeline
+        self.kubeconfig = kubeconfig
+
+    async def kubectl_events(self) -> str | None:
+        """The Events section of the real ``kubectl describe node``, where kubectl is installed."""
+        kubectl = shutil.which("kubectl")
+        if kubectl is None or self.kubeconfig is None:
+            return None
+        proc = await asyncio.create_subprocess_exec(
+            kubectl,
+            "--kubeconfig",
+            self.kubeconfig,
+            "describe",
+            "node",
+            NODE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await proc.communicate()
+        text = out.decode(errors="replace")
+        return text[text.find("Events:") :] if "Events:" in text else text
 
     async def post_alert(self, status: str, starts_at: datetime) -> dict[str, Any]:
         ends = datetime.now(UTC) if status == "resolved" else None
@@ -236,6 +263,13 @@ class Story:
             t.fail("no nodefence Event on the node")
             raise StepFailedError("events")
         t.ok("every action is recorded as an Event on the Node")
+        described = await self.kubectl_events()
+        if described is not None:
+            t.detail(described.rstrip())
+            if "NodeFenced" not in described or "NodeUnfenced" not in described:
+                t.fail("kubectl describe node does not show nodefence's Events")
+                raise StepFailedError("kubectl describe")
+            t.ok(f"kubectl describe node {NODE} shows them")
 
 
 async def run_demo(out: TextIO | None = None) -> int:
@@ -262,7 +296,11 @@ async def run_demo(out: TextIO | None = None) -> int:
         try:
             async with aiohttp.ClientSession() as session:
                 story = Story(
-                    ClusterView(session, cluster.url), f"http://127.0.0.1:{port}", token, timeline
+                    ClusterView(session, cluster.url),
+                    f"http://127.0.0.1:{port}",
+                    token,
+                    timeline,
+                    str(cluster.kubeconfig),
                 )
                 await story.run()
         except StepFailedError:
