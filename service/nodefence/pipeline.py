@@ -118,10 +118,6 @@ class Pipeline:
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
 
-    @property
-    def dry_run(self) -> bool:
-        return self.policy.dry_run
-
     async def close(self) -> None:
         if self._pause_refresher is not None:
             self._pause_refresher.cancel()

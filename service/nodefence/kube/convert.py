@@ -8,7 +8,6 @@ from typing import Any
 from nodefence.engine.ledger import parse_ledger
 from nodefence.engine.model import (
     CONTROL_PLANE_LABELS,
-    OUT_OF_SERVICE_KEY,
     ClusterFacts,
     Condition,
     LeaseFacts,
@@ -145,10 +144,6 @@ def cluster_facts(
         ready_since=ready_since,
         paused_reason=paused_reason,
     )
-
-
-def has_out_of_service_taint(node: Json) -> bool:
-    return any(t.get("key") == OUT_OF_SERVICE_KEY for t in node.get("spec", {}).get("taints") or [])
 
 
 def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:

@@ -28,7 +28,6 @@ class Snapshot:
 
     facts: Facts
     node: Json | None
-    nodes: tuple[Json, ...]
     lease_read: bool = True
 
 
@@ -84,7 +83,7 @@ class FactsReader:
         cluster, nodes = await self.cluster(deadline)
         raw = next((n for n in nodes if n["metadata"]["name"] == node_name), None)
         if raw is None:
-            return Snapshot(Facts(None, None, (), cluster), None, tuple(nodes))
+            return Snapshot(Facts(None, None, (), cluster), None)
         pods = await self.kube.list_pods_on_node(node_name, deadline)
         facts = Facts(
             node=node_facts(raw),
@@ -94,7 +93,7 @@ class FactsReader:
             ),
             cluster=cluster,
         )
-        snapshot = Snapshot(facts, raw, tuple(nodes), lease_read=False)
+        snapshot = Snapshot(facts, raw, lease_read=False)
         return await self.with_lease(snapshot, deadline) if with_lease else snapshot
 
     async def with_lease(self, snapshot: Snapshot, deadline: Deadline | None = None) -> Snapshot:
