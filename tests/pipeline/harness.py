@@ -9,12 +9,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
+from nodefence.demo.payloads import node_alert, webhook
 from nodefence.http.app import build_app
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline
@@ -26,6 +28,16 @@ from nodefence.sim.testing import SimulatorHandle
 
 T = TypeVar("T")
 OOS = "node.kubernetes.io/out-of-service"
+NODE = "control02"
+
+
+def firing(name: str = NODE) -> dict[str, Any]:
+    """KubeNodeNotReady firing for ``name``, as Alertmanager sends it."""
+    return webhook([node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=5))])
+
+
+def resolved(name: str = NODE) -> dict[str, Any]:
+    return webhook([node_alert(name, status="resolved", ends_at=datetime.now(UTC))])
 
 
 @dataclass

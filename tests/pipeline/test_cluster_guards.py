@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.sim.resources import CONFIGMAPS
 from nodefence.sim.testing import SimulatorHandle
 
-from .harness import eventually, node_events, oos_taints, start_receiver, writes_since
-
-NODE = "control02"
-
-
-def firing(name: str = NODE) -> dict[str, object]:
-    return webhook([node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=5))])
+from .harness import (
+    NODE,
+    eventually,
+    firing,
+    node_events,
+    oos_taints,
+    start_receiver,
+    writes_since,
+)
 
 
 async def test_pause_configmap_stops_everything_and_says_why(cluster: SimulatorHandle) -> None:

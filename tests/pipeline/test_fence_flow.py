@@ -3,33 +3,24 @@ verified and unfenced; every step is checked on the simulated cluster's state.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import ledger
 from nodefence.sim.resources import PODS
 from nodefence.sim.testing import SimulatorHandle
 
 from .harness import (
+    NODE,
     eventually,
+    firing,
     node,
     node_events,
     oos_taints,
     pods_on,
+    resolved,
     start_receiver,
     terminating_on,
     writes_since,
 )
-
-NODE = "control02"
-
-
-def firing(name: str = NODE) -> dict[str, object]:
-    return webhook([node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=5))])
-
-
-def resolved(name: str = NODE) -> dict[str, object]:
-    return webhook([node_alert(name, status="resolved", ends_at=datetime.now(UTC))])
 
 
 async def kill(cluster: SimulatorHandle, name: str = NODE, since: int = 1200) -> None:

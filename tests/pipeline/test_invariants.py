@@ -12,11 +12,9 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nodefence.actions.executor import Executor, Outcome
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import ledger
 from nodefence.engine.model import PurgePodAction
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
@@ -24,25 +22,18 @@ from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.testing import SimulatorHandle
 
 from .harness import (
+    NODE,
     OOS,
     eventually,
+    firing,
     node,
     node_events,
     oos_taints,
+    resolved,
     start_receiver,
     terminating_on,
     writes_since,
 )
-
-NODE = "control02"
-
-
-def firing(name: str = NODE) -> dict[str, object]:
-    return webhook([node_alert(name, starts_at=datetime.now(UTC) - timedelta(minutes=5))])
-
-
-def resolved(name: str = NODE) -> dict[str, object]:
-    return webhook([node_alert(name, status="resolved", ends_at=datetime.now(UTC))])
 
 
 def successful_node_patches(cluster: SimulatorHandle, cursor: int, name: str) -> int:

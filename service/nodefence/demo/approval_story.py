@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 import aiohttp
-from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.demo.cluster_view import ClusterView, pod_status, taints
 from nodefence.demo.payloads import node_alert, webhook
+from nodefence.demo.receiver import serving
 from nodefence.demo.timeline import StepFailedError, Timeline
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
-from nodefence.http.app import build_app
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
@@ -198,37 +198,22 @@ async def run_approval_demo(out: TextIO | None = None) -> int:
         )
         policy = parse_policy({"rules": [{"name": "ask-first", "approval": "slack"}]})
         pipeline = await build_pipeline(settings, policy=policy, kubeconfig=str(cluster.kubeconfig))
-        app = build_app(settings, pipeline, metrics=pipeline.metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        timeline.say(
-            f"simulated cluster at {cluster.url}; Slack stand-in at {slack.url}; "
-            f"nodefence listening on :{port}"
-        )
-        try:
-            async with aiohttp.ClientSession() as session:
-                story = ApprovalStory(
-                    view=ClusterView(session, cluster.url),
-                    receiver=f"http://127.0.0.1:{port}",
-                    token=token,
-                    slack=slack,
-                    secret=secret,
-                    t=timeline,
-                )
+        async with serving(settings, pipeline) as receiver, aiohttp.ClientSession() as session:
+            timeline.say(
+                f"simulated cluster at {cluster.url}; Slack stand-in at {slack.url}; "
+                f"nodefence listening at {receiver}"
+            )
+            story = ApprovalStory(
+                view=ClusterView(session, cluster.url),
+                receiver=receiver,
+                token=token,
+                slack=slack,
+                secret=secret,
+                t=timeline,
+            )
+            with contextlib.suppress(StepFailedError):
                 await story.run()
-        except StepFailedError:
-            pass
-        finally:
-            await runner.cleanup()
-            await pipeline.close()
-    if timeline.failed:
-        timeline.say(f"demo FAILED: {len(timeline.failed)} step(s) not observed")
-        return 1
-    timeline.say(f"demo complete: all {timeline.passed} steps observed")
-    return 0
+    return timeline.verdict()
 
 
 def main(_args: argparse.Namespace) -> int:

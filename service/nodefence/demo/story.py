@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import secrets
 import shutil
-import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 import aiohttp
-from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.demo.cluster_view import ClusterView, owner_kind, pod_status, ready_status, taints
 from nodefence.demo.payloads import node_alert, webhook
+from nodefence.demo.receiver import serving
 from nodefence.demo.timeline import StepFailedError, Timeline
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
-from nodefence.http.app import build_app
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
@@ -39,13 +38,6 @@ NAMESPACE = "openstack"
 # The seed cluster runs 1.24 without NodeOutOfServiceVolumeDetach, so the taint alone releases
 # neither the stuck pods nor their volumes: the rule lets nodefence finish both.
 DEMO_POLICY = parse_policy({"rules": [{"name": "seed", "volume_attachment_cleanup": True}]})
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _table(pods: list[dict[str, Any]]) -> str:
@@ -284,34 +276,22 @@ async def run_demo(out: TextIO | None = None) -> int:
         pipeline = await build_pipeline(
             settings, policy=DEMO_POLICY, kubeconfig=str(cluster.kubeconfig)
         )
-        app = build_app(settings, pipeline, metrics=pipeline.metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = _free_port()
-        site = web.TCPSite(runner, "127.0.0.1", port)
-        await site.start()
-        timeline.say(f"simulated cluster at {cluster.url}; nodefence listening on :{port}")
-        if shutil.which("kubectl"):
-            timeline.say(f"follow along: kubectl --kubeconfig {cluster.kubeconfig} get pods -A -w")
-        try:
-            async with aiohttp.ClientSession() as session:
-                story = Story(
-                    ClusterView(session, cluster.url),
-                    f"http://127.0.0.1:{port}",
-                    token,
-                    timeline,
-                    str(cluster.kubeconfig),
+        async with serving(settings, pipeline) as receiver, aiohttp.ClientSession() as session:
+            timeline.say(f"simulated cluster at {cluster.url}; nodefence listening at {receiver}")
+            if shutil.which("kubectl"):
+                timeline.say(
+                    f"follow along: kubectl --kubeconfig {cluster.kubeconfig} get pods -A -w"
                 )
+            story = Story(
+                ClusterView(session, cluster.url),
+                receiver,
+                token,
+                timeline,
+                str(cluster.kubeconfig),
+            )
+            with contextlib.suppress(StepFailedError):
                 await story.run()
-        except StepFailedError:
-            pass
-        finally:
-            await runner.cleanup()
-    if timeline.failed:
-        timeline.say(f"demo FAILED: {len(timeline.failed)} step(s) not observed")
-        return 1
-    timeline.say(f"demo complete: all {timeline.passed} steps observed")
-    return 0
+    return timeline.verdict()
 
 
 def main(_args: argparse.Namespace) -> int:

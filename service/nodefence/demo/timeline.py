@@ -43,6 +43,14 @@ class Timeline:
         self.failed.append(text)
         print(f"{self._stamp()} FAILED {text}", file=self.out, flush=True)
 
+    def verdict(self) -> int:
+        """The demo's exit status: 0 only if every step was observed."""
+        if self.failed:
+            self.say(f"demo FAILED: {len(self.failed)} step(s) not observed")
+            return 1
+        self.say(f"demo complete: all {self.passed} steps observed")
+        return 0
+
     async def expect(
         self,
         description: str,

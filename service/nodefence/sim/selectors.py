@@ -2,82 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from nodefence.engine.labels import Selector, SelectorError, parse_selector
 from nodefence.sim.errors import bad_request
 
-_SET_RE = re.compile(r"^\s*(!?)\s*([A-Za-z0-9._/-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
-_EXISTS_RE = re.compile(r"^\s*(!?)\s*([A-Za-z0-9._/-]+)\s*$")
-_EQ_RE = re.compile(r"^\s*([A-Za-z0-9._/-]+)\s*(==|=|!=)\s*([A-Za-z0-9._-]*)\s*$")
 
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        value = labels.get(self.key)
-        if self.op == "=":
-            return present and value == self.values[0]
-        if self.op == "!=":
-            return not present or value != self.values[0]
-        if self.op == "in":
-            return present and value in self.values
-        if self.op == "notin":
-            return not present or value not in self.values
-        if self.op == "exists":
-            return present
-        return not present
-
-
-def _split_top_level(selector: str) -> list[str]:
-    """Split on commas that are not inside a ``(...)`` value set."""
-    parts: list[str] = []
-    depth = 0
-    current: list[str] = []
-    for char in selector:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return [p for p in parts if p.strip()]
-
-
-def parse_label_selector(selector: str | None) -> list[Requirement]:
-    if not selector:
-        return []
-    requirements: list[Requirement] = []
-    for part in _split_top_level(selector):
-        if m := _SET_RE.match(part):
-            if m.group(1):
-                raise bad_request(f"unable to parse requirement: {part!r}")
-            values = tuple(v.strip() for v in m.group(4).split(",") if v.strip())
-            requirements.append(Requirement(m.group(2), m.group(3), values))
-        elif m := _EQ_RE.match(part):
-            op = "!=" if m.group(2) == "!=" else "="
-            requirements.append(Requirement(m.group(1), op, (m.group(3),)))
-        elif m := _EXISTS_RE.match(part):
-            requirements.append(Requirement(m.group(2), "!exists" if m.group(1) else "exists"))
-        else:
-            raise bad_request(f"unable to parse requirement: {part!r}")
-    return requirements
-
-
-def labels_match(requirements: list[Requirement], labels: Mapping[str, str] | None) -> bool:
-    actual = labels or {}
-    return all(r.matches(actual) for r in requirements)
+def parse_label_selector(selector: str | None) -> Selector:
+    """The same parser the rules engine uses; a bad selector is the API server's 400."""
+    try:
+        return parse_selector(selector)
+    except SelectorError as exc:
+        raise bad_request(f"unable to parse requirement: {exc}") from None
 
 
 def _dig(obj: Mapping[str, Any], path: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from nodefence.sim.errors import ApiError, already_exists, conflict, invalid, not_found
 from nodefence.sim.resources import BY_KIND, PODS, ResourceType
-from nodefence.sim.selectors import labels_match, parse_field_selector, parse_label_selector
+from nodefence.sim.selectors import parse_field_selector, parse_label_selector
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -124,11 +124,11 @@ class Store:
     def predicate(
         rt: ResourceType, label_selector: str | None, field_selector: str | None
     ) -> Callable[[Obj], bool]:
-        requirements = parse_label_selector(label_selector)
+        selector = parse_label_selector(label_selector)
         fields = parse_field_selector(field_selector, rt.kind)
 
         def matches(obj: Obj) -> bool:
-            return labels_match(requirements, obj["metadata"].get("labels")) and fields(obj)
+            return selector.matches(obj["metadata"].get("labels") or {}) and fields(obj)
 
         return matches
 
@@ -361,6 +361,17 @@ class Store:
         table[key] = new
         self._emit("MODIFIED", rt, new)
         return copy.deepcopy(new), False
+
+    def force_delete_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Grace 0 with the pod's UID as precondition, as the kubelet and PodGC do, so a
+        same-named replacement is never hit; False when the pod is gone or was replaced."""
+        meta = pod["metadata"]
+        options = DeleteOptions(grace_period_seconds=0, uid=meta["uid"])
+        try:
+            self.delete(PODS, meta["namespace"], meta["name"], options)
+        except ApiError:
+            return False
+        return True
 
     def _grace_period(self, rt: ResourceType, obj: Obj, requested: int | None) -> int:
         if rt.key != PODS.key:

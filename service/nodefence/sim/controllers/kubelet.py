@@ -413,15 +413,7 @@ class KubeletFleet:
         requested = deadline - timedelta(seconds=grace)
         if now < requested + timedelta(seconds=min(grace, CONFIRM_DELAY_SECONDS)):
             return
-        try:
-            self.sim.store.delete(
-                PODS,
-                meta["namespace"],
-                meta["name"],
-                DeleteOptions(grace_period_seconds=0, uid=meta["uid"]),
-            )
-        except ApiError:
-            return
+        self.sim.store.force_delete_pod(pod)
 
 
 def _check_since(since_seconds: float) -> None:

@@ -14,10 +14,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from nodefence.sim.controllers.node_lifecycle import TAINT_OUT_OF_SERVICE, node_ready_status
-from nodefence.sim.errors import ApiError
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.simulation import NODE_OUT_OF_SERVICE_VOLUME_DETACH
-from nodefence.sim.store import DeleteOptions
 
 if TYPE_CHECKING:
     from nodefence.sim.simulation import Controller, Simulation
@@ -66,15 +64,7 @@ class PodGC:
         meta = pod["metadata"]
         if meta.get("deletionTimestamp") and int(meta.get("deletionGracePeriodSeconds") or 0) == 0:
             return
-        try:
-            self.sim.store.delete(
-                PODS,
-                meta["namespace"],
-                meta["name"],
-                DeleteOptions(grace_period_seconds=0, uid=meta["uid"]),
-            )
-        except ApiError:
-            return
+        self.sim.store.force_delete_pod(pod)
 
 
 def controllers(sim: Simulation) -> list[Controller]:
