@@ -10,7 +10,6 @@ reading and deciding instead of forcing the write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -54,6 +53,7 @@ log = structlog.get_logger(__name__)
 
 MAX_DECIDE_ATTEMPTS = 5
 FENCED_GAUGE_SECONDS = 60.0
+CLOSE_WAIT_SECONDS = 5.0
 SETTLE_POLL_SECONDS = 0.2
 
 
@@ -113,28 +113,32 @@ class Pipeline:
             ttl_seconds=self.options.lock_ttl_seconds,
         )
         self._pause_refresher: asyncio.Task[None] | None = None
+        self._closing = False
         self.approvals: ApprovalRequester | None = None
         self.notifier: FenceNotifier | None = None
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
 
     async def close(self) -> None:
+        """Stop the background refresh, then the client. The loop also checks ``_closing``:
+        Python 3.11's ``wait_for`` can swallow a cancel that races a reply, so cancelling alone
+        could leave it running and shutdown waiting on it."""
+        self._closing = True
         if self._pause_refresher is not None:
             self._pause_refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pause_refresher
+            await asyncio.wait({self._pause_refresher}, timeout=CLOSE_WAIT_SECONDS)
         await self.kube.close()
 
     def _keep_pause_fresh(self) -> None:
         """While serving, re-read the pause switch in the background, off the request path, and
         now and then publish which nodes nodefence has fenced (from the ledgers, so a restarted
         replica reports them too)."""
-        if self._pause_refresher is not None:
+        if self._pause_refresher is not None or self._closing:
             return
 
         async def refresh() -> None:
             since_gauges = FENCED_GAUGE_SECONDS
-            while True:
+            while not self._closing:
                 try:
                     if since_gauges >= FENCED_GAUGE_SECONDS:
                         since_gauges = 0.0

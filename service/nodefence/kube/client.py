@@ -112,11 +112,14 @@ class KubeClient:
             timeout = max(0.05, min(self.call_timeout, deadline.remaining))
             retry_after: float | None = None
             try:
-                response = await asyncio.wait_for(factory(), timeout)
-                try:
-                    raw = await asyncio.wait_for(response.read(), timeout)
-                finally:
-                    response.release()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+                # races a reply, and a cancelled request must not go on retrying.
+                async with asyncio.timeout(timeout):
+                    response = await factory()
+                    try:
+                        raw = await response.read()
+                    finally:
+                        response.release()
                 status = int(response.status)
                 self._on_request(verb, str(status))
                 body: Json = json.loads(raw) if raw else {}
