@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.errors import ConfigError
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -79,6 +80,15 @@ class Settings(BaseSettings):
     slack_notify: bool = False
     slack_timeout_seconds: float = Field(default=5, gt=0)
 
+    # Alertmanager's API v2, asked by the reconcile pass for the node alerts still firing.
+    alertmanager_url: str | None = None
+    alertmanager_token: SecretStr | None = None
+    alertmanager_user: str | None = None
+    alertmanager_password: SecretStr | None = None
+    alertmanager_ca_file: Path | None = None
+    alertmanager_insecure: bool = False
+    alertmanager_timeout_seconds: float = Field(default=10, gt=0)
+
     @field_validator(
         "alert_token",
         "basic_auth_user",
@@ -88,6 +98,11 @@ class Settings(BaseSettings):
         "approval_key",
         "slack_channel",
         "slack_api_url",
+        "alertmanager_url",
+        "alertmanager_token",
+        "alertmanager_user",
+        "alertmanager_password",
+        "alertmanager_ca_file",
         mode="before",
     )
     @classmethod
@@ -125,6 +140,35 @@ class Settings(BaseSettings):
                 "NODEFENCE_AUTH_DISABLED=true to accept unauthenticated requests"
             )
         return self
+
+    @model_validator(mode="after")
+    def _valid_alertmanager(self) -> Settings:
+        # Built once here so that a bad combination fails at start, not on a reconcile pass.
+        try:
+            _ = self.alertmanager
+        except ValidationError as exc:
+            first = exc.errors(include_url=False, include_input=False)[0]
+            message = first["msg"].removeprefix("Value error, ")
+            if first["loc"]:
+                message = f"alertmanager_{first['loc'][0]}: {message}"
+            raise ValueError(message) from None
+        return self
+
+    @property
+    def alertmanager(self) -> AlertmanagerConfig | None:
+        """The reconcile pass's Alertmanager, or None when no URL is set (no active-alert
+        re-evaluation)."""
+        if self.alertmanager_url is None:
+            return None
+        return AlertmanagerConfig(
+            url=self.alertmanager_url,
+            bearer_token=self.alertmanager_token,
+            basic_user=self.alertmanager_user,
+            basic_password=self.alertmanager_password,
+            ca_file=self.alertmanager_ca_file,
+            insecure=self.alertmanager_insecure,
+            timeout=self.alertmanager_timeout_seconds,
+        )
 
     @property
     def has_credentials(self) -> bool:

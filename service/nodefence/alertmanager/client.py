@@ -1,0 +1,167 @@
+"""Ask Alertmanager (API v2) which handled node alerts are firing now.
+
+The answer feeds the reconcile pass, which re-evaluates each node as a firing delivery would, so
+every event here is built by the same code as a webhook's events: a node named by an alert
+through the API is the node the same alert would name in a webhook.
+
+Only alerts that would notify someone are returned: active, not silenced, not inhibited. A
+silence is how an operator says "leave this node alone" without pausing nodefence; the retry
+must respect it as the webhook path does (Alertmanager sends no webhook for a silenced alert).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+from pydantic import ValidationError
+
+from nodefence.alertmanager.config import AlertmanagerConfig
+from nodefence.alerts.events import extract_events
+from nodefence.alerts.webhook import WebhookPayload
+from nodefence.engine.model import AlertEvent
+
+# The characters Go's regexp.QuoteMeta escapes; any other character is literal in RE2.
+_REGEX_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
+
+
+class AlertmanagerUnavailableError(Exception):
+    """Alertmanager could not be asked, or its answer cannot be trusted.
+
+    The message names the URL (never a credential) and the cause, since it ends up in the
+    reconcile pass's log line and in ``check-config`` output.
+    """
+
+
+def alertname_matcher(names: Sequence[str]) -> str:
+    """An API v2 ``filter`` matcher selecting exactly ``names``.
+
+    Alertmanager anchors regex matchers, and every regex metacharacter is escaped, so a name is
+    matched literally: ``KubeNodeNotReady`` never selects ``KubeNodeNotReadyX``. Filtering on
+    the server keeps the response proportional to the node alerts, not to every alert an
+    outage raises.
+    """
+    pattern = "|".join(_REGEX_SPECIAL.sub(lambda m: "\\" + m.group(0), name) for name in names)
+    quoted = pattern.replace("\\", "\\\\").replace('"', '\\"')
+    return f'alertname=~"{quoted}"'
+
+
+async def active_alerts(
+    config: AlertmanagerConfig,
+    names: Sequence[str],
+    node_labels: Sequence[str],
+) -> list[AlertEvent]:
+    """The firing, unsilenced, uninhibited alerts named ``names`` that name a node.
+
+    ``node_labels`` is the policy's ``alerts.node_labels``. ``config.timeout`` bounds the
+    whole exchange; a caller whose own deadline is nearer wraps the call in ``asyncio.timeout``.
+    Raises :class:`AlertmanagerUnavailableError` on any failure: a partial or unverified answer
+    is never returned, because an alert missing from it would look resolved.
+    """
+    if not names:
+        return []
+    body = await _fetch(config, alertname_matcher(names))
+    try:
+        payload = _as_payload(json.loads(body))
+    except (ValueError, TypeError) as exc:
+        raise _error(config, f"answered with a body that is not a list of alerts: {exc}") from None
+    events = extract_events(payload, alert_names=names, node_labels=node_labels)
+    return [e for e in events if e.alertname in names and e.node is not None]
+
+
+def _as_payload(data: Any) -> WebhookPayload:
+    """The API's alerts, shaped as a webhook delivery so that one parser judges both.
+
+    Every alert returned for ``active=true`` is firing; the API's ``status`` object (its
+    suppression state) is not the webhook's status string and is replaced.
+    """
+    if not isinstance(data, list) or not all(isinstance(a, dict) for a in data):
+        raise TypeError("expected a JSON array of alert objects")
+    alerts = [{**alert, "status": "firing"} for alert in data]
+    try:
+        return WebhookPayload.model_validate({"version": "4", "status": "firing", "alerts": alerts})
+    except ValidationError as exc:
+        # The location and message only: the offending value may be anything.
+        first = exc.errors(include_url=False, include_input=False)[0]
+        location = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{location}: {first['msg']}") from None
+
+
+async def _fetch(config: AlertmanagerConfig, matcher: str) -> bytes:
+    params = {
+        "active": "true",
+        "silenced": "false",
+        "inhibited": "false",
+        "filter": matcher,
+    }
+    headers = {"Accept": "application/json"}
+    auth = None
+    if config.bearer_token is not None:
+        headers["Authorization"] = f"Bearer {config.bearer_token.get_secret_value()}"
+    elif config.basic_user is not None and config.basic_password is not None:
+        auth = aiohttp.BasicAuth(config.basic_user, config.basic_password.get_secret_value())
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.timeout)) as session,
+            session.get(
+                config.alerts_url,
+                params=params,
+                headers=headers,
+                auth=auth,
+                ssl=_tls(config),
+                # A redirect would carry the credentials to wherever it points.
+                allow_redirects=False,
+            ) as response,
+        ):
+            if response.status in {401, 403}:
+                raise _error(
+                    config,
+                    f"refused the credentials (HTTP {response.status}); check "
+                    "NODEFENCE_ALERTMANAGER_TOKEN or NODEFENCE_ALERTMANAGER_USER/PASSWORD",
+                )
+            if response.status != 200:
+                snippet = (await response.content.read(200)).decode(errors="replace").strip()
+                raise _error(config, f"answered HTTP {response.status}: {snippet!r}")
+            return await _bounded_body(config, response)
+    except AlertmanagerUnavailableError:
+        raise
+    except TimeoutError:
+        raise _error(config, f"did not answer within {config.timeout:g}s") from None
+    except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
+        raise _error(config, f"unreachable: {type(exc).__name__}: {exc}") from None
+
+
+async def _bounded_body(config: AlertmanagerConfig, response: aiohttp.ClientResponse) -> bytes:
+    limit = config.max_response_bytes
+    if response.content_length is not None and response.content_length > limit:
+        raise _error(config, f"answered {response.content_length} bytes, over the {limit}")
+    body = await response.content.read(limit + 1)
+    while len(body) <= limit:
+        chunk = await response.content.read(limit + 1 - len(body))
+        if not chunk:
+            return body
+        body += chunk
+    raise _error(config, f"answered more than {limit} bytes")
+
+
+def _tls(config: AlertmanagerConfig) -> ssl.SSLContext | bool:
+    if not config.url.startswith("https://"):
+        return True
+    if config.insecure:
+        return False
+    cafile = str(config.ca_file) if config.ca_file is not None else None
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise _error(config, f"CA bundle {cafile} cannot be read: {exc}") from None
+
+
+def _error(config: AlertmanagerConfig, cause: str) -> AlertmanagerUnavailableError:
+    message = f"Alertmanager at {config.alerts_url} {cause}"
+    for secret in config.secrets():
+        message = message.replace(secret, "********")
+    return AlertmanagerUnavailableError(message)
