@@ -1,0 +1,172 @@
+"""An IPMI-over-LAN BMC as a power driver, through pyghmi.
+
+pyghmi blocks in its own I/O loop, so every exchange runs on a thread of this driver's own: one
+thread per BMC keeps a slow or dead BMC from starving the event loop or the other BMCs, and
+serialises the exchanges with one BMC (a pyghmi session is not meant to be used concurrently).
+The event loop stops waiting at the call's deadline even if the thread is still inside pyghmi;
+the thread then finishes on pyghmi's own timeout, and the next call queues behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from pydantic import SecretStr
+from pyghmi.ipmi.command import Command  # type: ignore[import-untyped]
+
+from nodefence.fencing.model import PowerReading, PowerState
+
+DEFAULT_PORT = 623
+_STATES: dict[str, PowerState] = {"on": "on", "off": "off"}
+# pyghmi's words for a refused login: trying again would only lock the account out sooner.
+_REFUSALS = ("password", "unauthorized", "username", "privilege")
+
+Target = Literal["on", "off"]
+T = TypeVar("T")
+
+
+class _Failure(Exception):
+    def __init__(self, detail: str, *, transient: bool) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.transient = transient
+
+
+class IpmiDriver:
+    """Chassis power of one machine over IPMI 2.0 (RMCP+)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        username: str,
+        password: SecretStr,
+        port: int = DEFAULT_PORT,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self._address = address
+        self._username = username
+        self._password = password
+        self._port = port
+        self._poll_interval = poll_interval
+        self._command: Any = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"ipmi-{address}"
+        )
+
+    @property
+    def source(self) -> str:
+        return f"ipmi {self._address}:{self._port}"
+
+    async def status(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+        last_error = ""
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    try:
+                        return await self._read()
+                    except _Failure as exc:
+                        if not exc.transient:
+                            return self._unknown(exc.detail)
+                        last_error = exc.detail
+                    await asyncio.sleep(self._poll_interval)
+        except TimeoutError:
+            why = f" (last error: {last_error})" if last_error else ""
+            return self._unknown(f"no answer from the BMC within {timeout:g}s{why}")
+
+    async def power_off(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+        return await self._power(timeout, "off")
+
+    async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+        return await self._power(timeout, "on")
+
+    async def close(self) -> None:
+        command, self._command = self._command, None
+        if command is not None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, _logout, command)
+        self._executor.shutdown(wait=False)
+
+    async def _power(self, seconds: float, target: Target) -> PowerReading:
+        sent = False
+        last = ""
+        last_error = ""
+        try:
+            async with asyncio.timeout(seconds):
+                while True:
+                    try:
+                        reading = await self._read()
+                        last = reading.raw_state
+                        if reading.state == target:
+                            return reading
+                        if not sent:
+                            # Marked before the exchange: a lost answer may still mean the
+                            # BMC acted, and the action is never repeated within one call.
+                            sent = True
+                            await self._call(lambda c: c.set_power(target, wait=False))
+                    except _Failure as exc:
+                        if not exc.transient:
+                            return self._unknown(exc.detail, last)
+                        last_error = exc.detail
+                    await asyncio.sleep(self._poll_interval)
+        except TimeoutError:
+            if sent and last:
+                detail = f"sent power {target}; the BMC still reports {last} after {seconds:g}s"
+            else:
+                why = f" (last error: {last_error})" if last_error else ""
+                detail = f"no power {target} read back within {seconds:g}s{why}"
+            return self._unknown(detail, last)
+
+    async def _read(self) -> PowerReading:
+        answer = await self._call(lambda c: c.get_power())
+        raw = str(answer.get("powerstate", "")) if isinstance(answer, dict) else ""
+        state = _STATES.get(raw, "unknown")
+        detail = "" if state != "unknown" else f"the BMC reports power state {raw!r}"
+        return PowerReading(state, self.source, detail, raw)
+
+    async def _call(self, operation: Callable[[Any], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._exchange, operation)
+
+    def _exchange(self, operation: Callable[[Any], T]) -> T:
+        """On the driver's thread: log in if needed, then one exchange. A failed session is
+        dropped, so the next attempt logs in afresh instead of reusing a broken one."""
+        try:
+            if self._command is None:
+                self._command = Command(
+                    bmc=self._address,
+                    userid=self._username,
+                    password=self._password.get_secret_value(),
+                    port=self._port,
+                )
+            return operation(self._command)
+        except Exception as exc:
+            command, self._command = self._command, None
+            if command is not None:
+                _logout(command)
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: Exception) -> _Failure:
+        message = str(exc) if str(exc) not in ("", "None") else "no answer"
+        secret = self._password.get_secret_value()
+        if secret:
+            message = message.replace(secret, "***")
+        refused = any(word in message.lower() for word in _REFUSALS)
+        if refused:
+            return _Failure(
+                f"the BMC refused the configured credentials ({message})", transient=False
+            )
+        return _Failure(f"{type(exc).__name__}: {message}", transient=True)
+
+    def _unknown(self, detail: str, raw: str = "") -> PowerReading:
+        return PowerReading("unknown", self.source, detail, raw)
+
+
+def _logout(command: Any) -> None:
+    # The session times out on the BMC anyway; a failed logout changes no power state.
+    with contextlib.suppress(Exception):
+        command.ipmi_session.logout()
