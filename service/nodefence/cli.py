@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     sim.add_argument("--scenario", default="seed", help="'seed' or a scenario YAML file")
     sim.add_argument("--kubeconfig-out", help="write a kubeconfig for the simulator here")
+    sim.add_argument(
+        "--bmc-inventory-out", help="write a BMC inventory for the simulator's Redfish BMCs here"
+    )
     sim.add_argument("--k8s-version", help="simulated Kubernetes version (default 1.24.8)")
 
     demo = sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")

@@ -13,6 +13,7 @@ from nodefence.sim.api import add_api_routes
 from nodefence.sim.control import add_control_routes
 from nodefence.sim.ksm import add_metrics_route
 from nodefence.sim.kubeconfig import write_kubeconfig
+from nodefence.sim.redfish import add_redfish_routes, write_bmc_inventory
 from nodefence.sim.simulation import Simulation
 
 HOST = "127.0.0.1"
@@ -29,6 +30,7 @@ def build_app(sim: Simulation) -> web.Application:
     app[SIMULATION] = sim
     add_control_routes(app, sim)
     add_metrics_route(app, sim)
+    add_redfish_routes(app, sim)
     add_api_routes(app, sim)
     return app
 
@@ -60,7 +62,9 @@ def simulation_from_scenario(scenario: str, k8s_version: str | None = None) -> S
         raise ScenarioError(f"cannot load scenario {scenario!r}: {exc}") from exc
 
 
-async def _serve_until_signalled(sim: Simulation, port: int, kubeconfig_out: str | None) -> int:
+async def _serve_until_signalled(
+    sim: Simulation, port: int, kubeconfig_out: str | None, bmc_inventory_out: str | None = None
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -71,6 +75,8 @@ async def _serve_until_signalled(sim: Simulation, port: int, kubeconfig_out: str
     try:
         if kubeconfig_out:
             write_kubeconfig(kubeconfig_out, url)
+        if bmc_inventory_out:
+            write_bmc_inventory(bmc_inventory_out, url, sim)
         print(LISTENING + url, flush=True)
         await stop.wait()
     finally:
@@ -84,4 +90,6 @@ def run_from_cli(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"nodefence simulate: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve_until_signalled(sim, args.port, args.kubeconfig_out))
+    return asyncio.run(
+        _serve_until_signalled(sim, args.port, args.kubeconfig_out, args.bmc_inventory_out)
+    )
