@@ -11,6 +11,7 @@ must respect it as the webhook path does (Alertmanager sends no webhook for a si
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import ssl
@@ -99,11 +100,11 @@ async def _fetch(config: AlertmanagerConfig, matcher: str) -> bytes:
         "filter": matcher,
     }
     headers = {"Accept": "application/json"}
-    auth = None
     if config.bearer_token is not None:
         headers["Authorization"] = f"Bearer {config.bearer_token.get_secret_value()}"
     elif config.basic_user is not None and config.basic_password is not None:
-        auth = aiohttp.BasicAuth(config.basic_user, config.basic_password.get_secret_value())
+        pair = f"{config.basic_user}:{config.basic_password.get_secret_value()}".encode()
+        headers["Authorization"] = f"Basic {base64.b64encode(pair).decode()}"
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.timeout)) as session,
@@ -111,7 +112,6 @@ async def _fetch(config: AlertmanagerConfig, matcher: str) -> bytes:
                 config.alerts_url,
                 params=params,
                 headers=headers,
-                auth=auth,
                 ssl=_tls(config),
                 # A redirect would carry the credentials to wherever it points.
                 allow_redirects=False,
