@@ -14,6 +14,7 @@ already off it would switch it on.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 from collections.abc import AsyncIterator, Iterable
@@ -408,21 +409,18 @@ class RedfishDriver:
         return value if isinstance(value, str) else ""
 
     def _headers(self) -> dict[str, str]:
-        if self._auth == "session" and self._token is not None:
+        if self._auth == "basic":
+            pair = f"{self._username}:{self._password.get_secret_value()}".encode()
+            return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+        if self._token is not None:
             return {"X-Auth-Token": self._token.get_secret_value()}
         return {}
 
     def _client(self) -> aiohttp.ClientSession:
         if self._http is None:
             connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=4)
-            auth = (
-                aiohttp.BasicAuth(self._username, self._password.get_secret_value())
-                if self._auth == "basic"
-                else None
-            )
             self._http = aiohttp.ClientSession(
                 connector=connector,
-                auth=auth,
                 headers={"Accept": "application/json", "OData-Version": "4.0"},
             )
         return self._http
