@@ -20,6 +20,7 @@ PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian package prometheus; CI installs it)"
 )
+TRIGGER = "NodefenceNodeNotReady"
 SELF_ALERTS = {
     "NodefenceWebhookErrors",
     "NodefenceNodeFencedTooLong",
@@ -46,7 +47,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_file_passes_promtool_check() -> None:
     out = promtool("check", "rules", str(RULES))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 6 rules found" in out.stdout
+    assert "SUCCESS: 7 rules found" in out.stdout
 
 
 @needs_promtool
@@ -111,6 +112,37 @@ def test_node_alerts_are_the_kube_prometheus_ones() -> None:
         assert "{{ $labels.node }}" in rule["annotations"]["description"]
 
 
+def test_trigger_is_kube_node_not_ready_with_a_short_for_in_its_own_group() -> None:
+    """Its own name and group: kube-prometheus users drop nodefence-node-alerts (their own
+    KubeNodeNotReady would merge with ours and flap) and must keep the trigger."""
+    groups = {g["name"]: g["rules"] for g in load(RULES)["groups"]}
+    (trigger,) = groups["nodefence-trigger"]
+    assert trigger["alert"] == TRIGGER
+    assert TRIGGER not in {r["alert"] for r in groups["nodefence-node-alerts"]}
+    assert trigger["expr"] == rules_by_name()["KubeNodeNotReady"]["expr"]
+    assert trigger["for"] == "1m"
+    # Not "info": kube-prometheus' InfoInhibitor would mute it, and a muted alert reaches
+    # neither the webhook nor the reconcile pass.
+    assert trigger["labels"] == {"severity": "none"}
+    assert "{{ $labels.node }}" in trigger["annotations"]["description"]
+
+
+@needs_promtool
+@pytest.mark.parametrize("longer", ["2m", "15m"])
+def test_unit_tests_pin_the_trigger_for(tmp_path: Path, longer: str) -> None:
+    text = RULES.read_text()
+    start = text.index(f"- alert: {TRIGGER}")
+    end = text.index("for: 1m", start)
+    changed = text[:end] + f"for: {longer}" + text[end + len("for: 1m") :]
+    (tmp_path / "tests").mkdir()
+    (tmp_path / RULES.name).write_text(changed)
+    copy = tmp_path / "tests" / "nodefence_trigger_test.yaml"
+    copy.write_text((RULES_DIR / "tests" / "nodefence_trigger_test.yaml").read_text())
+    out = promtool("test", "rules", str(copy))
+    assert out.returncode != 0
+    assert TRIGGER in out.stdout + out.stderr
+
+
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     firing: set[str] = set()
     quiet: set[str] = set()
@@ -119,7 +151,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
             for case in test.get("alert_rule_test", []):
                 (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
     names = set(rules_by_name())
-    assert names == SELF_ALERTS | {"KubeNodeNotReady", "KubeNodeUnreachable"}
+    assert names == SELF_ALERTS | {"KubeNodeNotReady", "KubeNodeUnreachable", TRIGGER}
     assert names - firing == set()
     assert names - quiet == set()
 

@@ -55,8 +55,19 @@ def test_node_alerts_reach_nodefence_and_the_usual_receiver(alertname: str) -> N
 
 
 @needs_amtool
+def test_the_trigger_alert_reaches_nodefence_only() -> None:
+    """Nobody is paged a minute after a node blips; KubeNodeNotReady still pages at 15m."""
+    assert routed_receivers(EXAMPLE, "alertname=NodefenceNodeNotReady", "node=n1") == ["nodefence"]
+
+
+@needs_amtool
 def test_other_alerts_do_not_reach_nodefence() -> None:
-    for name in ("KubeNodeNotReadyX", "KubePodCrashLooping", "NodefenceDown"):
+    for name in (
+        "KubeNodeNotReadyX",
+        "NodefenceNodeNotReadyX",
+        "KubePodCrashLooping",
+        "NodefenceDown",
+    ):
         assert routed_receivers(EXAMPLE, f"alertname={name}", "node=n1") == ["default"]
 
 
@@ -64,7 +75,7 @@ def test_other_alerts_do_not_reach_nodefence() -> None:
 def test_snippet_alone_is_a_valid_route(tmp_path: Path) -> None:
     snippet = load(SNIPPET)
     config = {
-        "route": {"receiver": "default", "routes": [snippet["route"]]},
+        "route": {"receiver": "default", "routes": [snippet["route"], snippet["trigger_route"]]},
         "receivers": [{"name": "default"}, snippet["receiver"]],
     }
     path = tmp_path / "alertmanager.yml"
@@ -77,6 +88,7 @@ def test_example_carries_the_snippet_first() -> None:
     snippet = load(SNIPPET)
     example = load(EXAMPLE)
     assert example["route"]["routes"][0] == snippet["route"]
+    assert example["route"]["routes"][1] == snippet["trigger_route"]
     assert snippet["receiver"] in example["receivers"]
 
 
@@ -106,3 +118,25 @@ def test_route_matches_the_node_alerts_of_the_rules() -> None:
     pattern = re.fullmatch(r'alertname=~"(.*)"', matcher)
     assert pattern is not None
     assert set(pattern.group(1).split("|")) == names
+
+
+def seconds(duration: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", duration))
+
+
+def test_trigger_route_matches_the_trigger_rule_and_retries_within_minutes() -> None:
+    rules = yaml.safe_load((REPO / "alertrules" / "nodefence.rules.yaml").read_text())
+    group = next(g for g in rules["groups"] if g["name"] == "nodefence-trigger")
+    (rule,) = group["rules"]
+    route = load(SNIPPET)["trigger_route"]
+    assert route["matchers"] == [f'alertname="{rule["alert"]}"']
+    assert route["receiver"] == load(SNIPPET)["receiver"]["name"]
+    assert route.get("continue", False) is False
+    assert route["group_by"] == ["alertname", "node"]
+    # Sent as soon as the rule fires; a refused first delivery comes back within 5 minutes
+    # even without the reconcile pass's Alertmanager URL.
+    assert seconds(route["group_wait"]) == 0
+    assert seconds(route["group_interval"]) <= 60
+    assert 0 < seconds(route["repeat_interval"]) <= 300
+    assert seconds(route["repeat_interval"]) % seconds(route["group_interval"]) == 0
