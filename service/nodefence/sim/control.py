@@ -1,13 +1,29 @@
-"""The simulator's control surface: take nodes down and up (``/sim/v1``).
+"""The simulator's control surface: take nodes down and up, skew a kubelet's clock (``/sim/v1``).
 
 This is how tests and the demo make a node die "20 minutes ago" without waiting: the body's
 ``sinceSeconds`` backdates the kubelet's last sign of life, and the controllers derive the rest
 (NotReady, taints, evictions) before the answer is sent. Errors are JSON problem documents.
+
+- ``POST /sim/v1/nodes/{name}/down`` ``{"sinceSeconds": N}`` (optional): the kubelet died N
+  seconds ago. Its last Lease renewal (renewTime and the server's managedFields time) and status
+  post are at that moment; Unknown, the unreachable taints and the pods' Ready=False follow from
+  it. Taking a dead node down again keeps its death or moves it further back.
+- ``POST /sim/v1/nodes/{name}/up`` ``{"sinceSeconds": S, "reboot": true}`` (both optional): the
+  kubelet is back, Ready since S seconds ago but never since before it died; ``reboot`` gives a
+  new bootID and restarts the pods.
+- ``POST /sim/v1/nodes/{name}/clock`` ``{"skewSeconds": -600}``: from now on the node's kubelet
+  reads a clock that far off the API server's and stamps everything it writes from it (renewTime,
+  heartbeats, transitions, pod times) while it keeps renewing; ``0`` sets it right. Times the
+  server stamps (managedFields, ``Date``) stay on the server's clock.
+- ``POST /sim/v1/nodes/{name}/recreate``: delete the Node and register it anew (new UID).
+- ``GET /sim/v1/nodes`` and ``GET /sim/v1/nodes/{name}``: the nodes as the control surface sees
+  them (kubelet up or down, clock skew, Ready and since when, lease renewal, taints).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -33,6 +49,14 @@ def problem(status: int, detail: str) -> web.Response:
     return web.Response(status=status, text=json.dumps(body), content_type=PROBLEM_TYPE)
 
 
+# Ten years: any further and a moment falls off the calendar the timestamps can express.
+MAX_SECONDS = 10 * 365 * 86400
+
+
+def _seconds(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 class _BadRequest(Exception):
     """A body the control surface refuses (answered 400)."""
 
@@ -52,9 +76,12 @@ async def _body(request: web.Request, allowed: frozenset[str]) -> dict[str, Any]
         raise _BadRequest(
             f"unknown fields: {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
         )
+    skew = body.get("skewSeconds", 0)
+    if not _seconds(skew) or abs(skew) > MAX_SECONDS:
+        raise _BadRequest(f"skewSeconds must be a number of seconds between ±{MAX_SECONDS}")
     since = body.get("sinceSeconds", 0)
-    if isinstance(since, bool) or not isinstance(since, int | float) or since < 0:
-        raise _BadRequest("sinceSeconds must be a non-negative number")
+    if not _seconds(since) or not 0 <= since <= MAX_SECONDS:
+        raise _BadRequest(f"sinceSeconds must be a number of seconds from 0 to {MAX_SECONDS}")
     if not isinstance(body.get("reboot", False), bool):
         raise _BadRequest("reboot must be true or false")
     return body
@@ -93,6 +120,13 @@ def add_control_routes(app: web.Application, sim: Simulation) -> None:
         )
         return web.json_response(state)
 
+    async def clock(request: web.Request) -> web.StreamResponse:
+        body = await _body(request, frozenset({"skewSeconds"}))
+        if "skewSeconds" not in body:
+            raise _BadRequest("skewSeconds is required (0 sets the clock right)")
+        name = request.match_info["name"]
+        return web.json_response(sim.node_clock(name, skew_seconds=body["skewSeconds"]))
+
     async def recreate(request: web.Request) -> web.StreamResponse:
         await _body(request, frozenset())
         return web.json_response(sim.recreate_node(request.match_info["name"]))
@@ -101,4 +135,5 @@ def add_control_routes(app: web.Application, sim: Simulation) -> None:
     app.router.add_get(PREFIX + "/{name}", _guarded(get_node))
     app.router.add_post(PREFIX + "/{name}/down", _guarded(down))
     app.router.add_post(PREFIX + "/{name}/up", _guarded(up))
+    app.router.add_post(PREFIX + "/{name}/clock", _guarded(clock))
     app.router.add_post(PREFIX + "/{name}/recreate", _guarded(recreate))

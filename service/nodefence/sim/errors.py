@@ -18,6 +18,7 @@ class ApiError(Exception):
         name: str = "",
         group: str = "",
         retry_after: int | None = None,
+        causes: list[dict[str, str]] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -27,6 +28,7 @@ class ApiError(Exception):
         self.name = name
         self.group = group
         self.retry_after = retry_after
+        self.causes = causes or []
 
     def status(self) -> dict[str, Any]:
         details: dict[str, Any] = {}
@@ -36,6 +38,8 @@ class ApiError(Exception):
             details["group"] = self.group
         if self.kind:
             details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = [dict(c) for c in self.causes]
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
         body: dict[str, Any] = {

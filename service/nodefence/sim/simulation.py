@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 from nodefence.sim.controllers.kubelet import KubeletFleet
 from nodefence.sim.controllers.taint_eviction import default_toleration_seconds
-from nodefence.sim.resources import NAMESPACES, NODES
+from nodefence.sim.managed import CONTROLLER_MANAGER, KUBELET, SCENARIO_LOADER
+from nodefence.sim.resources import LEASES, NAMESPACES, NODES, PODS, ResourceType
 from nodefence.sim.store import Obj, Store, WatchEvent, utcnow
 
 NODE_OUT_OF_SERVICE_VOLUME_DETACH = "NodeOutOfServiceVolumeDetach"
@@ -104,6 +105,16 @@ class SimSettings:
         return cls(**data)
 
 
+def _creator(rt: ResourceType, obj: Obj) -> str:
+    """Who creates such an object in a real cluster: a kubelet registers its Node and Lease,
+    controllers create owned pods, an administrator applies the rest."""
+    if rt.key in (NODES.key, LEASES.key):
+        return KUBELET
+    if rt.key == PODS.key and obj["metadata"].get("ownerReferences"):
+        return CONTROLLER_MANAGER
+    return SCENARIO_LOADER
+
+
 class Controller(Protocol):
     """A level-triggered control loop: look at the store, move it one step toward the desired
     state. Called on every tick and after store changes, so it must be idempotent and cheap."""
@@ -165,7 +176,8 @@ class Simulation:
 
     def load_objects(self, objects: Iterable[Obj]) -> list[Obj]:
         """Create objects in dependency order (namespaces, nodes, leases, storage, workloads,
-        pods), so that every controller sees a consistent cluster on its first pass."""
+        pods), so that every controller sees a consistent cluster on its first pass, each as
+        the component that would have created it."""
         from nodefence.sim.scenario import creation_order
 
         created: list[Obj] = []
@@ -173,7 +185,11 @@ class Simulation:
             name = obj["metadata"].get("name")
             if rt.key == NAMESPACES.key and self.store.peek(rt, None, name) is not None:
                 continue
-            created.append(self.store.create(rt, obj["metadata"].get("namespace"), obj))
+            created.append(
+                self.store.create(
+                    rt, obj["metadata"].get("namespace"), obj, manager=_creator(rt, obj)
+                )
+            )
         return created
 
     def _on_change(self, _event: WatchEvent) -> None:
@@ -206,6 +222,12 @@ class Simulation:
         """Bring the kubelet back, Ready since ``since_seconds`` ago; ``reboot`` gives the node a
         new bootID and a kubelet without containers."""
         self.kubelets.up(name, since_seconds, reboot=reboot)
+        self.settle()
+        return self.node_state(name)
+
+    def node_clock(self, name: str, skew_seconds: float) -> dict[str, Any]:
+        """Set how far the node's kubelet clock is off the API server's (0 resets it)."""
+        self.kubelets.set_clock(name, skew_seconds)
         self.settle()
         return self.node_state(name)
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from nodefence.sim import managed
 from nodefence.sim.errors import ApiError, already_exists, conflict, invalid, not_found
-from nodefence.sim.resources import BY_KIND, PODS, ResourceType
+from nodefence.sim.resources import BY_KIND, NODES, PODS, ResourceType
 from nodefence.sim.selectors import parse_field_selector, parse_label_selector
+from nodefence.sim.validation import validate_node
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -160,7 +162,15 @@ class Store:
         DefaultTolerationSeconds does to pods) or refuse it by raising an ``ApiError``."""
         self._admission.append(plugin)
 
-    def create(self, rt: ResourceType, namespace: str | None, obj: Mapping[str, Any]) -> Obj:
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        obj: Mapping[str, Any],
+        *,
+        manager: str = managed.UNKNOWN_MANAGER,
+    ) -> Obj:
+        """POST semantics; ``manager`` is who writes (it owns every field it sets)."""
         new = copy.deepcopy(dict(obj))
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
@@ -195,6 +205,9 @@ class Store:
         meta["generation"] = 1
         meta.pop("deletionTimestamp", None)
         meta.pop("deletionGracePeriodSeconds", None)
+        if rt.key == NODES.key:
+            validate_node(new)
+        self._record_fields(rt, {}, new, obj, manager, subresource="", moment=None)
         meta["resourceVersion"] = self._next_rv()
         table[key] = new
         self._emit("ADDED", rt, new)
@@ -209,9 +222,16 @@ class Store:
         *,
         subresource: str = "",
         check_rv: bool = True,
+        manager: str = managed.UNKNOWN_MANAGER,
+        written_at: datetime | None = None,
     ) -> Obj:
         """PUT semantics. ``subresource`` "" keeps the stored status (for types with a status
-        subresource), "status" keeps everything but status, "all" (controllers) replaces both.
+        subresource), "status" keeps everything but status, "all" (controllers) replaces both,
+        recorded as the main and the status write a real component makes.
+
+        ``manager`` owns what it changes, dated by the server's clock; ``written_at`` is only
+        for a write that stands for one made earlier (a kubelet that died in the past made its
+        last renewal then, and the server dated it then).
         """
         table = self._table(rt)
         key = self._key(rt, namespace, name)
@@ -270,6 +290,9 @@ class Store:
         meta["name"] = name
         new["apiVersion"] = rt.group_version
         new["kind"] = rt.kind
+        if rt.key == NODES.key and subresource != "status":
+            validate_node(new)
+        self._record_fields(rt, old, new, obj, manager, subresource=subresource, moment=written_at)
         if new == old or _same_but_rv(new, old):
             return copy.deepcopy(old)
         meta["resourceVersion"] = self._next_rv()
@@ -284,6 +307,53 @@ class Store:
         table[key] = new
         self._emit("MODIFIED", rt, new)
         return copy.deepcopy(new)
+
+    def _record_fields(
+        self,
+        rt: ResourceType,
+        old: Obj,
+        new: Obj,
+        sent: Mapping[str, Any],
+        manager: str,
+        *,
+        subresource: str,
+        moment: datetime | None,
+    ) -> None:
+        """Set ``new``'s managedFields for ``manager``'s write of ``new`` over ``old``."""
+        meta = new["metadata"]
+        live = list(old.get("metadata", {}).get("managedFields") or [])
+        sent_fields = (sent.get("metadata") or {}).get("managedFields")
+        base = managed.base_entries(
+            live, sent_fields, client_may_set=subresource in ("", "all") or not old
+        )
+        if base is None:
+            meta.pop("managedFields", None)
+            return
+        has_status = "status" in rt.subresources
+        if subresource == "status":
+            parts = [("status", "status")]
+        elif not has_status or not old:
+            parts = [("all", "")]
+        elif subresource == "all":
+            parts = [("main", ""), ("status", "status")]
+        else:
+            parts = [("main", "")]
+        stamp = rfc3339(moment or self.now())
+        entries = base
+        for part, sub in parts:
+            entries = managed.record_write(
+                entries,
+                managed.leaf_values(old, part=part),
+                managed.leaf_values(new, part=part),
+                manager=manager,
+                api_version=rt.group_version,
+                subresource=sub,
+                moment=stamp,
+            )
+        if entries:
+            meta["managedFields"] = managed.sort_entries(entries)
+        else:
+            meta.pop("managedFields", None)
 
     @staticmethod
     def _may_finish_deletion(rt: ResourceType, obj: Obj) -> bool:

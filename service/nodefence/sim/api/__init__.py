@@ -7,6 +7,8 @@ import json
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from datetime import UTC
+from email.utils import format_datetime
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -136,9 +138,22 @@ def _middleware(faults: Faults) -> Middleware:
     return kube_api
 
 
+def add_date_header(app: web.Application, sim: Simulation) -> None:
+    """Every response (API, control surface, metrics, errors, watches) carries ``Date`` from
+    the simulated API server's clock, which is the clock a client may judge liveness on; the
+    hook runs before the headers are sent, so it also covers streamed watch responses."""
+
+    async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Date"] = format_datetime(sim.store.now().astimezone(UTC), usegmt=True)
+
+    app.on_response_prepare.append(stamp)
+
+
 def add_api_routes(app: web.Application, sim: Simulation) -> None:
     """Register discovery and resource routes for every served type, the fault-injection
-    middleware in front of them, and the ``/sim/v1`` fault and request-log routes."""
+    middleware in front of them, the ``/sim/v1`` fault and request-log routes, and the
+    server's ``Date`` on every response of the application."""
+    add_date_header(app, sim)
     faults = faults_of(sim)
     app.middlewares.append(_middleware(faults))
     add_fault_routes(app, faults)

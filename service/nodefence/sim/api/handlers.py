@@ -15,10 +15,12 @@ from nodefence.sim.api.paths import Target, is_watch, resolve
 from nodefence.sim.api.tables import table, wants_table
 from nodefence.sim.api.watch import serve_watch
 from nodefence.sim.errors import ApiError, already_exists, bad_request, conflict, not_found
+from nodefence.sim.managed import manager_for
 from nodefence.sim.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
     NAMESPACES,
+    NODES,
     PODS,
     REPLICASETS,
     STATEFULSETS,
@@ -26,6 +28,7 @@ from nodefence.sim.resources import (
 )
 from nodefence.sim.simulation import Simulation
 from nodefence.sim.store import DeleteOptions, rfc3339
+from nodefence.sim.validation import validate_node
 
 Obj = dict[str, Any]
 
@@ -62,6 +65,10 @@ async def _read_json(request: web.Request) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise bad_request(f"the object provided is unrecognized: {exc}") from exc
+
+
+def _manager(request: web.Request) -> str:
+    return manager_for(request.query.get("fieldManager"), request.headers.get("User-Agent"))
 
 
 def _is_dry_run(query: MultiMapping[str], body: Any = None) -> bool:
@@ -196,7 +203,7 @@ class ResourceHandlers:
         obj = _prepare_for_create(rt, body)
         if _is_dry_run(request.query):
             return _json(self._dry_run_create(target, obj), 201)
-        created = self.sim.store.create(rt, target.namespace, obj)
+        created = self.sim.store.create(rt, target.namespace, obj, manager=_manager(request))
         return _json(created, 201)
 
     def _dry_run_create(self, target: Target, obj: Obj) -> Obj:
@@ -219,6 +226,8 @@ class ResourceHandlers:
         )
         obj["apiVersion"] = rt.group_version
         obj["kind"] = rt.kind
+        if rt.key == NODES.key:
+            validate_node(obj)
         return obj
 
     async def _update(self, request: web.Request, target: Target) -> web.Response:
@@ -229,7 +238,12 @@ class ResourceHandlers:
         if _is_dry_run(request.query):
             return _json(self._dry_run_write(target, body))
         updated = self.sim.store.update(
-            rt, target.namespace, target.name, body, subresource=target.subresource
+            rt,
+            target.namespace,
+            target.name,
+            body,
+            subresource=target.subresource,
+            manager=_manager(request),
         )
         return _json(updated)
 
@@ -261,6 +275,8 @@ class ResourceHandlers:
                 result.pop("status", None)
         result["apiVersion"] = rt.group_version
         result["kind"] = rt.kind
+        if rt.key == NODES.key:
+            validate_node(result)
         return result
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:
@@ -275,7 +291,12 @@ class ResourceHandlers:
         if _is_dry_run(request.query):
             return _json(self._dry_run_write(target, patched))
         updated = self.sim.store.update(
-            rt, target.namespace, target.name, patched, subresource=target.subresource
+            rt,
+            target.namespace,
+            target.name,
+            patched,
+            subresource=target.subresource,
+            manager=_manager(request),
         )
         return _json(updated)
 

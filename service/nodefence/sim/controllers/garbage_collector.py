@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from nodefence.sim.errors import ApiError
+from nodefence.sim.managed import CONTROLLER_MANAGER
 from nodefence.sim.resources import BY_KIND, RESOURCE_TYPES, ResourceType
 from nodefence.sim.simulation import Controller, Simulation
 from nodefence.sim.store import DeleteOptions, Obj
@@ -101,7 +102,13 @@ class GarbageCollector:
         meta = old["metadata"]
         try:
             self.sim.store.update(
-                rt, meta.get("namespace"), meta["name"], new, subresource="all", check_rv=False
+                rt,
+                meta.get("namespace"),
+                meta["name"],
+                new,
+                subresource="all",
+                check_rv=False,
+                manager=CONTROLLER_MANAGER,
             )
         except ApiError:
             return

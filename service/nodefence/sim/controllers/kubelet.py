@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from nodefence.sim.errors import ApiError, conflict, not_found
+from nodefence.sim.managed import KUBELET
 from nodefence.sim.resources import LEASES, NODES, PODS
 from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
 
@@ -81,7 +82,14 @@ def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 
 @dataclass
 class Kubelet:
-    """What a kubelet process holds in memory: whether it runs, and the boot it runs in."""
+    """What a kubelet process holds in memory: whether it runs, the boot it runs in, and its
+    own clock.
+
+    ``skew`` is how far the machine's clock is off the API server's: everything the kubelet
+    stamps (renewTime, heartbeats, transitions, pod times) is read from it, while its timers
+    (when to renew, when to report) run on elapsed time, as a real kubelet's do. The other
+    moments here are on the API server's clock.
+    """
 
     node: str
     uid: str
@@ -89,6 +97,14 @@ class Kubelet:
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     restart_pending: bool = False
     ready_since: datetime | None = None
+    skew: timedelta = timedelta(0)
+    died_at: datetime | None = None
+    last_renewed: datetime | None = None
+    last_reported: datetime | None = None
+
+    def clock(self, server_moment: datetime) -> datetime:
+        """What this kubelet's clock reads at ``server_moment``."""
+        return server_moment + self.skew
 
 
 class KubeletFleet:
@@ -123,37 +139,62 @@ class KubeletFleet:
 
     # ---------------------------------------------------------------- control
     def down(self, name: str, since_seconds: float = 0) -> None:
-        """The kubelet stops; its last Lease renewal and status post were ``since_seconds`` ago."""
+        """The kubelet stops; its last Lease renewal and status post were ``since_seconds`` ago.
+
+        A kubelet dies once: taking down one that is already down keeps its death, or moves it
+        further back, never forward (a dead kubelet renews nothing). Its last renewal is
+        written as the server recorded it then, so the Lease's managedFields time is the
+        moment of death too.
+        """
         _check_since(since_seconds)
         node = self._node(name)
         kubelet = self._kubelet_for(node)
+        moment = self.sim.store.now() - timedelta(seconds=since_seconds)
+        if not kubelet.up and kubelet.died_at is not None:
+            moment = min(moment, kubelet.died_at)
         kubelet.up = False
         kubelet.ready_since = None
-        moment = self.sim.store.now() - timedelta(seconds=since_seconds)
-        self._write_lease(node, moment, force=True)
+        kubelet.died_at = moment
+        self._write_lease(node, kubelet, moment, force=True, written_at=moment)
+        last_post = kubelet.clock(moment)
         new = copy.deepcopy(node)
         for cond in new.get("status", {}).get("conditions") or []:
             heartbeat = parse_time(cond.get("lastHeartbeatTime"))
-            if heartbeat is None or heartbeat > moment:
-                cond["lastHeartbeatTime"] = rfc3339(moment)
-        self._update_node(new)
+            if heartbeat is None or heartbeat > last_post:
+                cond["lastHeartbeatTime"] = rfc3339(last_post)
+        self._update_node(new, written_at=moment)
 
     def up(self, name: str, since_seconds: float = 0, *, reboot: bool = False) -> None:
-        """The kubelet is back and Ready since ``since_seconds`` ago; a reboot brings a new
-        bootID and loses every container (running pods restart)."""
+        """The kubelet is back and Ready since ``since_seconds`` ago, but never since before
+        it died (it cannot have been Ready while dead); a reboot brings a new bootID and loses
+        every container (running pods restart)."""
         _check_since(since_seconds)
         node = self._node(name)
         kubelet = self._kubelet_for(node)
         ready = condition(node, "Ready")
         already_ready = kubelet.up and ready is not None and ready.get("status") == "True"
+        now = self.sim.store.now()
+        if not already_ready or since_seconds > 0 or reboot:
+            since = now - timedelta(seconds=since_seconds)
+            if not kubelet.up and kubelet.died_at is not None:
+                since = max(since, kubelet.died_at)
+            kubelet.ready_since = since
         kubelet.up = True
+        kubelet.died_at = None
+        kubelet.last_renewed = None
+        kubelet.last_reported = None
         if reboot:
             kubelet.boot_id = str(uuid.uuid4())
             kubelet.restart_pending = True
-        now = self.sim.store.now()
-        if not already_ready or since_seconds > 0 or reboot:
-            kubelet.ready_since = now - timedelta(seconds=since_seconds)
         self._sync_node(node, kubelet, now)
+
+    def set_clock(self, name: str, skew_seconds: float) -> None:
+        """From now on the node's kubelet reads a clock ``skew_seconds`` off the server's (0:
+        right again); the next renewal and status post carry it."""
+        kubelet = self._kubelet_for(self._node(name))
+        kubelet.skew = timedelta(seconds=skew_seconds)
+        kubelet.last_renewed = None
+        kubelet.last_reported = None
 
     def recreate(self, name: str) -> None:
         """Delete the Node and register it anew under the same name (new UID): it keeps what a
@@ -175,7 +216,7 @@ class KubeletFleet:
         }
         if addresses:
             fresh["status"] = {"addresses": addresses}
-        node = store.create(NODES, None, fresh)
+        node = store.create(NODES, None, fresh, manager=KUBELET)
         self._kubelets.pop(name, None)
         kubelet = self._kubelet_for(node)
         kubelet.ready_since = store.now()
@@ -191,6 +232,7 @@ class KubeletFleet:
             "name": name,
             "uid": node["metadata"]["uid"],
             "kubelet": "up" if kubelet.up else "down",
+            "clockSkewSeconds": kubelet.skew.total_seconds(),
             "bootID": node.get("status", {}).get("nodeInfo", {}).get("bootID"),
             "ready": ready.get("status"),
             "readyReason": ready.get("reason"),
@@ -226,11 +268,21 @@ class KubeletFleet:
             self._run_pods(current, kubelet, pods_by_node.get(name, []), now)
 
     def _sync_node(self, node: Obj, kubelet: Kubelet, now: datetime) -> None:
-        self._write_lease(node, now, force=False)
+        self._write_lease(node, kubelet, now, force=False)
         self._post_status(node, kubelet, now)
 
     # ----------------------------------------------------------------- lease
-    def _write_lease(self, node: Mapping[str, Any], moment: datetime, *, force: bool) -> None:
+    def _write_lease(
+        self,
+        node: Mapping[str, Any],
+        kubelet: Kubelet,
+        moment: datetime,
+        *,
+        force: bool,
+        written_at: datetime | None = None,
+    ) -> None:
+        """Renew the Lease at ``moment`` (server clock) when the renew period has elapsed,
+        stamping renewTime from the kubelet's own clock."""
         store = self.sim.store
         name = str(node["metadata"]["name"])
         owner = {
@@ -242,8 +294,14 @@ class KubeletFleet:
         spec = {
             "holderIdentity": name,
             "leaseDurationSeconds": self.sim.settings.lease_duration_seconds,
-            "renewTime": micro_time(moment),
+            "renewTime": micro_time(kubelet.clock(moment)),
         }
+        renew = (
+            force
+            or kubelet.last_renewed is None
+            or (moment - kubelet.last_renewed).total_seconds()
+            >= self.sim.settings.lease_renew_seconds
+        )
         lease = store.peek(LEASES, LEASE_NAMESPACE, name)
         try:
             if lease is None:
@@ -258,15 +316,11 @@ class KubeletFleet:
                         },
                         "spec": spec,
                     },
+                    manager=KUBELET,
                 )
+                kubelet.last_renewed = moment
                 return
             old_spec = lease.get("spec", {})
-            renewed = parse_time(old_spec.get("renewTime"))
-            renew = (
-                force
-                or renewed is None
-                or (moment - renewed).total_seconds() >= self.sim.settings.lease_renew_seconds
-            )
             new = copy.deepcopy(lease)
             new["metadata"]["ownerReferences"] = [owner]
             new["spec"] = {**old_spec, **spec}
@@ -274,9 +328,20 @@ class KubeletFleet:
                 new["spec"]["renewTime"] = old_spec.get("renewTime")
             if new == lease:
                 return
-            store.update(LEASES, LEASE_NAMESPACE, name, new, subresource="all", check_rv=False)
+            store.update(
+                LEASES,
+                LEASE_NAMESPACE,
+                name,
+                new,
+                subresource="all",
+                check_rv=False,
+                manager=KUBELET,
+                written_at=written_at,
+            )
         except ApiError:
             return
+        if renew:
+            kubelet.last_renewed = moment
 
     # ----------------------------------------------------------- node status
     def _post_status(self, node: Obj, kubelet: Kubelet, now: datetime) -> None:
@@ -288,11 +353,11 @@ class KubeletFleet:
         labels.setdefault("kubernetes.io/arch", "amd64")
         status = new.setdefault("status", {})
         old_conditions = {c.get("type"): c for c in status.get("conditions") or []}
-        transition = kubelet.ready_since or now
-        heartbeat_due = any(
-            (now - (parse_time(c.get("lastHeartbeatTime")) or now)).total_seconds()
-            >= settings.node_status_report_seconds
-            for c in old_conditions.values()
+        stamp = rfc3339(kubelet.clock(now))
+        transition = kubelet.clock(kubelet.ready_since or now)
+        heartbeat_due = (
+            kubelet.last_reported is None
+            or (now - kubelet.last_reported).total_seconds() >= settings.node_status_report_seconds
         )
         conditions: list[dict[str, Any]] = []
         changed = False
@@ -304,7 +369,7 @@ class KubeletFleet:
                 "status": value,
                 "reason": reason,
                 "message": message,
-                "lastHeartbeatTime": old.get("lastHeartbeatTime") or rfc3339(now),
+                "lastHeartbeatTime": old.get("lastHeartbeatTime") or stamp,
                 "lastTransitionTime": (old.get("lastTransitionTime") if same else None)
                 or rfc3339(transition),
             }
@@ -313,8 +378,9 @@ class KubeletFleet:
             }
             conditions.append(wanted)
         if changed or heartbeat_due:
+            kubelet.last_reported = now
             for cond in conditions:
-                cond["lastHeartbeatTime"] = rfc3339(now)
+                cond["lastHeartbeatTime"] = stamp
         status["conditions"] = conditions + list(old_conditions.values())
         status["nodeInfo"] = self._node_info(status.get("nodeInfo") or {}, kubelet)
         if not status.get("addresses"):
@@ -352,10 +418,17 @@ class KubeletFleet:
         }
         return {**dict(old), **info, "machineID": old.get("machineID") or info["machineID"]}
 
-    def _update_node(self, new: Obj) -> None:
+    def _update_node(self, new: Obj, written_at: datetime | None = None) -> None:
         try:
             self.sim.store.update(
-                NODES, None, new["metadata"]["name"], new, subresource="all", check_rv=False
+                NODES,
+                None,
+                new["metadata"]["name"],
+                new,
+                subresource="all",
+                check_rv=False,
+                manager=KUBELET,
+                written_at=written_at,
             )
         except ApiError:
             return
@@ -371,6 +444,7 @@ class KubeletFleet:
             if p.get("status", {}).get("podIP") and not p["spec"].get("hostNetwork")
         }
         host_ip = node_internal_ip(node)
+        local = kubelet.clock(now)
         for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
@@ -384,9 +458,9 @@ class KubeletFleet:
             if (meta.get("annotations") or {}).get(VOLUME_BLOCKED_ANNOTATION) == "true" and (
                 pod.get("status", {}).get("phase") != "Running"
             ):
-                status = _blocked_status(pod, node, now)
+                status = _blocked_status(pod, node, local)
             else:
-                status = _running_status(pod, node, now, restart=restart, used_ips=used_ips)
+                status = _running_status(pod, node, local, restart=restart, used_ips=used_ips)
             if status == pod.get("status"):
                 self._in_sync[uid] = (meta["resourceVersion"], host_ip)
                 continue
@@ -394,7 +468,12 @@ class KubeletFleet:
             new["status"] = status
             try:
                 written = store.update(
-                    PODS, meta["namespace"], meta["name"], new, subresource="status"
+                    PODS,
+                    meta["namespace"],
+                    meta["name"],
+                    new,
+                    subresource="status",
+                    manager=KUBELET,
                 )
             except ApiError:
                 continue

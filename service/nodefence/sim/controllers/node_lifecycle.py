@@ -2,9 +2,12 @@
 
 Its output is what both the runbook's operator and nodefence read: ``Ready=Unknown`` with the
 moment the node went silent, and the ``unreachable`` taints whose ``timeAdded`` starts the
-300-second toleration clock of every pod on the node. Everything is derived from the Lease's
-renewTime, so a node whose kubelet was taken down "1200 s ago" gets the timestamps it would have
-had if the controller had watched it die.
+300-second toleration clock of every pod on the node. Everything is derived from when the API
+server last recorded a renewal of the Lease (its managedFields time), never from the renewTime the
+kubelet stamped: the real controller times renewals on its own clock too, so a kubelet whose clock
+is off stays Ready. A node whose kubelet was taken down "1200 s ago" gets the timestamps it would
+have had if the controller had watched it die, and its writes are dated when it would have made
+them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE, condition
 from nodefence.sim.errors import ApiError
+from nodefence.sim.managed import CONTROLLER_MANAGER, owner_time
 from nodefence.sim.resources import LEASES, NODES, PODS
 from nodefence.sim.store import Obj, parse_time, rfc3339
 
@@ -30,6 +34,7 @@ MANAGED_TAINT_KEYS = (TAINT_UNREACHABLE, TAINT_NOT_READY, TAINT_UNSCHEDULABLE)
 MONITORED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 UNKNOWN_REASON = "NodeStatusUnknown"
 UNKNOWN_MESSAGE = "Kubelet stopped posting node status."
+RENEW_TIME_FIELD = ("f:spec", "f:renewTime")
 
 
 def node_ready_status(node: Mapping[str, Any]) -> str:
@@ -49,8 +54,8 @@ class NodeLifecycleController:
         store = self.sim.store
         for node in list(store.items(NODES)):
             new = copy.deepcopy(node)
-            self._monitor_health(new, now)
-            self._sync_taints(new)
+            noticed = self._monitor_health(new, now)
+            self._sync_taints(new, now)
             if new != node:
                 try:
                     store.update(
@@ -60,31 +65,43 @@ class NodeLifecycleController:
                         new,
                         subresource="all",
                         check_rv=False,
+                        manager=CONTROLLER_MANAGER,
+                        written_at=noticed,
                     )
                 except ApiError:
                     continue
-            if node_ready_status(new) == "Unknown" and condition(new, "Ready") is not None:
-                self._mark_pods_not_ready(str(node["metadata"]["name"]), now)
+            ready = condition(new, "Ready")
+            if ready is not None and ready.get("status") == "Unknown":
+                since = parse_time(ready.get("lastTransitionTime")) or now
+                self._mark_pods_not_ready(str(node["metadata"]["name"]), since)
 
     def _last_heartbeat(self, node: Mapping[str, Any]) -> datetime:
-        """The kubelet's latest sign of life: its Lease, else its last status post, else the
-        Node's registration."""
+        """The kubelet's latest sign of life on the server's clock: when the server recorded
+        the Lease's last renewal, else the renewTime itself (a Lease stripped of its
+        managedFields), else its last status post, else the Node's registration."""
         name = node["metadata"]["name"]
         lease = self.sim.store.peek(LEASES, LEASE_NAMESPACE, name)
-        renewed = parse_time((lease or {}).get("spec", {}).get("renewTime"))
-        if renewed is not None:
-            return renewed
+        if lease is not None:
+            recorded = owner_time(lease, RENEW_TIME_FIELD)
+            renewed = recorded or parse_time(lease.get("spec", {}).get("renewTime"))
+            if renewed is not None:
+                return renewed
         ready = condition(node, "Ready") or {}
         posted = parse_time(ready.get("lastHeartbeatTime"))
         created = parse_time(node["metadata"].get("creationTimestamp"))
         return posted or created or self.sim.store.now()
 
-    def _monitor_health(self, node: Obj, now: datetime) -> None:
+    def _monitor_health(self, node: Obj, now: datetime) -> datetime | None:
+        """Mark a silent node's conditions Unknown from the moment the grace period ran out;
+        returns that moment when this pass changed them (the controller would have written
+        then), else ``None``. A death moved further back moves the transition with it."""
         grace = self.sim.settings.node_monitor_grace_seconds
         last = self._last_heartbeat(node)
         if (now - last).total_seconds() <= grace:
-            return
-        silent_since = rfc3339(last + timedelta(seconds=grace))
+            return None
+        noticed = last + timedelta(seconds=grace)
+        silent_since = rfc3339(noticed)
+        changed = False
         status = node.setdefault("status", {})
         conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
         by_type = {c.get("type"): c for c in conditions}
@@ -101,6 +118,7 @@ class NodeLifecycleController:
                         "lastTransitionTime": silent_since,
                     }
                 )
+                changed = True
             elif cond.get("status") != "Unknown":
                 cond.update(
                     status="Unknown",
@@ -108,12 +126,23 @@ class NodeLifecycleController:
                     message=UNKNOWN_MESSAGE,
                     lastTransitionTime=silent_since,
                 )
+                changed = True
+            elif (parse_time(cond.get("lastTransitionTime")) or noticed) > noticed:
+                cond["lastTransitionTime"] = silent_since
+                changed = True
+        return noticed if changed else None
 
     @staticmethod
-    def _sync_taints(node: Obj) -> None:
+    def _sync_taints(node: Obj, now: datetime) -> None:
+        """The readiness taints the Ready condition calls for. An unreachable taint is added
+        when the controller marked the node Unknown (and moves back with it); the others when
+        this pass sees the need, on the controller's clock (a NotReady transition is stamped
+        by the kubelet, whose clock may be off)."""
         spec = node.setdefault("spec", {})
         ready = condition(node, "Ready")
-        since = (ready or {}).get("lastTransitionTime") or node["metadata"].get("creationTimestamp")
+        unknown = ready is not None and ready.get("status") == "Unknown"
+        since = (ready or {}).get("lastTransitionTime") if unknown else None
+        since = since or rfc3339(now)
         wanted: list[tuple[str, str]] = []
         if ready is not None and ready.get("status") == "Unknown":
             wanted += [(TAINT_UNREACHABLE, "NoSchedule"), (TAINT_UNREACHABLE, "NoExecute")]
@@ -123,7 +152,7 @@ class NodeLifecycleController:
             wanted.append((TAINT_UNSCHEDULABLE, "NoSchedule"))
         old = list(spec.get("taints") or [])
         kept = [
-            t
+            _moved_back(t, since) if unknown and t.get("key") == TAINT_UNREACHABLE else t
             for t in old
             if t.get("key") not in MANAGED_TAINT_KEYS or (t.get("key"), t.get("effect")) in wanted
         ]
@@ -141,24 +170,48 @@ class NodeLifecycleController:
         else:
             spec.pop("taints", None)
 
-    def _mark_pods_not_ready(self, node_name: str, now: datetime) -> None:
+    def _mark_pods_not_ready(self, node_name: str, since: datetime) -> None:
+        """Ready=False on the node's pods from the moment the node went Unknown, as the
+        controller marks them when it marks the node (a pod already NotReady keeps its
+        earlier transition; one marked after a death that has since moved back moves too)."""
         store = self.sim.store
+        stamp = rfc3339(since)
         for pod in list(store.items(PODS)):
             if pod.get("spec", {}).get("nodeName") != node_name:
                 continue
             ready = condition(pod, "Ready")
-            if ready is None or ready.get("status") != "True":
+            if ready is None:
+                continue
+            marked = parse_time(ready.get("lastTransitionTime"))
+            if ready.get("status") != "True" and (marked is None or marked <= since):
                 continue
             new = copy.deepcopy(pod)
             for cond in new["status"]["conditions"]:
                 if cond.get("type") == "Ready":
                     cond["status"] = "False"
-                    cond["lastTransitionTime"] = rfc3339(now)
+                    cond["lastTransitionTime"] = stamp
             meta = pod["metadata"]
             try:
-                store.update(PODS, meta["namespace"], meta["name"], new, subresource="status")
+                store.update(
+                    PODS,
+                    meta["namespace"],
+                    meta["name"],
+                    new,
+                    subresource="status",
+                    manager=CONTROLLER_MANAGER,
+                    written_at=since,
+                )
             except ApiError:
                 continue
+
+
+def _moved_back(taint: Mapping[str, Any], since: str) -> dict[str, Any]:
+    """``taint`` added no later than ``since``."""
+    added = parse_time(taint.get("timeAdded"))
+    moment = parse_time(since)
+    if added is not None and moment is not None and added > moment:
+        return {**taint, "timeAdded": since}
+    return dict(taint)
 
 
 def controllers(sim: Simulation) -> list[Controller]:

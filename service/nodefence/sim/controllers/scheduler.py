@@ -20,6 +20,7 @@ from typing import Any
 
 from nodefence.sim.controllers.tolerations import tolerates
 from nodefence.sim.errors import ApiError
+from nodefence.sim.managed import SCHEDULER
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.simulation import Controller, Simulation
 from nodefence.sim.store import Obj, rfc3339
@@ -200,7 +201,12 @@ class Scheduler:
         set_condition(status, "PodScheduled", value="True", reason=None, message=None, now=now)
         try:
             self.sim.store.update(
-                PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], new, subresource="all"
+                PODS,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                new,
+                subresource="all",
+                manager=SCHEDULER,
             )
         except ApiError:
             return
@@ -218,7 +224,12 @@ class Scheduler:
             return
         try:
             self.sim.store.update(
-                PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], new, subresource="all"
+                PODS,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                new,
+                subresource="all",
+                manager=SCHEDULER,
             )
         except ApiError:
             return

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodefence.sim.controllers.tolerations import tolerates
 from nodefence.sim.errors import ApiError
+from nodefence.sim.managed import CONTROLLER_MANAGER
 from nodefence.sim.resources import NODES, PODS, ResourceType
 from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
 
@@ -158,7 +159,9 @@ class TaintEvictionController:
                         "lastTransitionTime": rfc3339(now),
                     }
                 )
-                store.update(PODS, namespace, name, new, subresource="status")
+                store.update(
+                    PODS, namespace, name, new, subresource="status", manager=CONTROLLER_MANAGER
+                )
             store.delete(PODS, namespace, name, DeleteOptions(uid=uid))
         except ApiError:
             return

@@ -30,6 +30,7 @@ from typing import Any
 
 from nodefence.sim.controllers.scheduler import is_terminating, node_is_ready, occupies_node
 from nodefence.sim.errors import ApiError
+from nodefence.sim.managed import CONTROLLER_MANAGER, PROVISIONER
 from nodefence.sim.resources import EVENTS, NODES, PODS, PVCS, PVS, VOLUME_ATTACHMENTS
 from nodefence.sim.simulation import NODE_OUT_OF_SERVICE_VOLUME_DETACH, Controller, Simulation
 from nodefence.sim.store import DeleteOptions, Obj, rfc3339
@@ -137,7 +138,7 @@ class AttachDetachController:
             "status": {"phase": "Bound"},
         }
         try:
-            created = store.create(PVS, None, pv)
+            created = store.create(PVS, None, pv, manager=PROVISIONER)
         except ApiError:
             return
         self._mark_bound(pvc, created)
@@ -164,6 +165,7 @@ class AttachDetachController:
                 new,
                 subresource="all",
                 check_rv=False,
+                manager=CONTROLLER_MANAGER,
             )
         except ApiError:
             return
@@ -284,7 +286,7 @@ class AttachDetachController:
             "status": {"attached": True},
         }
         try:
-            return self.sim.store.create(VOLUME_ATTACHMENTS, None, va)
+            return self.sim.store.create(VOLUME_ATTACHMENTS, None, va, manager=CONTROLLER_MANAGER)
         except ApiError:
             return None
 
@@ -306,6 +308,7 @@ class AttachDetachController:
                 new,
                 subresource="all",
                 check_rv=False,
+                manager=CONTROLLER_MANAGER,
             )
         except ApiError:
             return
@@ -340,7 +343,7 @@ class AttachDetachController:
             "eventTime": None,
         }
         try:
-            self.sim.store.create(EVENTS, meta["namespace"], event)
+            self.sim.store.create(EVENTS, meta["namespace"], event, manager=CONTROLLER_MANAGER)
         except ApiError:
             return
 

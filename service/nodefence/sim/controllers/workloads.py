@@ -39,6 +39,7 @@ from nodefence.sim.controllers.scheduler import (
     untolerated_taints,
 )
 from nodefence.sim.errors import ApiError
+from nodefence.sim.managed import CONTROLLER_MANAGER
 from nodefence.sim.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
@@ -180,7 +181,7 @@ class _Base:
 
     def _create(self, rt: ResourceType, namespace: str, obj: Obj) -> bool:
         try:
-            self.sim.store.create(rt, namespace, obj)
+            self.sim.store.create(rt, namespace, obj, manager=CONTROLLER_MANAGER)
         except ApiError:
             return False
         return True
@@ -202,7 +203,13 @@ class _Base:
         meta = obj["metadata"]
         try:
             self.sim.store.update(
-                rt, meta.get("namespace"), meta["name"], new, subresource="status", check_rv=False
+                rt,
+                meta.get("namespace"),
+                meta["name"],
+                new,
+                subresource="status",
+                check_rv=False,
+                manager=CONTROLLER_MANAGER,
             )
         except ApiError:
             return
@@ -477,6 +484,7 @@ class DeploymentController(_Base):
                 new,
                 subresource="all",
                 check_rv=False,
+                manager=CONTROLLER_MANAGER,
             )
         except ApiError:
             return
