@@ -131,7 +131,8 @@ class Process:
         self.process = subprocess.Popen(command, stdout=self._handle, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
-        self._handle.flush()
+        if not self._handle.closed:
+            self._handle.flush()
         return self.log.read_text(errors="replace")[-4000:]
 
     def alive(self) -> bool:
