@@ -32,6 +32,11 @@ K8S_VERSION = "1.32"
 CUSTOM_GROUPS = {"serving.knative.dev", "monitoring.coreos.com"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 UID = 10001
+# kube-prometheus' Alertmanager Service, asked by the reconcile pass for active node alerts.
+ALERTMANAGER_URL = {
+    "name": "NODEFENCE_ALERTMANAGER_URL",
+    "value": "http://alertmanager-main.monitoring.svc:9093",
+}
 
 
 def rendered_deployment() -> list[Obj]:
@@ -189,13 +194,18 @@ def test_deployment_probes_and_port() -> None:
 
 
 def test_reconcile_cronjob_matches_the_receiver() -> None:
-    """Same image, account, security and configuration as the receiver, every 5 minutes."""
+    """Same image, account, security and configuration as the receiver, every minute: a fence
+    refused for a passing reason is retried within a minute of being allowed."""
     for objs in (rendered_deployment(), rendered_knative()):
         cron = one(objs, "CronJob", "nodefence-reconcile")
-        assert cron["spec"]["schedule"] == "*/5 * * * *"
+        assert cron["spec"]["schedule"] == "* * * * *"
         assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+        # A late start is dropped before the next slot would be due, never run late in a pile.
+        assert 10 <= cron["spec"]["startingDeadlineSeconds"] < 60
         job = cron["spec"]["jobTemplate"]["spec"]
-        assert job["activeDeadlineSeconds"] < 300
+        # A hung pass holds back (Forbid) at most one later slot; the next slot is the retry.
+        assert job["activeDeadlineSeconds"] < 120
+        assert job["backoffLimit"] == 0
         pod = job["template"]["spec"]
         container = pod["containers"][0]
         assert container["args"] == ["reconcile"]
@@ -208,10 +218,32 @@ def test_reconcile_cronjob_matches_the_receiver() -> None:
     cron_container = cron_pod["spec"]["containers"][0]
     for field in ("image", "securityContext", "envFrom", "volumeMounts"):
         assert dep_container[field] == cron_container[field], field
-    # The same settings, less PORT: the reconcile pass serves nothing.
+    # The same settings, less PORT (the reconcile pass serves nothing), plus Alertmanager.
     dep_env = [e for e in dep_container["env"] if e["name"] != "PORT"]
-    assert cron_container["env"] == dep_env
+    assert cron_container["env"] == [*dep_env, ALERTMANAGER_URL]
     assert dep_pod["spec"]["volumes"] == cron_pod["spec"]["volumes"]
+
+
+def test_reconcile_pods_may_reach_alertmanager_and_nothing_more() -> None:
+    """The base policy allows no egress to port 9093; the reconcile pods get exactly that path
+    to the Alertmanager pods the CronJob's URL names, and the receiver pods do not."""
+    for objs in (rendered_deployment(), rendered_knative()):
+        np = one(objs, "NetworkPolicy", "nodefence-reconcile-alertmanager")
+        spec = np["spec"]
+        assert spec["policyTypes"] == ["Egress"]
+        assert "ingress" not in spec
+        (rule,) = spec["egress"]
+        (peer,) = rule["to"]
+        assert peer["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": "monitoring"
+        }
+        assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "alertmanager"}
+        assert rule["ports"] == [{"port": 9093, "protocol": "TCP"}]
+        assert ALERTMANAGER_URL["value"].endswith(".monitoring.svc:9093")
+        selector = spec["podSelector"]["matchLabels"].items()
+        for label, template in pod_templates(objs):
+            selected = selector <= template["metadata"]["labels"].items()
+            assert selected == label.startswith("CronJob/"), label
 
 
 def test_network_policy_limits_ingress_to_monitoring() -> None:
