@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("reconcile", help="one reconcile pass: finish purges, unfence recovered nodes")
     sub.add_parser("check-config", help="print the effective settings and policy (secrets masked)")
+    status = sub.add_parser(
+        "status", help="what nodefence holds now: fenced nodes, half-written fences, approvals"
+    )
+    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return parser
 
 
@@ -145,6 +149,28 @@ def _reconcile() -> int:
     return asyncio.run(main())
 
 
+def _status(output: str) -> int:
+    from nodefence.kube.client import Deadline
+    from nodefence.observability.logging import configure_logging
+    from nodefence.runtime import build_pipeline
+    from nodefence.status import as_text, gather
+
+    settings = _settings(auth_disabled=True, log_level="warning")
+    configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
+    policy = _policy_or_exit(settings)
+
+    async def main() -> int:
+        pipeline = await build_pipeline(settings, policy=policy)
+        try:
+            status = await gather(pipeline, Deadline(settings.request_deadline_seconds))
+        finally:
+            await pipeline.close()
+        print(json.dumps(status, indent=2) if output == "json" else as_text(status))
+        return 0
+
+    return asyncio.run(main())
+
+
 def _check_config() -> int:
     settings = _settings()
     policy = _policy_or_exit(settings)
@@ -171,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve()
     if args.command == "plan":
         return _plan(args.payload)
+    if args.command == "status":
+        return _status(args.output)
     if args.command == "reconcile":
         return _reconcile()
     return _check_config()

@@ -1,10 +1,12 @@
-"""The imperative shell around the engine: read facts, decide, act, record.
+"""The imperative shell around the engine: one loop of read, decide, commit.
 
-One alert event goes through: read live facts -> ``decide`` (pure) -> execute the actions, each
-with its wire precondition -> Events on the Node, a log line, metrics. The fence step runs under
-the cluster-wide lock and re-reads the facts inside it, so the decision that is acted on is the
-one made on the freshest state; a precondition failure (the node changed under us) loops back to
-reading and deciding instead of forcing the write.
+Each event: read a snapshot (node, Lease, pods, fence record, cluster counts, the API server's
+clock) -> ``decide`` (pure) -> commit the decision's actions in order, each carrying its own
+precondition (the record version for a claim, uid and resourceVersion for the node, UIDs for
+pods) -> on a failed precondition, read and decide again. No lock is held between replicas: the
+claim written on the record version the decision read is what keeps two replicas from both
+spending the last budget slot, however slow either is. Then Events on the Node, a log line,
+metrics.
 """
 
 from __future__ import annotations
@@ -18,17 +20,24 @@ from typing import Protocol
 import structlog
 
 from nodefence.actions.executor import ActionResult, Executor, Outcome
+from nodefence.actions.record import RecordWriter
+from nodefence.engine import mirror
+from nodefence.engine import record as fence_record
 from nodefence.engine.alerts import match_rule
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
     AlertStatus,
     Approval,
+    ClaimAction,
     ClusterFacts,
+    ConfirmAction,
     Decision,
     Facts,
     FenceAction,
+    ObserveReadyAction,
     PurgePodAction,
+    ReleaseAction,
     UnfenceAction,
     Verdict,
 )
@@ -40,11 +49,10 @@ from nodefence.engine.volumes import (
     server_minor,
 )
 from nodefence.errors import ClusterUnavailableError
-from nodefence.kube.client import Deadline, KubeClient, KubeError
-from nodefence.kube.convert import node_facts, volume_attachment_facts
+from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
+from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
 from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader, Snapshot
-from nodefence.kube.lock import FenceLock
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy, Rule
 from nodefence.power import probe_power
@@ -83,7 +91,20 @@ class PipelineOptions:
     deadline_seconds: float = 20.0
     settle_seconds: float = 3.0
     purge_concurrency: int = 16
-    lock_ttl_seconds: int = 15
+
+
+@dataclasses.dataclass
+class _Commit:
+    results: list[ActionResult]
+    # Read and decide again: a precondition failed, or only housekeeping was done (a stale
+    # entry let go, a Ready sighting recorded) and the node is now to be judged on what is left.
+    again: bool = False
+    fenced: bool = False
+
+
+Decider = Callable[[Snapshot], Decision]
+
+HOUSEKEEPING = (ReleaseAction, ObserveReadyAction)
 
 
 class Pipeline:
@@ -105,13 +126,11 @@ class Pipeline:
         self.clock = clock
         self.reader = FactsReader(kube, self.options.namespace)
         self.executor = Executor(kube, purge_concurrency=self.options.purge_concurrency)
-        self.events = EventRecorder(kube, self.options.identity)
-        self.lock = FenceLock(
-            kube,
-            self.options.namespace,
-            self.options.identity,
-            ttl_seconds=self.options.lock_ttl_seconds,
+        keep = max((r.flap_window_seconds for r in policy.rules), default=0)
+        self.records = RecordWriter(
+            kube, self.options.namespace, self.options.identity, keep_releases_seconds=keep
         )
+        self.events = EventRecorder(kube, self.options.identity)
         self._pause_refresher: asyncio.Task[None] | None = None
         self._closing = False
         self.approvals: ApprovalRequester | None = None
@@ -131,8 +150,8 @@ class Pipeline:
 
     def _keep_pause_fresh(self) -> None:
         """While serving, re-read the pause switch in the background, off the request path, and
-        now and then publish which nodes nodefence has fenced (from the ledgers, so a restarted
-        replica reports them too)."""
+        now and then publish which nodes nodefence has fenced (from the fence record, so a
+        restarted replica reports them too)."""
         if self._pause_refresher is not None or self._closing:
             return
 
@@ -151,14 +170,21 @@ class Pipeline:
 
         self._pause_refresher = asyncio.create_task(refresh(), name="background-refresh")
 
+    async def read_record(self, deadline: Deadline) -> fence_record.FenceRecord:
+        reply = await self.reader.record(deadline)
+        data = {str(k): str(v) for k, v in (reply.body.get("data") or {}).items()}
+        version = str((reply.body.get("metadata") or {}).get("resourceVersion") or "")
+        return fence_record.decode(data, version)
+
     async def _publish_fenced(self, deadline: Deadline) -> None:
-        nodes = await self.kube.list_nodes(deadline)
-        fenced = {}
-        for facts in map(node_facts, nodes):
-            ledger = facts.ledger
-            if ledger.fenced and ledger.node_uid == facts.uid and ledger.fenced_at is not None:
-                fenced[facts.name] = ledger.fenced_at.timestamp()
-        self.metrics.fenced_nodes_are(fenced)
+        held = await self.read_record(deadline)
+        self.metrics.fenced_nodes_are(
+            {
+                e.node: e.fenced_at.timestamp()
+                for e in held.entries
+                if e.phase is fence_record.Phase.FENCED and e.fenced_at is not None
+            }
+        )
 
     async def ready(self) -> tuple[bool, str]:
         """Reachable now, not once: the probe asks the API server every time it is called."""
@@ -196,34 +222,151 @@ class Pipeline:
             decision = decide(event, empty, self.policy, self.clock())
             self._log(decision)
             return decision
-        snapshot, decision = await self._read_and_decide(event, deadline, approval)
+        await self.reader.server_version_string(deadline)
+
+        async def with_power(snapshot: Snapshot) -> Snapshot:
+            return await self._with_power(event, snapshot)
+
+        token = self.records.new_token()
+
+        def decider(snapshot: Snapshot) -> Decision:
+            return decide(
+                event,
+                snapshot.facts,
+                self.policy,
+                snapshot.now,
+                approval=approval,
+                own_claim=token,
+            )
+
+        decision, results, snapshot = await self._run(
+            event.node, decider, deadline, prepare=with_power, token=token
+        )
         if decision.dry_run:
-            self._log(decision)
             return decision
         if decision.verdict is Verdict.AWAIT_APPROVAL and self.approvals is not None:
             await self.approvals.request(decision, snapshot, deadline)
-        if event.status is AlertStatus.FIRING:
-            decision, results = await self._fence_and_purge(event, decision, deadline, approval)
-        else:
-            decision, results = await self._unfence(event, decision, deadline)
+        if decision.verdict is Verdict.FENCE and _fenced(results):
+            results.extend(await self._settle(event.node, decider, deadline))
+        decision, released = await self._release_volumes(decision, _uid(snapshot), deadline)
+        results.extend(released)
         await self._record(decision, results, _uid(snapshot), deadline)
         return decision
 
-    async def _read_and_decide(
-        self, event: AlertEvent, deadline: Deadline, approval: Approval | None = None
-    ) -> tuple[Snapshot, Decision]:
-        """Decide without the node's Lease first: for a node already handled that settles it (a
-        repeated alert costs two reads). Anything else is decided again with the Lease, and, for
-        a rule that asks for it, with proof that the machine is powered off."""
-        assert event.node is not None
-        snapshot = await self.reader.read(event.node, deadline, with_lease=False)
-        decision = decide(event, snapshot.facts, self.policy, self.clock(), approval=approval)
-        if _settled_without_lease(decision, snapshot):
-            return snapshot, decision
-        snapshot = await self.reader.with_lease(snapshot, deadline)
-        snapshot = await self._with_power(event, snapshot)
-        decision = decide(event, snapshot.facts, self.policy, self.clock(), approval=approval)
-        return snapshot, decision
+    async def _run(
+        self,
+        name: str,
+        decider: Decider,
+        deadline: Deadline,
+        *,
+        prepare: Callable[[Snapshot], Awaitable[Snapshot]] | None = None,
+        token: str = "",
+    ) -> tuple[Decision, list[ActionResult], Snapshot]:
+        """Read, decide, commit; on a failed precondition (or after housekeeping) again.
+        ``token`` names any claim this request writes, across its attempts."""
+        token = token or self.records.new_token()
+        results: list[ActionResult] = []
+        for _attempt in range(MAX_DECIDE_ATTEMPTS):
+            snapshot = await self.reader.read(name, deadline)
+            if prepare is not None:
+                snapshot = await prepare(snapshot)
+            decision = decider(snapshot)
+            if decision.dry_run or not decision.actions:
+                if decision.dry_run:
+                    self._log(decision)
+                return decision, results, snapshot
+            commit = await self._commit(decision, snapshot, token, deadline)
+            results.extend(commit.results)
+            if not commit.again:
+                return decision, results, snapshot
+        raise ClusterUnavailableError(
+            f"node {name} kept changing while nodefence tried to write it"
+        )
+
+    async def _commit(
+        self, decision: Decision, snapshot: Snapshot, token: str, deadline: Deadline
+    ) -> _Commit:
+        """The decision's actions in order; each step's precondition is the previous step's
+        result. A claim whose taint write lost a race is judged again on the next read (and
+        completed or rolled back by this request); one whose taint write failed outright is
+        rolled back at once. So a half-written fence is only left by a crash, and the next
+        delivery or the reconcile pass completes or removes it."""
+        results: list[ActionResult] = []
+        claim: ClaimAction | None = None
+        fenced_at: datetime | None = None
+        fenced_node: Json | None = None
+        fenced_effect = ""
+        purges = [a for a in decision.actions if isinstance(a, PurgePodAction)]
+        for action in decision.actions:
+            if isinstance(action, PurgePodAction):
+                continue
+            result: ActionResult
+            if isinstance(action, ClaimAction):
+                result = await self.records.claim(action, snapshot.record_data, token, deadline)
+                claim = action
+            elif isinstance(action, FenceAction):
+                assert snapshot.node is not None
+                written = await self.executor.fence(snapshot.node, action, deadline)
+                result, fenced_at, fenced_node = written.result, written.server_time, written.body
+                fenced_effect = action.effect
+                failed = result.outcome not in (Outcome.DONE, Outcome.CONFLICT)
+                if failed and claim is not None:
+                    results.append(result)
+                    results.append(await self._roll_back(claim, token, result, deadline))
+                    return _Commit(results)
+            elif isinstance(action, ConfirmAction):
+                result = await self.records.confirm(action, token, fenced_at, deadline)
+                if result.outcome is Outcome.SKIPPED and fenced_node is not None:
+                    results.append(result)
+                    results.append(
+                        await self._undo_taint(action, fenced_node, fenced_effect, deadline)
+                    )
+                    return _Commit(results)
+            elif isinstance(action, UnfenceAction):
+                assert snapshot.node is not None
+                result = (await self.executor.unfence(snapshot.node, action, deadline)).result
+            elif isinstance(action, ReleaseAction):
+                result = await self.records.release(action, deadline)
+            else:
+                result = await self.records.observe(action, deadline)
+            results.append(result)
+            if result.outcome is Outcome.CONFLICT:
+                return _Commit(results, again=True)
+            if result.outcome is not Outcome.DONE and not isinstance(action, HOUSEKEEPING):
+                return _Commit(results)
+        results.extend(await self.executor.purge(purges, deadline))
+        housekeeping = all(isinstance(a, HOUSEKEEPING) for a in decision.actions)
+        done = all(r.outcome in (Outcome.DONE, Outcome.SKIPPED) for r in results)
+        return _Commit(results, again=housekeeping and done, fenced=fenced_at is not None)
+
+    async def _roll_back(
+        self, claim: ClaimAction, token: str, failed: ActionResult, deadline: Deadline
+    ) -> ActionResult:
+        why = f"the taint write did not go through ({failed.outcome.value}: {failed.detail})"
+        entry = claim.entry
+        return await self.records.release(
+            ReleaseAction(entry.node, entry.uid, why, token, remember=False), deadline
+        )
+
+    async def _undo_taint(
+        self, confirm: ConfirmAction, written: Json, effect: str, deadline: Deadline
+    ) -> ActionResult:
+        """The claim vanished while its taint was being written (it was taken for stale): the
+        taint has no entry behind it, so the replica that wrote it takes it off again, on the
+        very node version it wrote, rather than leave a taint nobody owns."""
+        meta = written.get("metadata") or {}
+        undo = UnfenceAction(
+            node=confirm.node,
+            node_uid=confirm.node_uid,
+            resource_version=str(meta.get("resourceVersion") or ""),
+            effect=effect,
+            annotations={},
+            remove_annotations=mirror.FENCE_KEYS,
+        )
+        result = (await self.executor.unfence(written, undo, deadline)).result
+        return dataclasses.replace(
+            result, action="undo-fence", detail=result.detail or "claim lost; taint taken off"
+        )
 
     async def _with_power(self, event: AlertEvent, snapshot: Snapshot) -> Snapshot:
         node = snapshot.facts.node
@@ -237,43 +380,20 @@ class Pipeline:
         facts = dataclasses.replace(snapshot.facts, power=evidence)
         return dataclasses.replace(snapshot, facts=facts)
 
-    async def _fence_and_purge(
-        self,
-        event: AlertEvent,
-        decision: Decision,
-        deadline: Deadline,
-        approval: Approval | None = None,
-    ) -> tuple[Decision, list[ActionResult]]:
-        results: list[ActionResult] = []
-        if any(isinstance(a, FenceAction) for a in decision.actions):
-            async with self.lock.held(deadline):
-                _snapshot, decision, fence_result = await self._decide_and_write(
-                    event, deadline, self._fence_write, approval=approval
-                )
-            if fence_result is not None:
-                results.append(fence_result)
-                if fence_result.outcome is not Outcome.DONE:
-                    return decision, results
-        purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
-        results.extend(await self.executor.purge(purge, deadline))
-        if decision.verdict is Verdict.FENCE:
-            results.extend(await self._settle(event, deadline))
-        if decision.verdict in (Verdict.FENCE, Verdict.PURGE):
-            decision, released = await self._release_volumes(decision, deadline)
-            results.extend(released)
-        return decision, results
-
     async def _release_volumes(
-        self, decision: Decision, deadline: Deadline
+        self, decision: Decision, node_uid: str, deadline: Deadline
     ) -> tuple[Decision, list[ActionResult]]:
         """Say whether the cluster frees the node's volumes; where it does not and the rule
-        allows it, delete the node's VolumeAttachments once its pods are gone."""
-        if decision.node is None:
+        allows it, delete the node's VolumeAttachments once its pods are gone. Only for a node
+        the decision found fenced and verifiably down, and only the same node object."""
+        if decision.node is None or not decision.node_confirmed_down:
             return decision, []
         rule = self.policy.rule_named(decision.rule) or Rule()
         minor = server_minor(self.reader.server_version)
         attachments: tuple[VolumeAttachmentFacts, ...] = ()
-        snapshot = await self.reader.read(decision.node, deadline, with_lease=False)
+        snapshot = await self.reader.read(decision.node, deadline)
+        if snapshot.facts.node is None or snapshot.facts.node.uid != node_uid:
+            return decision, []
         if minor is None or minor < AUTOMATIC_DETACH_FROM:
             attachments = tuple(
                 volume_attachment_facts(a)
@@ -285,58 +405,15 @@ class Pipeline:
         results = [await self.executor.release_volume(a.name, deadline) for a in plan.delete]
         return dataclasses.replace(decision, reasons=(*decision.reasons, plan.reason)), results
 
-    async def _fence_write(
-        self, snapshot: Snapshot, decision: Decision, deadline: Deadline
-    ) -> ActionResult | None:
-        action = next((a for a in decision.actions if isinstance(a, FenceAction)), None)
-        if action is None or snapshot.node is None:
-            return None
-        return await self.executor.fence(snapshot.node, action, deadline)
-
-    async def _unfence_write(
-        self, snapshot: Snapshot, decision: Decision, deadline: Deadline
-    ) -> ActionResult | None:
-        action = next((a for a in decision.actions if isinstance(a, UnfenceAction)), None)
-        if action is None or snapshot.node is None or snapshot.facts.node is None:
-            return None
-        effect = snapshot.facts.node.ledger.taint_effect
-        return await self.executor.unfence(snapshot.node, action, effect, deadline)
-
-    async def _decide_and_write(
-        self,
-        event: AlertEvent | None,
-        deadline: Deadline,
-        write: Callable[[Snapshot, Decision, Deadline], Awaitable[ActionResult | None]],
-        node: str | None = None,
-        approval: Approval | None = None,
-    ) -> tuple[Snapshot, Decision, ActionResult | None]:
-        """Re-read, re-decide, write; on a failed precondition do it all again (bounded)."""
-        name = event.node if event is not None else node
-        assert name is not None
-        result: ActionResult | None = None
-        for _attempt in range(MAX_DECIDE_ATTEMPTS):
-            if event is not None:
-                snapshot, decision = await self._read_and_decide(event, deadline, approval)
-            else:
-                snapshot = await self.reader.read(name, deadline)
-                decision = decide_reconcile(snapshot.facts, self.policy, self.clock())
-            result = await write(snapshot, decision, deadline)
-            if result is None or result.outcome is not Outcome.CONFLICT:
-                return snapshot, decision, result
-        raise ClusterUnavailableError(
-            f"node {name} kept changing while nodefence tried to write it"
-        )
-
-    async def _settle(self, event: AlertEvent, deadline: Deadline) -> list[ActionResult]:
+    async def _settle(self, node: str, decider: Decider, deadline: Deadline) -> list[ActionResult]:
         """After the taint, the taint manager evicts the remaining pods; on a dead node they
         hang Terminating too. Purge them while the request still has time; whatever is left is
         the reconcile pass's to finish."""
-        assert event.node is not None
         results: list[ActionResult] = []
         settle = Deadline(min(self.options.settle_seconds, deadline.remaining))
         while not settle.expired:
-            snapshot = await self.reader.read(event.node, deadline)
-            decision = decide(event, snapshot.facts, self.policy, self.clock())
+            snapshot = await self.reader.read(node, deadline)
+            decision = decider(snapshot)
             purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
             if purge:
                 results.extend(await self.executor.purge(purge, deadline))
@@ -345,46 +422,29 @@ class Pipeline:
             await asyncio.sleep(SETTLE_POLL_SECONDS)
         return results
 
-    async def _unfence(
-        self, event: AlertEvent, decision: Decision, deadline: Deadline
-    ) -> tuple[Decision, list[ActionResult]]:
-        if not any(isinstance(a, UnfenceAction) for a in decision.actions):
-            return decision, []
-        _snapshot, decision, result = await self._decide_and_write(
-            event, deadline, self._unfence_write
-        )
-        return decision, [result] if result is not None else []
-
     # --------------------------------------------------------------- reconcile
     async def reconcile(self) -> list[Decision]:
-        """Finish what lost or failed deliveries left: purge leftovers, unfence recovered nodes."""
+        """Finish what lost or failed deliveries left, for every node the fence record holds:
+        purge leftovers, unfence recovered nodes, complete or roll back half-written fences."""
         deadline = Deadline(self.options.deadline_seconds)
         await self.reader.server_version_string(deadline)
-        _cluster, nodes = await self.reader.cluster(deadline)
+        held = await self.read_record(deadline)
+        for key in held.unreadable:
+            log.warning("fence_record_unreadable", key=key)
         decisions: list[Decision] = []
-        for raw in nodes:
-            annotations = raw["metadata"].get("annotations") or {}
-            if not any(key.startswith("nodefence.io/fenced") for key in annotations):
-                continue
-            name = raw["metadata"]["name"]
-            snapshot = await self.reader.read(name, deadline)
-            decision = decide_reconcile(snapshot.facts, self.policy, self.clock())
-            results: list[ActionResult] = []
+        for entry in held.entries:
+            name = entry.node
+
+            def decider(snapshot: Snapshot, name: str = name) -> Decision:
+                return decide_reconcile(snapshot.facts, self.policy, snapshot.now, name)
+
+            decision, results, snapshot = await self._run(name, decider, deadline)
             if not decision.dry_run:
-                if any(isinstance(a, UnfenceAction) for a in decision.actions):
-                    _s, decision, result = await self._decide_and_write(
-                        None, deadline, self._unfence_write, node=name
-                    )
-                    results = [result] if result is not None else []
-                else:
-                    purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
-                    results = await self.executor.purge(purge, deadline)
-                    if snapshot.facts.node is not None and snapshot.facts.node.ledger.fenced:
-                        decision, released = await self._release_volumes(decision, deadline)
-                        results.extend(released)
-                await self._record(decision, results, _uid(snapshot), deadline)
-            else:
-                self._log(decision)
+                decision, released = await self._release_volumes(
+                    decision, _uid(snapshot) or entry.uid, deadline
+                )
+                results.extend(released)
+                await self._record(decision, results, _uid(snapshot) or entry.uid, deadline)
             decisions.append(decision)
         return decisions
 
@@ -438,16 +498,8 @@ class Pipeline:
         )
 
 
-def _settled_without_lease(decision: Decision, snapshot: Snapshot) -> bool:
-    """Nothing to do for a node nodefence already fenced, or a node that does not exist: the
-    Lease could not change that. Everything else needs it."""
-    if snapshot.facts.node is None:
-        return True
-    return (
-        decision.verdict is Verdict.NOOP
-        and snapshot.facts.node.ledger.fenced
-        and all(r.passed for r in decision.reasons)
-    )
+def _fenced(results: list[ActionResult]) -> bool:
+    return any(r.action == "fence" and r.outcome is Outcome.DONE for r in results)
 
 
 REFUSAL_REASONS = frozenset(

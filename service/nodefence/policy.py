@@ -111,6 +111,10 @@ class ClusterPolicy(_Model):
     storm_not_ready_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
     # After a storm ends, nodes that recovered within this window still count as part of it.
     storm_cooldown_seconds: int = Field(default=600, ge=0)
+    # A claimed fence record entry whose taint never came is rolled back once it is older than
+    # this, on the API server's clock. It must outlast the slowest fence (request deadline plus
+    # any power-off wait), or a slow fence could lose its slot while still at work.
+    claim_timeout_seconds: int = Field(default=300, ge=30)
 
 
 class Policy(_Model):

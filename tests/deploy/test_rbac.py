@@ -71,19 +71,20 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "list_nodes": {("cluster", "", "nodes", "list", "*")},
     "get_node": {("cluster", "", "nodes", "get", "*")},
     "patch_node_json": {("cluster", "", "nodes", "patch", "*")},
+    "replace_node": {("cluster", "", "nodes", "update", "*")},
     "list_pods_on_node": {("cluster", "", "pods", "list", "*")},
     "delete_pod": {("cluster", "", "pods", "delete", "*")},
     "patch_pod_json": {("cluster", "", "pods", "patch", "*")},
-    # Node heartbeats in kube-node-lease, and the fence lock in nodefence's namespace.
-    "get_lease": {
-        ("cluster", "coordination.k8s.io", "leases", "get", "*"),
-        ("namespace", "coordination.k8s.io", "leases", "get", "nodefence-fence-lock"),
-    },
-    "create_lease": {("namespace", "coordination.k8s.io", "leases", "create", "*")},
-    "replace_lease": {
-        ("namespace", "coordination.k8s.io", "leases", "update", "nodefence-fence-lock")
-    },
+    # Node heartbeats in kube-node-lease.
+    "get_lease": {("cluster", "coordination.k8s.io", "leases", "get", "*")},
     "get_configmap": {("namespace", "", "configmaps", "get", "nodefence-control")},
+    # The fence record in nodefence's namespace.
+    "get_configmap_dated": {
+        ("namespace", "", "configmaps", "get", "nodefence-control"),
+        ("namespace", "", "configmaps", "get", "nodefence-fences"),
+    },
+    "create_configmap": {("namespace", "", "configmaps", "create", "*")},
+    "replace_configmap": {("namespace", "", "configmaps", "update", "nodefence-fences")},
     "create_event": {("cluster", "", "events", "create", "*")},
     "list_volume_attachments": {("cluster", "storage.k8s.io", "volumeattachments", "list", "*")},
     "delete_volume_attachment": {("cluster", "storage.k8s.io", "volumeattachments", "delete", "*")},

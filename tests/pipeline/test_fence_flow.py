@@ -4,7 +4,7 @@ verified and unfenced; every step is checked on the simulated cluster's state.""
 from __future__ import annotations
 
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence.engine import ledger
+from nodefence.engine import mirror as ledger
 from nodefence.sim.resources import PODS
 from nodefence.sim.testing import SimulatorHandle
 

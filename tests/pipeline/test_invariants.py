@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from nodefence.actions.executor import Executor, Outcome
-from nodefence.engine import ledger
+from nodefence.engine import mirror as ledger
 from nodefence.engine.model import PurgePodAction
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence.sim.resources import NODES, PODS

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence.engine import ledger
+from nodefence.engine import mirror as ledger
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.store import WatchEvent
 from nodefence.sim.testing import SimulatorHandle
@@ -125,7 +125,7 @@ def assert_fenced(
     assert notes[ledger.BOOT_ID] == node["status"]["nodeInfo"]["bootID"], notes
     assert orphans(cluster.sim.store.items(NODES)) == []
     assert terminating_on(cluster, name) == []
-    assert successful(cluster, "PATCH", NODE_PATH.format(name), since) == 1
+    assert successful(cluster, "PUT", NODE_PATH.format(name), since) == 1
     alive = {p["metadata"]["uid"] for p in cluster.sim.store.items(PODS)}
     lost = {uid: ref for uid, ref in others_before.items() if uid not in alive}
     assert lost == {}, f"pods of other nodes were deleted: {sorted(lost.values())}"

@@ -99,7 +99,7 @@ async def run(seed: int, limit: int) -> None:
         assert len(fenced) == expected_fenced(down, limit), (down, fenced)
         assert set(fenced) <= set(down)
         for name in down:
-            fences = successful(cluster, "PATCH", NODE_PATH.format(name), cursor)
+            fences = successful(cluster, "PUT", NODE_PATH.format(name), cursor)
             assert fences == (1 if name in fenced else 0), (name, fences)
             reasons = Counter(e["reason"] for e in node_events(cluster, name))
             assert reasons["NodeFenced"] == fences, (name, reasons)

@@ -19,9 +19,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.engine import ledger
-from nodefence.kube.lock import LOCK_NAME
-from nodefence.sim.resources import LEASES
+from nodefence.engine import mirror as ledger
+from nodefence.engine import record as fence_record
+from nodefence.engine.record import FenceEntry, FenceRecord, Phase
+from nodefence.sim.resources import CONFIGMAPS, NODES
 from nodefence.sim.testing import SimulatorHandle, SimulatorProcess
 from pipeline.harness import OOS, oos_taints, start_receiver
 
@@ -40,7 +41,10 @@ NODE = "control02"
 IDENTITY = "replica-a"
 # Seeds for the kill points; each draws after how many API requests the receiver dies. These
 # land before the lock (4), around the fence write (10, 11), and early and late in the purge
-# (16, 36); with 30 ms per request the next request is usually in flight at the kill.
+# (16, 36); with 30 ms per request the next request is usually in flight at the kill. The write
+order (claim, taint, confirm, purge) leaves at every point a state the next delivery or the
+reconcile pass completes: a claim without taint is completed on every guard, a taint with an
+unconfirmed claim is confirmed.
 CRASH_SEEDS = (2, 79, 21, 3, 29)
 MAX_KILL_POINT = 45
 
@@ -197,7 +201,7 @@ async def _crash_and_recover(seed: int) -> None:
             fences = [
                 r
                 for r in log
-                if (r["method"], r["path"]) == ("PATCH", NODE_PATH.format(NODE))
+                if (r["method"], r["path"]) == ("PUT", NODE_PATH.format(NODE))
                 and r["status"] == 200
             ]
             assert len(fences) == 1, f"seed {seed}, killed at {kill_after}: {fences}"
@@ -216,46 +220,62 @@ async def test_receiver_killed_mid_fence_is_finished_by_the_next_one(seed: int) 
     await _crash_and_recover(seed)
 
 
-async def test_lock_of_a_crashed_replica_is_taken_over_after_its_ttl(
-    cluster: SimulatorHandle,
-) -> None:
-    """A replica that died inside the fence step leaves the Lease held; the others wait, answer
-    503 while it is live, and proceed once it has expired, without anyone releasing it."""
-    await kill_node(cluster, NODE)
-    others, on_node, cursor = pod_uids_off(cluster, NODE), names_on(cluster, NODE), 0
-    ttl = 2
-    held_at = datetime.now(UTC)
-    stamp = held_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _claim(cluster: SimulatorHandle, name: str, claimed_at: datetime, by: str) -> None:
+    """The fence record as a replica leaves it when it dies right after its claim."""
+    node = cluster.sim.store.get(NODES, None, name)
+    entry = FenceEntry(
+        node=name,
+        uid=node["metadata"]["uid"],
+        phase=Phase.CLAIMED,
+        claimed_at=claimed_at,
+        rule="default",
+        alertname="KubeNodeNotReady",
+        fingerprint="crashed",
+        boot_id=node["status"]["nodeInfo"]["bootID"],
+        effect="NoExecute",
+        control_plane=True,
+        claimed_by=by,
+    )
     cluster.sim.store.create(
-        LEASES,
+        CONFIGMAPS,
         "nodefence",
         {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": LOCK_NAME, "namespace": "nodefence"},
-            "spec": {
-                "holderIdentity": "replica-crashed",
-                "leaseDurationSeconds": ttl,
-                "acquireTime": stamp,
-                "renewTime": stamp,
-                "leaseTransitions": 0,
-            },
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": fence_record.CONFIGMAP, "namespace": "nodefence"},
+            "data": fence_record.encode(fence_record.with_entry(FenceRecord(), entry)),
         },
     )
-    async with start_receiver(cluster, identity="replica-b", deadline_seconds=0.8) as hurried:
-        status, body = await hurried.post("/alerts", firing(NODE))
-        assert status == 503, body
-        assert oos_taints(cluster, NODE) == []
-    async with start_receiver(cluster, identity="replica-c", deadline_seconds=10) as patient:
-        [decision] = await patient.alert(firing(NODE))
+
+
+async def test_claim_of_a_crashed_replica_is_completed_by_the_next_delivery(
+    cluster: SimulatorHandle,
+) -> None:
+    """A replica that died between its claim and the taint leaves a claimed entry; no lock
+    times out, so the next delivery does not wait: it judges the node afresh on every guard and
+    completes that very claim (one taint, one entry, the budget spent once)."""
+    await kill_node(cluster, NODE)
+    others, on_node, cursor = pod_uids_off(cluster, NODE), names_on(cluster, NODE), 0
+    _claim(cluster, NODE, datetime.now(UTC), "replica-crashed/0")
+    async with start_receiver(cluster, identity="replica-b") as receiver:
+        [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "fence", decision
-    [fence] = [
-        r
-        for r in cluster.faults.requests(cursor)
-        if (r.method, r.path) == ("PATCH", NODE_PATH.format(NODE)) and r.status == 200
-    ]
-    expiry = held_at + timedelta(seconds=ttl)
-    assert datetime.fromtimestamp(fence.at, UTC) >= expiry - timedelta(milliseconds=50)
-    lock = cluster.sim.store.get(LEASES, "nodefence", LOCK_NAME)
-    assert lock["spec"]["holderIdentity"] in ("", "replica-c")
+    held = cluster.sim.store.get(CONFIGMAPS, "nodefence", fence_record.CONFIGMAP)
+    record = fence_record.decode(held["data"], held["metadata"]["resourceVersion"])
+    [entry] = record.entries
+    assert (entry.phase, entry.claimed_by) == (Phase.FENCED, "replica-crashed/0")
     assert_fenced(cluster, NODE, others_before=others, on_node_before=on_node, since=cursor)
+
+
+async def test_stale_claim_for_a_recovered_node_is_rolled_back(cluster: SimulatorHandle) -> None:
+    """A claim older than the claim timeout whose node is Ready again is removed by the
+    reconcile pass, so the budget slot is not held for ever; the node is not touched."""
+    _claim(cluster, NODE, datetime.now(UTC) - timedelta(hours=1), "replica-crashed/0")
+    async with start_receiver(cluster, identity="replica-b") as receiver:
+        status, body = await receiver.post("/reconcile", {})
+    assert status == 200, body
+    held = cluster.sim.store.get(CONFIGMAPS, "nodefence", fence_record.CONFIGMAP)
+    record = fence_record.decode(held["data"], held["metadata"]["resourceVersion"])
+    assert record.entries == ()
+    assert record.released == (), "a claim whose taint never came released nothing"
+    assert oos_taints(cluster, NODE) == []

@@ -96,7 +96,7 @@ async def test_throttling_honours_retry_after(cluster: SimulatorHandle, dead: Be
     patches = [
         r
         for r in cluster.faults.requests(dead.cursor)
-        if (r.method, r.path) == ("PATCH", PATCH_NODE)
+        if (r.method, r.path) == ("PUT", PATCH_NODE)
     ]
     assert [r.status for r in patches] == [429, 429, 200]
     gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(patches)]
@@ -110,7 +110,7 @@ async def test_conflict_storm_rereads_and_redecides(cluster: SimulatorHandle, de
         [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "fence", decision
     log = cluster.faults.requests(dead.cursor)
-    patches = [i for i, r in enumerate(log) if (r.method, r.path) == ("PATCH", PATCH_NODE)]
+    patches = [i for i, r in enumerate(log) if (r.method, r.path) == ("PUT", PATCH_NODE)]
     assert [log[i].status for i in patches] == [409, 409, 409, 409, 200]
     for earlier, later in itertools.pairwise(patches):
         between = [r.path for r in log[earlier + 1 : later]]
@@ -169,7 +169,7 @@ async def test_node_recovering_while_the_fence_write_is_in_flight_is_not_fenced(
     assert decision["verdict"] == "noop", decision
     assert any(r["guard"] == "ready" and not r["passed"] for r in decision["reasons"]), decision
     assert oos_taints(cluster, NODE) == []
-    assert successful(cluster, "PATCH", PATCH_NODE, dead.cursor) == 0
+    assert successful(cluster, "PUT", PATCH_NODE, dead.cursor) == 0
     deletes = [r for r in cluster.faults.requests(dead.cursor) if r.method == "DELETE"]
     assert deletes == []
 
@@ -181,7 +181,7 @@ async def test_connection_resets_are_retried(cluster: SimulatorHandle, dead: Bef
     async with start_receiver(cluster) as receiver:
         [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "fence", decision
-    assert attempts(cluster, "PATCH", PATCH_NODE, dead.cursor) == 3
+    assert attempts(cluster, "PUT", PATCH_NODE, dead.cursor) == 3
     dead.check(cluster)
 
 
@@ -203,7 +203,7 @@ async def test_hanging_request_times_out_and_is_retried(
         return [
             r.status
             for r in cluster.faults.requests(dead.cursor)
-            if (r.method, r.path) == ("PATCH", PATCH_NODE)
+            if (r.method, r.path) == ("PUT", PATCH_NODE)
         ]
 
     # Requests are logged on arrival (status 0) and completed when answered.

@@ -6,7 +6,7 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
-from nodefence.engine import ledger
+from nodefence.engine import mirror as ledger
 from nodefence.slack import approvals
 from nodefence.slack.messages import REJECT_ACTION_ID
 

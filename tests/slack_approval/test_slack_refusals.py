@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import SecretStr
 
-from nodefence.engine import ledger
+from nodefence.engine import mirror as ledger
 from nodefence.slack import tokens
 from nodefence.slack.messages import REJECT_ACTION_ID
 

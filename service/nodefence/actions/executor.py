@@ -1,7 +1,7 @@
 """Idempotent, preconditioned writes for fence, purge and unfence.
 
-Every write carries the precondition the decision was made on: the node patch tests the
-resourceVersion and uid it was decided from (a concurrent change makes it fail, and the caller
+Every write carries the precondition the decision was made on: the node is replaced (PUT) with
+the uid and resourceVersion it was decided from (a concurrent change is a 409, and the caller
 re-reads and re-decides); a pod is deleted with grace 0 and a UID precondition (S6), so a pod
 re-created under the same name is never touched. Repeating an action after success is harmless:
 an already-deleted pod is a 404, an already-applied taint makes the engine decide no fence.
@@ -10,7 +10,9 @@ an already-deleted pod is a 404, an already-applied taint makes the engine decid
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -48,49 +50,60 @@ class ActionResult:
         }
 
 
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+def _put_body(node: Json, uid: str, resource_version: str, taints: list[Any], notes: Json) -> Json:
+    """The node as read, with new taints and annotations, carrying the uid and resourceVersion
+    the decision was made on: the API server refuses it with 409 if either changed. The
+    managedFields are left out, which tells the server to keep its own."""
+    body = copy.deepcopy(node)
+    meta = body.setdefault("metadata", {})
+    meta.pop("managedFields", None)
+    meta["uid"] = uid
+    meta["resourceVersion"] = resource_version
+    meta["annotations"] = notes
+    body.setdefault("spec", {})["taints"] = taints
+    return body
 
 
-def _node_preconditions(action_uid: str, action_rv: str) -> list[Json]:
-    return [
-        {"op": "test", "path": "/metadata/uid", "value": action_uid},
-        {"op": "test", "path": "/metadata/resourceVersion", "value": action_rv},
+def fence_body(node: Json, action: FenceAction) -> Json:
+    taints: list[Any] = [
+        t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != OUT_OF_SERVICE_KEY
     ]
-
-
-def fence_patch(node: Json, action: FenceAction) -> list[Json]:
-    """Taint and ledger in one JSON patch, guarded by ``test`` ops on uid and resourceVersion."""
-    taints: list[Any] = list(node.get("spec", {}).get("taints") or [])
-    taints = [t for t in taints if t.get("key") != OUT_OF_SERVICE_KEY]
     taints.append(
         {"key": OUT_OF_SERVICE_KEY, "value": OUT_OF_SERVICE_VALUE, "effect": action.effect}
     )
     annotations = dict(node.get("metadata", {}).get("annotations") or {})
     annotations.update(action.annotations)
-    ops = _node_preconditions(action.node_uid, action.resource_version)
-    ops.append({"op": "add", "path": "/spec/taints", "value": taints})
-    ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
-    return ops
+    return _put_body(node, action.node_uid, action.resource_version, taints, annotations)
 
 
-def unfence_patch(node: Json, action: UnfenceAction, effect: str | None) -> list[Json]:
-    """Remove only the out-of-service taint nodefence applied (same effect as the ledger)."""
+def is_own_taint(taint: Json, effect: str) -> bool:
+    """S4: exactly the taint nodefence wrote: key, value and the recorded effect."""
+    return (
+        taint.get("key") == OUT_OF_SERVICE_KEY
+        and taint.get("value") == OUT_OF_SERVICE_VALUE
+        and taint.get("effect") == effect
+    )
+
+
+def unfence_body(node: Json, action: UnfenceAction) -> Json:
+    """Remove only nodefence's own taint; any other taint, of the same key included, stays."""
     taints = [
-        t
-        for t in node.get("spec", {}).get("taints") or []
-        if not (
-            t.get("key") == OUT_OF_SERVICE_KEY and (effect is None or t.get("effect") == effect)
-        )
+        t for t in node.get("spec", {}).get("taints") or [] if not is_own_taint(t, action.effect)
     ]
     annotations = dict(node.get("metadata", {}).get("annotations") or {})
     for key in action.remove_annotations:
         annotations.pop(key, None)
     annotations.update(action.annotations)
-    ops = _node_preconditions(action.node_uid, action.resource_version)
-    ops.append({"op": "add", "path": "/spec/taints", "value": taints})
-    ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
-    return ops
+    return _put_body(node, action.node_uid, action.resource_version, taints, annotations)
+
+
+@dataclass(frozen=True)
+class Written:
+    """A node write's result and the API server's clock when it took effect."""
+
+    result: ActionResult
+    server_time: datetime | None
+    body: Json | None = None
 
 
 class Executor:
@@ -98,29 +111,26 @@ class Executor:
         self.kube = kube
         self.purge_concurrency = purge_concurrency
 
-    async def _patch_node(
-        self, kind: str, name: str, ops: list[Json], deadline: Deadline
-    ) -> ActionResult:
+    async def _put_node(self, kind: str, name: str, body: Json, deadline: Deadline) -> Written:
         try:
-            await self.kube.patch_node_json(name, ops, deadline)
+            reply = await self.kube.replace_node(name, body, deadline)
         except KubeError as exc:
-            # These patches are built from the object just read, so a 422 can only be a failed
-            # uid or resourceVersion ``test``: the node changed under us.
-            if exc.is_conflict or exc.status == 422:
-                return ActionResult(kind, name, Outcome.CONFLICT, str(exc))
+            if exc.is_conflict:
+                return Written(ActionResult(kind, name, Outcome.CONFLICT, str(exc)), None)
             if exc.status == 404:
-                return ActionResult(kind, name, Outcome.SKIPPED, "node no longer exists")
-            return ActionResult(kind, name, Outcome.FAILED, str(exc))
-        return ActionResult(kind, name, Outcome.DONE)
+                return Written(
+                    ActionResult(kind, name, Outcome.SKIPPED, "node no longer exists"), None
+                )
+            # A 422 is the API server finding the object invalid, not a lost race: retrying
+            # the same write cannot succeed, so it is reported, not looped on.
+            return Written(ActionResult(kind, name, Outcome.FAILED, str(exc)), None)
+        return Written(ActionResult(kind, name, Outcome.DONE), reply.server_time, reply.body)
 
-    async def fence(self, node: Json, action: FenceAction, deadline: Deadline) -> ActionResult:
-        return await self._patch_node("fence", action.node, fence_patch(node, action), deadline)
+    async def fence(self, node: Json, action: FenceAction, deadline: Deadline) -> Written:
+        return await self._put_node("fence", action.node, fence_body(node, action), deadline)
 
-    async def unfence(
-        self, node: Json, action: UnfenceAction, effect: str | None, deadline: Deadline
-    ) -> ActionResult:
-        ops = unfence_patch(node, action, effect)
-        return await self._patch_node("unfence", action.node, ops, deadline)
+    async def unfence(self, node: Json, action: UnfenceAction, deadline: Deadline) -> Written:
+        return await self._put_node("unfence", action.node, unfence_body(node, action), deadline)
 
     async def purge_pod(self, action: PurgePodAction, deadline: Deadline) -> ActionResult:
         target = f"{action.namespace}/{action.name}"

@@ -1,34 +1,47 @@
 """The decision: a pure function of the alert, the live facts, the policy and the time.
 
-Nothing here reads a clock, the network or randomness; the caller passes ``now``. That is what
-lets the safety invariants be checked by generating facts, and what makes a decision record
-reproducible from its inputs.
+Nothing here reads a clock, the network or randomness; the caller passes ``now``, which is the
+API server's clock (the ``Date`` of the replies that carried the facts; ``facts.clock`` says so).
+That is what lets the safety invariants be checked by generating facts, and what makes a
+decision record reproducible from its inputs.
+
+Ownership and budget come from the fence record (``facts.record``), never from anything a node
+can write. A fence is three writes, in this order: claim (the record entry, which spends the
+budget slot), taint, confirm. An entry whose taint never came is rolled back once its claim is
+older than ``claim_timeout_seconds``; a taint without an entry is someone else's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import guards, ledger
+from nodefence.engine import guards, mirror
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.model import (
     EXCLUDE_LABEL,
+    OUT_OF_SERVICE_VALUE,
     Action,
     AlertEvent,
     AlertStatus,
     Approval,
     ApprovalDecision,
+    ClaimAction,
+    ConfirmAction,
     Decision,
     Facts,
     FenceAction,
-    Ledger,
     NodeFacts,
+    ObserveReadyAction,
     Reason,
+    ReleaseAction,
+    Taint,
     UnfenceAction,
     Verdict,
 )
 from nodefence.engine.purge import select_purge
+from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import Policy, Rule
 
@@ -62,7 +75,9 @@ class _Record:
     def extend(self, *reasons: Reason | None) -> None:
         self.reasons.extend(r for r in reasons if r is not None)
 
-    def finish(self, verdict: Verdict, actions: tuple[Action, ...] = ()) -> Decision:
+    def finish(
+        self, verdict: Verdict, actions: tuple[Action, ...] = (), *, confirmed_down: bool = False
+    ) -> Decision:
         return Decision(
             verdict=verdict,
             node=self.node,
@@ -74,6 +89,7 @@ class _Record:
             status=self.status,
             rule=self.rule,
             now=self.now,
+            node_confirmed_down=confirmed_down,
         )
 
 
@@ -84,55 +100,72 @@ def _excluded(node: NodeFacts) -> bool:
     )
 
 
-def _own_ledger(node: NodeFacts, record: _Record) -> Ledger:
-    """The ledger if it was written for this very node object, else an empty one (S9).
-
-    The adapter normally parses the annotations into ``node.ledger``; when it left the default,
-    the annotations themselves are read, so a ledger is never overlooked.
-    """
-    raw = node.ledger if node.ledger != Ledger() else ledger.parse_ledger(node.annotations)
-    if raw == Ledger():
-        return raw
-    if raw.node_uid != node.uid:
-        written_for = raw.node_uid or "an unrecorded UID"
-        record.add(
-            "node-identity",
-            True,
-            f"the nodefence annotations were written for node UID {written_for}, but this node "
-            f"is UID {node.uid} (re-created under the same name); the old record is ignored",
-        )
-        return Ledger()
-    return raw
+def _exact(taint: Taint | None, entry: FenceEntry) -> bool:
+    """S4: nodefence owns only the very taint it wrote; a changed value or effect means someone
+    took it over."""
+    return (
+        taint is not None and taint.value == OUT_OF_SERVICE_VALUE and taint.effect == entry.effect
+    )
 
 
-def _common_preamble(
-    record: _Record, facts: Facts, node_name: str | None
-) -> tuple[NodeFacts, Ledger] | Decision:
-    """Checks shared by every entry point: pause, node existence, exclusion, node identity."""
+def _paused(record: _Record, facts: Facts) -> Decision | None:
     if record.policy.paused:
         record.add("paused", False, "nodefence is paused by the policy; nothing is done")
         return record.finish(Verdict.SKIP)
     if facts.cluster.paused_reason:
         record.add("paused", False, f"nodefence is paused: {facts.cluster.paused_reason}")
         return record.finish(Verdict.SKIP)
+    return None
+
+
+def _common_preamble(
+    record: _Record, facts: Facts, node_name: str
+) -> tuple[NodeFacts, FenceEntry | None] | Decision:
+    """Checks shared by every entry point: pause, node existence, exclusion, node identity."""
+    paused = _paused(record, facts)
+    if paused is not None:
+        return paused
     node = facts.node
+    entry = facts.record.entry(node_name)
     if node is None:
         record.add("node-found", False, f"node {node_name} does not exist in the cluster")
+        if entry is not None:
+            return _let_go(record, entry, "the node no longer exists")
         return record.finish(Verdict.SKIP)
-    if node_name is not None and node.name != node_name:
+    if node.name != node_name:
         record.add("node-found", False, f"facts describe node {node.name}, not {node_name}")
         return record.finish(Verdict.SKIP)
     record.node = node.name
+    if entry is not None and entry.uid != node.uid:
+        record.add(
+            "node-identity",
+            True,
+            f"the fence record's entry was written for node UID {entry.uid}, but this node is "
+            f"UID {node.uid} (re-created under the same name); the old entry is let go",
+        )
+        return _let_go(record, entry, "the node was re-created under the same name")
     if _excluded(node):
         record.add("exclusion", False, f"node {node.name} is excluded ({EXCLUDE_LABEL}=true)")
         return record.finish(Verdict.SKIP)
-    return node, _own_ledger(node, record)
+    return node, entry
 
 
-def _ledger_rule(policy: Policy, own: Ledger, fallback: Rule | None, record: _Record) -> Rule:
+def _let_go(record: _Record, entry: FenceEntry, why: str) -> Decision:
+    """Free the entry's budget slot without touching the node: housekeeping after which the
+    caller reads and decides again. A claim whose taint never came is not remembered as a
+    release (nothing was released that the flap guard should count)."""
+    record.add("ownership", True, f"nodefence lets go of its fence of {entry.node}: {why}")
+    claimed = entry.phase is Phase.CLAIMED
+    claim = entry.claimed_by if claimed else ""
+    return record.finish(
+        Verdict.NOOP, (ReleaseAction(entry.node, entry.uid, why, claim, remember=not claimed),)
+    )
+
+
+def _ledger_rule(policy: Policy, entry: FenceEntry, fallback: Rule | None, record: _Record) -> Rule:
     """The rule that fenced the node also governs its release, so a later alert with other
     labels cannot loosen the conditions; defaults apply if that rule left the policy."""
-    named = policy.rule_named(own.rule)
+    named = policy.rule_named(entry.rule)
     if named is not None:
         record.add("rule", True, f"rule {named.name!r} fenced this node and governs its release")
         chosen = named
@@ -153,7 +186,10 @@ def decide(
     now: datetime,
     *,
     approval: Approval | None = None,
+    own_claim: str = "",
 ) -> Decision:
+    """``own_claim`` names the claim the calling request wrote itself, if any: that one it may
+    roll back at once when the guards no longer pass."""
     record = _Record(policy, now, event.alertname, event.fingerprint, event.status.value)
     if event.alertname not in policy.alerts.names:
         record.add(
@@ -174,38 +210,39 @@ def decide(
     prepared = _common_preamble(record, facts, node_name)
     if isinstance(prepared, Decision):
         return prepared
-    node, own = prepared
+    node, entry = prepared
     if event.status == AlertStatus.RESOLVED:
-        return _resolved(record, event, facts, node, own)
-    return _firing(record, event, facts, node, own, approval=approval)
+        return _resolved(record, event, facts, node, entry)
+    return _firing(record, event, facts, node, entry, approval=approval, own_claim=own_claim)
 
 
-def decide_reconcile(facts: Facts, policy: Policy, now: datetime) -> Decision:
-    """Finish what lost or failed deliveries left on a node carrying nodefence's ledger."""
+def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:
+    """Finish what lost or failed deliveries left on a node the fence record holds."""
     record = _Record(policy, now, "", "", RECONCILE_STATUS)
-    prepared = _common_preamble(record, facts, None)
+    record.node = node_name
+    held = facts.record.entry(node_name)
+    if held is not None:
+        record.alertname = held.alertname
+        record.fingerprint = held.fingerprint
+    prepared = _common_preamble(record, facts, node_name)
     if isinstance(prepared, Decision):
         return prepared
-    node, own = prepared
-    record.alertname = own.alertname or ""
-    record.fingerprint = own.alert_fingerprint or ""
-    if not own.fenced:
+    node, entry = prepared
+    if entry is None:
         _not_ours(record, node)
         return record.finish(Verdict.NOOP)
     fallback = next((r for r in policy.rules if selector_matches(r, node)), None)
-    rule = _ledger_rule(policy, own, fallback, record)
-    _fenced_since(record, own)
+    rule = _ledger_rule(policy, entry, fallback, record)
+    half = _half_written(record, node, entry, "no firing alert asks for it any more")
+    if half is not None:
+        return half
+    held_taint = _held_taint(record, node, entry)
+    if held_taint is not None:
+        return held_taint
+    _fenced_since(record, entry)
     if guards.is_ready(node):
-        return _unfence(record, facts, node, own, rule)
-    if node.out_of_service_taint is None:
-        record.add(
-            "taint",
-            False,
-            "the out-of-service taint was removed by someone else while the node is NotReady; "
-            "nodefence does not purge without its taint (a firing alert re-evaluates the node)",
-        )
-        return record.finish(Verdict.NOOP)
-    return _purge_leftovers(record, facts, node, rule)
+        return _unfence(record, facts, node, entry, rule)
+    return _purge_leftovers(record, facts, node, entry, rule)
 
 
 def _not_ours(record: _Record, node: NodeFacts) -> None:
@@ -214,17 +251,60 @@ def _not_ours(record: _Record, node: NodeFacts) -> None:
         record.add(
             "ownership",
             False,
-            f"the out-of-service taint ({taint.effect}) on node {node.name} was not applied by "
-            "nodefence; it is never removed by nodefence",
+            f"the out-of-service taint ({taint.value}:{taint.effect}) on node {node.name} is not "
+            "in nodefence's fence record; it is never removed by nodefence",
         )
     # With no taint at all there is nothing to refuse (a duplicate resolve after an unfence
     # lands here): a quiet no-op, not a refusal Event on the node.
     record.add("ownership", taint is None, "nodefence has not fenced this node; nothing to undo")
 
 
-def _fenced_since(record: _Record, own: Ledger) -> None:
-    when = f" at {instant(own.fenced_at)}" if own.fenced_at else ""
-    record.add("ownership", True, f"nodefence fenced this node{when}")
+def _fenced_since(record: _Record, entry: FenceEntry) -> None:
+    when = entry.fenced_at or entry.claimed_at
+    record.add("ownership", True, f"nodefence fenced this node at {instant(when)}")
+
+
+def _claim_fresh(record: _Record, entry: FenceEntry) -> bool:
+    timeout = record.policy.cluster.claim_timeout_seconds
+    return record.now - entry.claimed_at < timedelta(seconds=timeout)
+
+
+def _half_written(
+    record: _Record, node: NodeFacts, entry: FenceEntry, why_not_finish: str
+) -> Decision | None:
+    """A claimed entry whose taint is not (yet) on the node. While the claim is young another
+    request is probably fencing right now; once it is older than the claim timeout (API server
+    clock on both sides) the fence is rolled back. None when the entry is not half-written."""
+    if entry.phase is not Phase.CLAIMED or _exact(node.out_of_service_taint, entry):
+        return None
+    if node.out_of_service_taint is not None:
+        return _let_go(record, entry, "someone else's out-of-service taint is on the node")
+    claimed = f"claimed by {entry.claimed_by or 'a replica'} at {instant(entry.claimed_at)}"
+    if _claim_fresh(record, entry):
+        record.add(
+            "fence-in-progress",
+            False,
+            f"a fence of node {node.name} is in progress ({claimed}); not started twice",
+        )
+        return record.finish(Verdict.NOOP)
+    return _let_go(record, entry, f"half-written fence rolled back ({claimed}; {why_not_finish})")
+
+
+def _held_taint(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision | None:
+    """For an entry that should have its taint on the node: None when the taint is exactly
+    nodefence's; otherwise nodefence lets go of the entry and leaves the node as it is."""
+    taint = node.out_of_service_taint
+    if taint is None:
+        return _let_go(record, entry, "its out-of-service taint was removed by someone else")
+    if not _exact(taint, entry):
+        return _let_go(
+            record,
+            entry,
+            f"the out-of-service taint is now {taint.value or '(no value)'}:{taint.effect}, not "
+            f"the {OUT_OF_SERVICE_VALUE}:{entry.effect} nodefence applied: someone took it over "
+            "and it is left to them",
+        )
+    return None
 
 
 def _firing(
@@ -232,9 +312,10 @@ def _firing(
     event: AlertEvent,
     facts: Facts,
     node: NodeFacts,
-    own: Ledger,
+    entry: FenceEntry | None,
     *,
     approval: Approval | None,
+    own_claim: str,
 ) -> Decision:
     policy = record.policy
     rule = match_rule(policy, event, node)
@@ -244,62 +325,125 @@ def _firing(
     record.rule = rule.name
     record.add("rule", True, f"rule {rule.name!r} matches")
 
-    if own.fenced:
-        if node.out_of_service_taint is not None:
-            _fenced_since(record, own)
-            governing = policy.rule_named(own.rule)
-            if governing is not None and governing is not rule:
-                record.add("rule", True, f"rule {governing.name!r} fenced this node and governs it")
-                record.rule = governing.name
-            return _purge_leftovers(record, facts, node, governing or rule)
-        record.add(
-            "ownership",
-            True,
-            "the ledger says nodefence fenced this node but its taint is gone (removed by "
-            "someone else); the node is judged afresh",
-        )
+    pending: FenceEntry | None = None
+    if entry is not None:
+        governing = policy.rule_named(entry.rule)
+        if governing is not None and governing is not rule:
+            record.add("rule", True, f"rule {governing.name!r} fenced this node and governs it")
+            record.rule = governing.name
+        if entry.phase is Phase.CLAIMED and not _exact(node.out_of_service_taint, entry):
+            if node.out_of_service_taint is not None:
+                return _let_go(record, entry, "someone else's out-of-service taint is on the node")
+            record.add(
+                "fence-in-progress",
+                True,
+                f"a fence was claimed at {instant(entry.claimed_at)} by "
+                f"{entry.claimed_by or 'a replica'} and its taint is not on yet; it is judged "
+                "afresh and completed if every guard passes",
+            )
+            pending = entry
+        else:
+            held = _held_taint(record, node, entry)
+            if held is not None:
+                return held
+            _fenced_since(record, entry)
+            return _purge_leftovers(record, facts, node, entry, governing or rule)
+    return _fresh(record, event, facts, node, rule, approval, pending, own_claim)
 
-    ours = own.fenced and node.out_of_service_taint is not None
-    record.extend(guards.no_foreign_taint(node, ours))
+
+def _proof_text(facts: Facts, rule: Rule) -> str:
+    if rule.power_off_proof.mode == "none":
+        return "none: fenced on inference alone (the rule requires no power-off proof)"
+    if rule.power_off_proof.mode == "annotation":
+        return f"annotation {rule.power_off_proof.annotation} said off"
+    power = facts.power
+    return f"{power.source} reported off" if power is not None else ""
+
+
+def _fresh(
+    record: _Record,
+    event: AlertEvent,
+    facts: Facts,
+    node: NodeFacts,
+    rule: Rule,
+    approval: Approval | None,
+    pending: FenceEntry | None,
+    own_claim: str,
+) -> Decision:
+    """Every guard, then the fence. ``pending`` is a claimed entry whose taint is not on yet:
+    completing it is as safe as a new fence (the same guards, the same proof, and the node
+    write's precondition), so any replica may; rolling it back is left to the request that made
+    it (``own_claim``) or to anyone once it is older than the claim timeout."""
+    policy = record.policy
+    record.extend(guards.trusted_clock(facts.clock))
+    record.extend(guards.no_foreign_taint(node, ours=False))
     s1 = guards.ready_is_not_true(node)
     record.extend(s1)
     if s1.passed:
-        record.extend(guards.not_ready_long_enough(node, rule, record.now))
+        record.extend(guards.not_ready_long_enough(node, facts.lease, rule, record.now))
     record.extend(
         guards.lease_is_stale(node, facts.lease, rule, record.now),
         guards.no_storm(facts.cluster, policy.cluster),
         guards.storm_cooled_down(facts.cluster, policy.cluster, record.now),
-        guards.within_fence_budget(node, facts.cluster, policy.cluster),
+        guards.within_fence_budget(node, facts.record, policy.cluster),
         guards.ready_fraction_kept(node, facts.cluster, policy.cluster),
-        guards.control_plane_quorum(node, facts.cluster, policy.cluster),
+        guards.control_plane_quorum(node, facts.cluster, facts.record, policy.cluster),
         guards.powered_off(node, facts.power, rule),
     )
-    flap = guards.not_flapping(own, rule, record.now)
+    flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, record.now)
     record.extend(flap)
+    refused: Decision | None = None
     if any(not r.passed for r in record.reasons if r.guard != guards.FLAP):
-        return record.finish(Verdict.NOOP)
-
-    if rule.approval == "slack":
-        answer = _approval(record, rule, node, approval, flap)
-        if answer is not None:
-            return answer
+        refused = record.finish(Verdict.NOOP)
+    elif rule.approval == "slack":
+        refused = _approval(record, rule, node, approval, flap)
     elif not flap.passed:
-        return record.finish(Verdict.NOOP)
-    approved = approval if rule.approval == "slack" else None
+        refused = record.finish(Verdict.NOOP)
+    if refused is not None:
+        if pending is None:
+            return refused
+        if pending.claimed_by != own_claim and _claim_fresh(record, pending):
+            return refused
+        why = f"the claimed fence was rolled back: {refused.summary}"
+        rollback = ReleaseAction(node.name, node.uid, why, pending.claimed_by, remember=False)
+        return dataclasses.replace(refused, actions=(rollback,))
 
+    approved = approval if rule.approval == "slack" else None
     effect = rule.taint_effect
-    notes = ledger.fence_annotations(
-        node, event, record.now, effect, rule=rule.name, approval=approved
+    claim = pending or FenceEntry(
+        node=node.name,
+        uid=node.uid,
+        phase=Phase.CLAIMED,
+        claimed_at=record.now,
+        rule=rule.name,
+        alertname=event.alertname,
+        fingerprint=event.fingerprint,
+        boot_id=node.boot_id,
+        effect=effect,
+        control_plane=node.is_control_plane,
+        proof=_proof_text(facts, rule),
+        approval=mirror.approval_text(approved) if approved is not None else "",
     )
-    fence = FenceAction(node.name, node.uid, node.resource_version, effect, notes)
+    fence = FenceAction(
+        node.name, node.uid, node.resource_version, claim.effect, mirror.fence_annotations(claim)
+    )
     purges, purge_reason = select_purge(node, facts.pods, rule.purge)
     record.extend(purge_reason)
     record.add(
         "verdict",
         True,
-        f"all guards passed: fencing node {node.name} with the out-of-service taint ({effect})",
+        f"all guards passed: fencing node {node.name} with the out-of-service taint "
+        f"({claim.effect})",
     )
-    return record.finish(Verdict.FENCE, (fence, *purges))
+    if pending is None:
+        steps: tuple[Action, ...] = (
+            ClaimAction(claim, facts.record.resource_version),
+            fence,
+            ConfirmAction(node.name, node.uid),
+        )
+    else:
+        steps = (fence, ConfirmAction(node.name, node.uid, pending.claimed_by))
+    return record.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
 
 
 def _approval(
@@ -315,7 +459,7 @@ def _approval(
         "" if flap.passed else " (the node may be flapping)"
     )
     if approval is None:
-        rejected = ledger.rejection(node, record.fingerprint)
+        rejected = mirror.rejection(node, record.fingerprint)
         if rejected is not None:
             record.add("approval", False, f"fencing was {rejected} for this incident")
             return record.finish(Verdict.NOOP)
@@ -347,57 +491,88 @@ def _approval(
     return None
 
 
-def _purge_leftovers(record: _Record, facts: Facts, node: NodeFacts, rule: Rule) -> Decision:
-    """Purging pods is only safe while the node is still verifiably down, so S1 and S2 are
-    checked again even though the node is already fenced."""
+def _purge_leftovers(
+    record: _Record, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+) -> Decision:
+    """Purging pods (and releasing volumes) is only safe while the node is still verifiably
+    down, so S1 and S2 are checked again even though the node is already fenced."""
+    confirm: tuple[Action, ...] = ()
+    if entry.phase is Phase.CLAIMED:
+        record.add(
+            "ownership",
+            True,
+            "the taint is on but the record entry was never confirmed; it is confirmed now",
+        )
+        confirm = (ConfirmAction(node.name, node.uid, entry.claimed_by),)
     purges, reason = select_purge(node, facts.pods, rule.purge)
-    if not purges:
-        record.extend(reason)
-        record.add("verdict", True, "already fenced and nothing left to purge")
-        return record.finish(Verdict.NOOP)
+    clock = guards.trusted_clock(facts.clock)
     s1 = guards.ready_is_not_true(node)
     s2 = guards.lease_is_stale(node, facts.lease, rule, record.now)
-    record.extend(s1, s2, reason)
-    if not (s1.passed and s2.passed):
+    record.extend(clock, s1, s2, reason)
+    if not (clock.passed and s1.passed and s2.passed):
         record.add("purge", False, "the node shows signs of life; its pods are not purged")
-        return record.finish(Verdict.NOOP)
-    return record.finish(Verdict.PURGE, purges)
+        return record.finish(Verdict.NOOP, confirm)
+    if not purges:
+        record.add("verdict", True, "already fenced and nothing left to purge")
+        return record.finish(Verdict.NOOP, confirm, confirmed_down=True)
+    return record.finish(Verdict.PURGE, (*confirm, *purges), confirmed_down=True)
 
 
 def _resolved(
-    record: _Record, event: AlertEvent, facts: Facts, node: NodeFacts, own: Ledger
+    record: _Record, event: AlertEvent, facts: Facts, node: NodeFacts, entry: FenceEntry | None
 ) -> Decision:
-    if not own.fenced:
+    if entry is None:
         _not_ours(record, node)
         return record.finish(Verdict.NOOP)
-    rule = _ledger_rule(record.policy, own, match_rule(record.policy, event, node), record)
-    _fenced_since(record, own)
+    rule = _ledger_rule(record.policy, entry, match_rule(record.policy, event, node), record)
+    half = _half_written(record, node, entry, "the alert resolved")
+    if half is not None:
+        return half
+    held = _held_taint(record, node, entry)
+    if held is not None:
+        return held
+    _fenced_since(record, entry)
     record.add(
         "alert-resolved",
         True,
         "the alert resolved; that alone is no proof of health, so the node itself is checked",
     )
-    return _unfence(record, facts, node, own, rule)
+    return _unfence(record, facts, node, entry, rule)
 
 
-def _unfence(record: _Record, facts: Facts, node: NodeFacts, own: Ledger, rule: Rule) -> Decision:
+def _unfence(
+    record: _Record, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+) -> Decision:
     checks = (
-        guards.healthy_long_enough(node, rule, record.now),
+        guards.trusted_clock(facts.clock),
+        guards.healthy_long_enough(node, entry, rule, record.now),
         guards.lease_is_fresh(node, facts.lease, rule, record.now),
-        guards.new_boot_id(node, own, rule),
+        guards.new_boot_id(node, entry, rule),
         guards.no_terminating_pods(node, facts.pods),
     )
     record.extend(*checks)
+    cond = node.ready
+    first_sight = (
+        cond is not None
+        and cond.status == "True"
+        and (entry.ready_seen_at is None or entry.ready_transition != cond.last_transition)
+    )
+    if first_sight and checks[0].passed and cond is not None:
+        observe = ObserveReadyAction(node.name, node.uid, cond.last_transition, record.now)
+        record.add("verdict", False, "unfence deferred; the healthy delay starts now")
+        return record.finish(Verdict.DEFERRED, (observe,))
     if not all(c.passed for c in checks):
         record.add("verdict", False, "unfence deferred; a later reconcile pass checks again")
         return record.finish(Verdict.DEFERRED)
-    changes = ledger.unfence_annotations(record.now)
+    changes = mirror.unfence_annotations(instant(record.now))
     action = UnfenceAction(
         node=node.name,
         node_uid=node.uid,
         resource_version=node.resource_version,
+        effect=entry.effect,
         annotations={k: v for k, v in changes.items() if v is not None},
         remove_annotations=tuple(k for k, v in changes.items() if v is None),
     )
+    release = ReleaseAction(node.name, node.uid, "unfenced: the node is healthy again")
     record.add("verdict", True, f"node {node.name} is healthy again: removing nodefence's taint")
-    return record.finish(Verdict.UNFENCE, (action,))
+    return record.finish(Verdict.UNFENCE, (action, release))

@@ -10,14 +10,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodefence.engine.model import (
+    API_SERVER_CLOCK,
     ClusterFacts,
     LeaseFacts,
-    Ledger,
     NodeFacts,
     PodFacts,
     PowerEvidence,
     Reason,
 )
+from nodefence.engine.record import FenceEntry, FenceRecord, Release
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import ClusterPolicy, Rule
 
@@ -36,6 +37,7 @@ BOOT_ID = "boot-id"
 TERMINATING_PODS = "terminating-pods"
 STORM_COOLDOWN = "storm-cooldown"
 POWER_OFF = "power-off"
+CLOCK = "clock"
 
 _MAX_LISTED = 5
 
@@ -74,7 +76,31 @@ def ready_is_not_true(node: NodeFacts) -> Reason:
     return _pass(READY, f"Node {node.name} is NotReady: Ready is {cond.status}{detail}")
 
 
-def not_ready_long_enough(node: NodeFacts, rule: Rule, now: datetime) -> Reason:
+def trusted_clock(clock: str) -> Reason:
+    """S11: liveness is judged on the API server's clock alone. A reply without a ``Date``
+    leaves no trustworthy "now", and then no node is judged dead."""
+    if clock != API_SERVER_CLOCK:
+        return _block(
+            CLOCK,
+            f"the API server's clock is unknown (its replies carried no Date header; now is "
+            f"from {clock}): liveness cannot be judged, so nothing is fenced",
+        )
+    return _pass(CLOCK, "liveness judged on the API server's clock (the Date of its replies)")
+
+
+def _silent_since(lease: LeaseFacts | None) -> datetime | None:
+    return lease.server_renewed if lease is not None else None
+
+
+def not_ready_long_enough(
+    node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime
+) -> Reason:
+    """How long the node has been both NotReady and silent, on the API server's clock.
+
+    ``lastTransitionTime`` was stamped by whoever wrote the condition (a kubelet's clock may be
+    minutes off), so the duration is capped by how long ago the API server last saw the kubelet
+    renew its Lease: a skewed stamp cannot make a node look down for longer than it was silent.
+    """
     cond = node.ready
     required = duration(rule.min_not_ready_seconds)
     if cond is None or cond.last_transition is None:
@@ -86,52 +112,68 @@ def not_ready_long_enough(node: NodeFacts, rule: Rule, now: datetime) -> Reason:
     status = cond.status
     age = now - cond.last_transition
     since = instant(cond.last_transition)
+    detail = f"since {since}"
+    silent = _silent_since(lease)
+    if silent is not None and now - silent < age:
+        age = now - silent
+        detail += f"; the API server last saw its Lease renewed at {instant(silent)}"
     if age < timedelta(seconds=rule.min_not_ready_seconds):
         return _block(
             NOT_READY_DURATION,
-            f"Ready has been {status} for {duration(age)} (since {since}), "
+            f"Ready has been {status} for {duration(age)} on the API server's clock ({detail}), "
             f"less than the {required} required",
         )
     return _pass(
         NOT_READY_DURATION,
-        f"Ready has been {status} for {duration(age)} (since {since}), "
+        f"Ready has been {status} for {duration(age)} on the API server's clock ({detail}), "
         f"at least the {required} required",
     )
 
 
+def _kubelet_stamp(lease: LeaseFacts) -> str:
+    if lease.renew_time is None:
+        return ""
+    return f"; its renewTime, from the kubelet's own clock, says {instant(lease.renew_time)}"
+
+
 def lease_is_stale(node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime) -> Reason:
     """S2: a renewed Lease means a kubelet is still running there, whatever the Ready condition
-    says (a partition between node and API server can look exactly like a dead node)."""
+    says (a partition between node and API server can look exactly like a dead node).
+
+    S11: the renewal is timed by the API server's stamp (``managedFields[].time``) against the
+    API server's ``Date``; the kubelet's ``renewTime`` is its own clock and proves nothing.
+    """
     where = f"kube-node-lease/{node.name}"
     window = duration(rule.lease_staleness_seconds)
-    if lease is None or lease.renew_time is None:
+    if lease is None:
         if rule.fence_without_lease:
-            return _pass(
-                LEASE, f"no renewed kubelet Lease {where}; the rule allows fencing without"
-            )
+            return _pass(LEASE, f"no kubelet Lease {where}; the rule allows fencing without")
         return _block(
             LEASE,
-            f"no renewed kubelet Lease {where}, so the kubelet's death cannot be confirmed "
+            f"no kubelet Lease {where}, so the kubelet's death cannot be confirmed "
             "(the rule's fence_without_lease is off)",
         )
-    age = now - lease.renew_time
-    renewed = instant(lease.renew_time)
-    if age < timedelta(0):
+    stamped = lease.server_renewed
+    if stamped is None:
         return _block(
             LEASE,
-            f"kubelet Lease {where} was renewed at {renewed}, after now (clock skew); "
-            "treated as freshly renewed",
+            f"kubelet Lease {where} carries no time stamped by the API server (managedFields), "
+            "so its last renewal cannot be timed on a trustworthy clock",
         )
+    age = now - stamped
+    renewed = instant(stamped)
+    kubelet = _kubelet_stamp(lease)
     if age < timedelta(seconds=rule.lease_staleness_seconds):
         return _block(
             LEASE,
-            f"kubelet Lease {where} was renewed {duration(age)} ago (at {renewed}), within the "
-            f"{window} staleness window: the kubelet may still be running",
+            f"the API server saw kubelet Lease {where} renewed {duration(max(age, timedelta()))} "
+            f"ago (at {renewed}), within the {window} staleness window: the kubelet may still "
+            f"be running{kubelet}",
         )
     return _pass(
         LEASE,
-        f"kubelet Lease {where} was last renewed {duration(age)} ago (at {renewed}), "
-        f"older than the {window} staleness window",
+        f"the API server last saw kubelet Lease {where} renewed {duration(age)} ago "
+        f"(at {renewed}), longer than the {window} staleness window{kubelet}",
     )
 
 
@@ -214,9 +256,11 @@ def powered_off(node: NodeFacts, power: PowerEvidence | None, rule: Rule) -> Rea
     )
 
 
-def within_fence_budget(node: NodeFacts, cluster: ClusterFacts, policy: ClusterPolicy) -> Reason:
-    """S3: the number of nodes fenced at once is bounded, this node aside if already counted."""
-    others = sorted(set(cluster.fenced_by_us) - {node.name})
+def within_fence_budget(node: NodeFacts, record: FenceRecord, policy: ClusterPolicy) -> Reason:
+    """S3: the number of nodes fenced at once is bounded, this node aside if already counted.
+    The count is the fence record's, and the claim that spends a slot is written on the record
+    version this was judged on, so no two replicas can spend the last slot."""
+    others = sorted(set(record.holders) - {node.name})
     limit = policy.max_fenced_nodes
     if len(others) >= limit:
         listed = f" ({_listing(others)})" if others else ""
@@ -237,24 +281,28 @@ def ready_fraction_kept(node: NodeFacts, cluster: ClusterFacts, policy: ClusterP
     total = cluster.total_nodes
     if total <= 0:
         return _block(READY_FRACTION, "the cluster facts count no nodes; cannot judge capacity")
-    remaining = max(0, cluster.ready_nodes - (1 if is_ready(node) else 0))
+    capacity = (
+        cluster.ready_nodes if cluster.schedulable_ready is None else cluster.schedulable_ready
+    )
+    counts_node = is_ready(node) and not node.unschedulable and node.out_of_service_taint is None
+    remaining = max(0, capacity - (1 if counts_node else 0))
     fraction = remaining / total
     minimum = _percent(policy.min_ready_fraction)
     if fraction < policy.min_ready_fraction:
         return _block(
             READY_FRACTION,
-            f"only {remaining} of {total} nodes ({_percent(fraction)}) would remain Ready, "
-            f"below the required {minimum}",
+            f"only {remaining} of {total} nodes ({_percent(fraction)}) would remain Ready "
+            f"and schedulable, below the required {minimum}",
         )
     return _pass(
         READY_FRACTION,
-        f"{remaining} of {total} nodes ({_percent(fraction)}) would remain Ready, "
-        f"at least the required {minimum}",
+        f"{remaining} of {total} nodes ({_percent(fraction)}) would remain Ready and "
+        f"schedulable, at least the required {minimum}",
     )
 
 
 def control_plane_quorum(
-    node: NodeFacts, cluster: ClusterFacts, policy: ClusterPolicy
+    node: NodeFacts, cluster: ClusterFacts, record: FenceRecord, policy: ClusterPolicy
 ) -> Reason | None:
     """etcd and the API server need a majority of control-plane members; fencing one must not
     be the step that loses it. Returns None for worker nodes (the guard does not apply)."""
@@ -262,7 +310,7 @@ def control_plane_quorum(
         return None
     if not policy.control_plane_quorum:
         return _pass(CONTROL_PLANE, "control-plane quorum guard is turned off by the policy")
-    fenced = sorted(set(cluster.fenced_control_plane) - {node.name})
+    fenced = sorted(set(record.control_plane_holders) - {node.name})
     if fenced:
         return _block(
             CONTROL_PLANE,
@@ -286,22 +334,23 @@ def control_plane_quorum(
     )
 
 
-def not_flapping(ledger: Ledger, rule: Rule, now: datetime) -> Reason:
+def not_flapping(release: Release | None, rule: Rule, now: datetime) -> Reason:
     """A node released recently and failing again is unstable; fencing it in a loop would move
-    its workloads back and forth."""
-    if ledger.unfenced_at is None:
-        return _pass(FLAP, "no earlier unfence of this node is recorded")
-    age = now - ledger.unfenced_at
+    its workloads back and forth. The release time is the record's, not an annotation."""
+    if release is None:
+        return _pass(FLAP, "no earlier release of this node is recorded")
+    age = now - release.at
     window = duration(rule.flap_window_seconds)
-    when = instant(ledger.unfenced_at)
+    when = instant(release.at)
+    why = f" ({release.why})" if release.why else ""
     if age < timedelta(seconds=rule.flap_window_seconds):
         return _block(
             FLAP,
-            f"node was unfenced {duration(age)} ago (at {when}), within the {window} flap "
-            "window: it may be flapping",
+            f"nodefence let go of this node {duration(age)} ago (at {when}{why}), within the "
+            f"{window} flap window: it may be flapping",
         )
     return _pass(
-        FLAP, f"last unfenced {duration(age)} ago (at {when}), outside the {window} flap window"
+        FLAP, f"last released {duration(age)} ago (at {when}), outside the {window} flap window"
     )
 
 
@@ -318,67 +367,83 @@ def no_foreign_taint(node: NodeFacts, ours: bool) -> Reason:
     return _pass(FOREIGN_TAINT, f"Node {node.name} has no out-of-service taint yet")
 
 
-def healthy_long_enough(node: NodeFacts, rule: Rule, now: datetime) -> Reason:
-    """S5: a node that just turned Ready may fail again at once; wait before releasing it."""
+def healthy_long_enough(node: NodeFacts, entry: FenceEntry, rule: Rule, now: datetime) -> Reason:
+    """S5: a node that just turned Ready may fail again at once; wait before releasing it.
+
+    The wait counts from the later of the Ready condition's lastTransitionTime and the moment
+    nodefence first saw it Ready (recorded on the API server's clock): a kubelet whose clock
+    runs behind stamps an old transition, and must not shorten the delay by it.
+    """
     cond = node.ready
     required = duration(rule.healthy_delay_seconds)
     if cond is None or cond.status != "True":
         status = "missing" if cond is None else cond.status
         return _block(HEALTHY_DELAY, f"Node {node.name} is not Ready (Ready is {status})")
-    if cond.last_transition is None:
+    seen = entry.ready_seen_at
+    if seen is None or entry.ready_transition != cond.last_transition:
         return _block(
             HEALTHY_DELAY,
-            f"Ready has no lastTransitionTime, so the {required} healthy delay cannot be confirmed",
+            f"Node {node.name} is Ready; nodefence first sees it so now ({instant(now)}), and "
+            f"the {required} healthy delay counts from here",
         )
-    age = now - cond.last_transition
-    since = instant(cond.last_transition)
+    age = now - seen
+    detail = f"first seen Ready at {instant(seen)}"
+    if cond.last_transition is not None and now - cond.last_transition < age:
+        age = now - cond.last_transition
+        detail = f"Ready since {instant(cond.last_transition)}"
     if age < timedelta(seconds=rule.healthy_delay_seconds):
         return _block(
             HEALTHY_DELAY,
-            f"Ready for only {duration(age)} (since {since}), less than the {required} "
-            "healthy delay",
+            f"Ready for only {duration(age)} on the API server's clock ({detail}), less than "
+            f"the {required} healthy delay",
         )
     return _pass(
         HEALTHY_DELAY,
-        f"Ready for {duration(age)} (since {since}), at least the {required} healthy delay",
+        f"Ready for {duration(age)} on the API server's clock ({detail}), at least the "
+        f"{required} healthy delay",
     )
 
 
 def lease_is_fresh(node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime) -> Reason:
-    """The kubelet must be heard from recently before its node gets workloads back; a small
-    negative age (kubelet clock slightly ahead) is tolerated within the window."""
+    """The kubelet must be heard from recently before its node gets workloads back, timed by
+    the API server's own stamp on the Lease."""
     where = f"kube-node-lease/{node.name}"
     window = timedelta(seconds=rule.lease_staleness_seconds)
-    if lease is None or lease.renew_time is None:
-        return _block(
-            LEASE_FRESH, f"no renewed kubelet Lease {where}; the kubelet is not confirmed"
-        )
-    age = now - lease.renew_time
-    renewed = instant(lease.renew_time)
-    if abs(age) > window:
+    stamped = lease.server_renewed if lease is not None else None
+    if stamped is None:
         return _block(
             LEASE_FRESH,
-            f"kubelet Lease {where} was renewed at {renewed}, not within the "
-            f"{duration(window)} window",
+            f"no renewal of kubelet Lease {where} stamped by the API server; the kubelet is not "
+            "confirmed",
         )
-    return _pass(LEASE_FRESH, f"kubelet Lease {where} renewed at {renewed}: the kubelet is back")
+    if now - stamped > window:
+        return _block(
+            LEASE_FRESH,
+            f"the API server last saw kubelet Lease {where} renewed at {instant(stamped)}, not "
+            f"within the {duration(window)} window",
+        )
+    return _pass(
+        LEASE_FRESH,
+        f"the API server saw kubelet Lease {where} renewed at {instant(stamped)}: the kubelet "
+        "is back",
+    )
 
 
-def new_boot_id(node: NodeFacts, ledger: Ledger, rule: Rule) -> Reason:
+def new_boot_id(node: NodeFacts, entry: FenceEntry, rule: Rule) -> Reason:
     """S5 reboot evidence: the same bootID means the machine never restarted, so whatever
     stopped it may still hold its volumes."""
     if not rule.require_new_boot_id:
         return _pass(BOOT_ID, "the rule does not require a new boot ID")
     if not node.boot_id:
         return _block(BOOT_ID, "node reports no boot ID; a reboot cannot be confirmed")
-    if not ledger.boot_id:
-        return _block(BOOT_ID, "the ledger holds no boot ID from fence time to compare with")
-    if node.boot_id == ledger.boot_id:
+    if not entry.boot_id:
+        return _block(BOOT_ID, "the fence record holds no boot ID from fence time to compare with")
+    if node.boot_id == entry.boot_id:
         return _block(
             BOOT_ID,
             f"boot ID {node.boot_id} is the one recorded at fence time: the node has not rebooted",
         )
-    return _pass(BOOT_ID, f"boot ID changed since fence time ({ledger.boot_id} → {node.boot_id})")
+    return _pass(BOOT_ID, f"boot ID changed since fence time ({entry.boot_id} → {node.boot_id})")
 
 
 def no_terminating_pods(node: NodeFacts, pods: tuple[PodFacts, ...]) -> Reason:

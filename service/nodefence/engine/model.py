@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodefence.engine.record import FenceEntry, FenceRecord
+
 OUT_OF_SERVICE_KEY = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_VALUE = "nodeshutdown"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 PREFIX = "nodefence.io/"
 EXCLUDE_LABEL = PREFIX + "exclude"
+API_SERVER_CLOCK = "api-server"
 
 
 class AlertStatus(StrEnum):
@@ -54,25 +57,6 @@ class Condition:
 
 
 @dataclass(frozen=True)
-class Ledger:
-    """What nodefence wrote on the node (annotations under ``nodefence.io/``).
-
-    The node itself is the durable record, so any replica can read who fenced it and when.
-    """
-
-    fenced: bool = False
-    fenced_at: datetime | None = None
-    node_uid: str | None = None
-    boot_id: str | None = None
-    alert_fingerprint: str | None = None
-    taint_effect: str | None = None
-    unfenced_at: datetime | None = None
-    approval: str | None = None
-    rule: str | None = None
-    alertname: str | None = None
-
-
-@dataclass(frozen=True)
 class NodeFacts:
     name: str
     uid: str
@@ -83,7 +67,6 @@ class NodeFacts:
     ready: Condition | None = None
     boot_id: str = ""
     unschedulable: bool = False
-    ledger: Ledger = field(default_factory=Ledger)
 
     @property
     def is_control_plane(self) -> bool:
@@ -96,9 +79,14 @@ class NodeFacts:
 
 @dataclass(frozen=True)
 class LeaseFacts:
+    """The kubelet's Lease. ``renew_time`` is stamped by the kubelet's own clock and is shown,
+    never trusted; ``server_renewed`` is the latest ``managedFields[].time``, which the API
+    server stamps on each write, so it is on the same clock as the ``Date`` of the read."""
+
     renew_time: datetime | None
     holder: str = ""
     duration_seconds: int | None = None
+    server_renewed: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -127,10 +115,10 @@ class ClusterFacts:
     ready_nodes: int
     control_plane_total: int = 0
     control_plane_ready: int = 0
-    fenced_by_us: tuple[str, ...] = ()
     server_version: str = ""
-    # The control-plane nodes among ``fenced_by_us``: the quorum guard never fences a second one.
-    fenced_control_plane: tuple[str, ...] = ()
+    # Ready nodes that can take workloads: schedulable and not out of service. ``None`` when
+    # the reader could not tell, and then ``ready_nodes`` is used.
+    schedulable_ready: int | None = None
     # When each Ready node last became Ready: nodes that recovered together mark a storm that
     # just ended, during whose cooldown nothing is fenced.
     ready_since: tuple[datetime, ...] = ()
@@ -157,6 +145,10 @@ class Facts:
     pods: tuple[PodFacts, ...]
     cluster: ClusterFacts
     power: PowerEvidence | None = None
+    record: FenceRecord = field(default_factory=FenceRecord)
+    # Which clock ``now`` was read from. Liveness is judged only on the API server's (the
+    # ``Date`` of the responses that carried the facts); on any other clock it fails safe.
+    clock: str = API_SERVER_CLOCK
 
 
 class ApprovalDecision(StrEnum):
@@ -199,14 +191,34 @@ class Reason:
 
 
 @dataclass(frozen=True)
+class ClaimAction:
+    """Take a budget slot: add the entry to the fence record, written on exactly the record
+    version the decision read, so a concurrent claim by another replica makes this one fail."""
+
+    entry: FenceEntry
+    record_version: str
+
+
+@dataclass(frozen=True)
 class FenceAction:
-    """Add the out-of-service taint and the ledger annotations in one write."""
+    """Add the out-of-service taint (and the mirror annotations for people) in one write,
+    preconditioned on the node's uid and resourceVersion."""
 
     node: str
     node_uid: str
     resource_version: str
     effect: str
     annotations: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ConfirmAction:
+    """Mark the record entry fenced once the taint is on; ``claimed_by`` names the claim being
+    completed, or is empty for the claim made by the same decision."""
+
+    node: str
+    node_uid: str
+    claimed_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,17 +234,53 @@ class PurgePodAction:
 
 @dataclass(frozen=True)
 class UnfenceAction:
-    """Remove nodefence's own taint and mark the ledger unfenced."""
+    """Remove exactly the taint nodefence applied (key, value and the recorded effect) and
+    update the mirror annotations."""
 
     node: str
     node_uid: str
     resource_version: str
+    effect: str
     annotations: dict[str, str]
-    # Ledger annotations to delete in the same write (``annotations`` holds the ones to set).
+    # Mirror annotations to delete in the same write (``annotations`` holds the ones to set).
     remove_annotations: tuple[str, ...] = ()
 
 
-Action = FenceAction | PurgePodAction | UnfenceAction
+@dataclass(frozen=True)
+class ReleaseAction:
+    """Drop the record entry of this node object (freeing its budget slot) and remember why.
+    ``claimed_by`` set: only if the entry is still that very claim (a rollback)."""
+
+    node: str
+    node_uid: str
+    why: str
+    claimed_by: str = ""
+    # Whether the flap guard should see this as a release. A claim rolled back before its
+    # taint was ever written released nothing the node could have flapped on.
+    remember: bool = True
+
+
+@dataclass(frozen=True)
+class ObserveReadyAction:
+    """Write into the record when nodefence first saw the node Ready (API server clock): the
+    healthy delay is counted from there, not from a timestamp the kubelet wrote."""
+
+    node: str
+    node_uid: str
+    ready_transition: datetime | None
+    seen_at: datetime
+
+
+Action = (
+    ClaimAction
+    | FenceAction
+    | ConfirmAction
+    | PurgePodAction
+    | UnfenceAction
+    | ReleaseAction
+    | ObserveReadyAction
+)
+RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 
 
 @dataclass(frozen=True)
@@ -247,6 +295,9 @@ class Decision:
     status: str = ""
     rule: str | None = None
     now: datetime | None = None
+    # Set when S1 and S2 were checked on a node nodefence holds fenced and both showed it dead:
+    # only then may its VolumeAttachments be deleted.
+    node_confirmed_down: bool = False
 
     @property
     def summary(self) -> str:

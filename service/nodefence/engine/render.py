@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodefence.engine.model import Action, Decision, FenceAction, PurgePodAction, UnfenceAction
+from nodefence.engine.model import (
+    Action,
+    ClaimAction,
+    ConfirmAction,
+    Decision,
+    FenceAction,
+    ObserveReadyAction,
+    PurgePodAction,
+    ReleaseAction,
+    UnfenceAction,
+)
+from nodefence.engine.record import CONFIGMAP, entry_json
 from nodefence.engine.wording import instant
 
 
@@ -34,7 +45,32 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "node_uid": action.node_uid,
             "resource_version": action.resource_version,
             "annotations": dict(sorted(action.annotations.items())),
+            "effect": action.effect,
             "remove_annotations": list(action.remove_annotations),
+        }
+    if isinstance(action, ClaimAction):
+        return {
+            "type": "claim",
+            "node": action.entry.node,
+            "record": CONFIGMAP,
+            "record_version": action.record_version,
+            "entry": entry_json(action.entry),
+        }
+    if isinstance(action, ConfirmAction):
+        return {"type": "confirm", "node": action.node, "node_uid": action.node_uid}
+    if isinstance(action, ReleaseAction):
+        return {
+            "type": "release",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "why": action.why,
+        }
+    if isinstance(action, ObserveReadyAction):
+        return {
+            "type": "observe-ready",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "seen_at": instant(action.seen_at),
         }
     raise TypeError(f"unknown action {action!r}")
 
@@ -65,7 +101,15 @@ def _action_line(action: Action) -> str:
             f", then strip {', '.join(action.strip_finalizers)}" if action.strip_finalizers else ""
         )
         return f"force-delete pod {action.namespace}/{action.name}{strip}"
-    return f"remove the out-of-service taint from node {action.node}"
+    if isinstance(action, ClaimAction):
+        return f"claim a fence budget slot for node {action.entry.node} in {CONFIGMAP}"
+    if isinstance(action, ConfirmAction):
+        return f"record node {action.node} as fenced in {CONFIGMAP}"
+    if isinstance(action, ReleaseAction):
+        return f"release node {action.node} from {CONFIGMAP} ({action.why})"
+    if isinstance(action, ObserveReadyAction):
+        return f"record that node {action.node} was seen Ready at {instant(action.seen_at)}"
+    return f"remove the out-of-service taint from node {action.node} ({action.effect})"
 
 
 def describe(decision: Decision) -> str:

@@ -15,6 +15,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
@@ -26,6 +28,26 @@ Json = dict[str, Any]
 RequestHook = Callable[[str, str], None]
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Dated:
+    """A reply and the API server's clock when it sent it (its ``Date`` header), or None when
+    the reply carried none: the one clock every liveness judgement is made on."""
+
+    body: Json
+    server_time: datetime | None
+
+
+def server_date(header: str | None) -> datetime | None:
+    if not header:
+        return None
+    try:
+        moment = parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 @dataclass
@@ -104,6 +126,11 @@ class KubeClient:
     async def _call(
         self, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
     ) -> Json:
+        return (await self._dated(verb, factory, deadline)).body
+
+    async def _dated(
+        self, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
+    ) -> Dated:
         deadline = deadline or Deadline(self.call_timeout * 3)
         attempt = 0
         last_problem = "no attempt made"
@@ -124,7 +151,7 @@ class KubeClient:
                 self._on_request(verb, str(status))
                 body: Json = json.loads(raw) if raw else {}
                 if status < 400:
-                    return body
+                    return Dated(body, server_date(response.headers.get("Date")))
                 message = str(body.get("message", "")) if isinstance(body, dict) else ""
                 if status not in RETRYABLE:
                     raise KubeError(status, str(body.get("reason", "")), message, body)
@@ -149,19 +176,38 @@ class KubeClient:
             "get", lambda: self.version_api.get_code(_preload_content=False), deadline
         )
 
-    async def list_nodes(self, deadline: Deadline | None = None) -> list[Json]:
-        body = await self._call(
-            "list", lambda: self.core.list_node(_preload_content=False), deadline
-        )
-        return list(body.get("items", []))
+    async def _list_all(
+        self, verb: str, page: Callable[[str | None], Awaitable[Any]], deadline: Deadline | None
+    ) -> list[Json]:
+        """Every item of a list, fetched ``PAGE_SIZE`` at a time so that a large cluster is
+        never one huge reply (``limit``/``continue``, as kubectl pages)."""
+        items: list[Json] = []
+        token: str | None = None
+        while True:
+            body = await self._call(verb, lambda: page(token), deadline)
+            items.extend(body.get("items") or [])
+            token = (body.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
 
-    async def get_node(self, name: str, deadline: Deadline | None = None) -> Json:
-        return await self._call(
+    async def list_nodes(
+        self, deadline: Deadline | None = None, *, label_selector: str = ""
+    ) -> list[Json]:
+        def page(token: str | None) -> Awaitable[Any]:
+            extra: dict[str, Any] = {"_continue": token} if token else {}
+            if label_selector:
+                extra["label_selector"] = label_selector
+            return self.core.list_node(limit=PAGE_SIZE, _preload_content=False, **extra)
+
+        return await self._list_all("list", page, deadline)
+
+    async def get_node(self, name: str, deadline: Deadline | None = None) -> Dated:
+        return await self._dated(
             "get", lambda: self.core.read_node(name, _preload_content=False), deadline
         )
 
-    async def get_lease(self, namespace: str, name: str, deadline: Deadline | None = None) -> Json:
-        return await self._call(
+    async def get_lease(self, namespace: str, name: str, deadline: Deadline | None = None) -> Dated:
+        return await self._dated(
             "get",
             lambda: self.coordination.read_namespaced_lease(
                 name, namespace, _preload_content=False
@@ -170,21 +216,51 @@ class KubeClient:
         )
 
     async def list_pods_on_node(self, node: str, deadline: Deadline | None = None) -> list[Json]:
-        body = await self._call(
-            "list",
-            lambda: self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}", _preload_content=False
-            ),
-            deadline,
-        )
-        return list(body.get("items", []))
+        def page(token: str | None) -> Awaitable[Any]:
+            extra: dict[str, Any] = {"_continue": token} if token else {}
+            return self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}",
+                limit=PAGE_SIZE,
+                _preload_content=False,
+                **extra,
+            )
+
+        return await self._list_all("list", page, deadline)
 
     async def get_configmap(
         self, namespace: str, name: str, deadline: Deadline | None = None
     ) -> Json:
-        return await self._call(
+        return (await self.get_configmap_dated(namespace, name, deadline)).body
+
+    async def get_configmap_dated(
+        self, namespace: str, name: str, deadline: Deadline | None = None
+    ) -> Dated:
+        return await self._dated(
             "get",
             lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False),
+            deadline,
+        )
+
+    async def create_configmap(
+        self, namespace: str, configmap: Json, deadline: Deadline | None = None
+    ) -> Dated:
+        return await self._dated(
+            "create",
+            lambda: self.core.create_namespaced_config_map(
+                namespace, _raw(configmap), _preload_content=False
+            ),
+            deadline,
+        )
+
+    async def replace_configmap(
+        self, namespace: str, name: str, configmap: Json, deadline: Deadline | None = None
+    ) -> Dated:
+        """PUT with the resourceVersion in ``configmap``: 409 if anyone wrote it since."""
+        return await self._dated(
+            "update",
+            lambda: self.core.replace_namespaced_config_map(
+                name, namespace, _raw(configmap), _preload_content=False
+            ),
             deadline,
         )
 
@@ -197,6 +273,15 @@ class KubeClient:
         return list(body.get("items", []))
 
     # ------------------------------------------------------------- writes
+    async def replace_node(self, name: str, node: Json, deadline: Deadline | None = None) -> Dated:
+        """PUT with the uid and resourceVersion that were read: 409 if either changed, 422 only
+        for an object the API server finds invalid (never confused with a lost race)."""
+        return await self._dated(
+            "update",
+            lambda: self.core.replace_node(name, _raw(node), _preload_content=False),
+            deadline,
+        )
+
     async def patch_node_json(
         self, name: str, operations: list[Json], deadline: Deadline | None = None
     ) -> Json:
@@ -246,25 +331,5 @@ class KubeClient:
         return await self._call(
             "delete",
             lambda: self.storage.delete_volume_attachment(name, _preload_content=False),
-            deadline,
-        )
-
-    async def create_lease(self, namespace: str, lease: Json, deadline: Deadline | None) -> Json:
-        return await self._call(
-            "create",
-            lambda: self.coordination.create_namespaced_lease(
-                namespace, _raw(lease), _preload_content=False
-            ),
-            deadline,
-        )
-
-    async def replace_lease(
-        self, namespace: str, name: str, lease: Json, deadline: Deadline | None
-    ) -> Json:
-        return await self._call(
-            "update",
-            lambda: self.coordination.replace_namespaced_lease(
-                name, namespace, _raw(lease), _preload_content=False
-            ),
             deadline,
         )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from nodefence.engine.ledger import parse_ledger
 from nodefence.engine.model import (
     CONTROL_PLANE_LABELS,
+    OUT_OF_SERVICE_KEY,
     ClusterFacts,
     Condition,
     LeaseFacts,
@@ -77,8 +77,19 @@ def node_facts(node: Json) -> NodeFacts:
         ready=ready_condition(node),
         boot_id=str(node.get("status", {}).get("nodeInfo", {}).get("bootID") or ""),
         unschedulable=bool(spec.get("unschedulable", False)),
-        ledger=parse_ledger(annotations),
     )
+
+
+def server_stamped(obj: Json) -> datetime | None:
+    """The latest time the API server stamped on the object's managedFields: when anyone last
+    changed it, on the API server's clock, whoever wrote it and whatever their own clock says."""
+    times = [
+        parse_time(entry.get("time"))
+        for entry in (obj.get("metadata") or {}).get("managedFields") or []
+        if isinstance(entry, dict)
+    ]
+    stamped = [t for t in times if t is not None and t.tzinfo is not None]
+    return max(stamped) if stamped else None
 
 
 def lease_facts(lease: Json) -> LeaseFacts:
@@ -88,6 +99,7 @@ def lease_facts(lease: Json) -> LeaseFacts:
         renew_time=parse_time(spec.get("renewTime")),
         holder=str(spec.get("holderIdentity") or ""),
         duration_seconds=int(duration) if isinstance(duration, int) else None,
+        server_renewed=server_stamped(lease),
     )
 
 
@@ -113,6 +125,14 @@ def pod_facts(pod: Json) -> PodFacts:
     )
 
 
+def _takes_workloads(node: Json) -> bool:
+    """Ready, schedulable and not out of service: a node that can carry what a fence moves."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable") or not is_ready(node):
+        return False
+    return not any(t.get("key") == OUT_OF_SERVICE_KEY for t in spec.get("taints") or [])
+
+
 def cluster_facts(
     nodes: list[Json], server_version: str = "", paused_reason: str | None = None
 ) -> ClusterFacts:
@@ -121,12 +141,6 @@ def cluster_facts(
         n
         for n in nodes
         if any(k in (n["metadata"].get("labels") or {}) for k in CONTROL_PLANE_LABELS)
-    ]
-    # A ledger written for an earlier node of the same name (other uid) is not ours (S9).
-    fenced = [
-        facts
-        for facts in map(node_facts, nodes)
-        if facts.ledger.fenced and facts.ledger.node_uid == facts.uid
     ]
     ready_since = tuple(
         cond.last_transition
@@ -138,8 +152,7 @@ def cluster_facts(
         ready_nodes=sum(1 for n in nodes if is_ready(n)),
         control_plane_total=len(control_plane),
         control_plane_ready=sum(1 for n in control_plane if is_ready(n)),
-        fenced_by_us=tuple(sorted(f.name for f in fenced)),
-        fenced_control_plane=tuple(sorted(f.name for f in fenced if f.is_control_plane)),
+        schedulable_ready=sum(1 for n in nodes if _takes_workloads(n)),
         server_version=server_version,
         ready_since=ready_since,
         paused_reason=paused_reason,

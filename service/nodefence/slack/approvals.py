@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import structlog
 from pydantic import SecretStr
 
-from nodefence.engine import ledger
+from nodefence.engine import mirror as ledger
 from nodefence.engine.model import PREFIX, Approval, Decision, NodeFacts
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
@@ -147,7 +147,7 @@ class NodeLedger:
         for _attempt in range(MAX_WRITE_ATTEMPTS):
             if node is None:
                 try:
-                    node = await self.kube.get_node(name, deadline)
+                    node = (await self.kube.get_node(name, deadline)).body
                 except KubeError as exc:
                     if exc.status == 404:
                         return None

@@ -27,15 +27,15 @@ from aiohttp import web
 from pydantic import SecretStr
 from slack_sdk.signature import SignatureVerifier
 
-from nodefence.engine import ledger
+from nodefence.engine import mirror
 from nodefence.engine.model import (
-    OUT_OF_SERVICE_KEY,
     AlertEvent,
     AlertStatus,
     Approval,
     ApprovalDecision,
     Decision,
 )
+from nodefence.engine.record import Phase
 from nodefence.engine.wording import instant
 from nodefence.errors import ClusterUnavailableError
 from nodefence.http.handlers import read_bounded
@@ -235,7 +235,7 @@ class Interactions:
         who = f"<@{click.user}>"
         reject = approval.decision is ApprovalDecision.REJECT
         live = await self._node(node, deadline)
-        fenced = _fenced_by_us(live, token.uid)
+        fenced = await self._fenced_by_us(live, token.uid, deadline)
         if fenced is not None:
             tail = (
                 f"the rejection by {who} came after the fence; nodefence removes its taint once "
@@ -247,16 +247,18 @@ class Interactions:
             return
         stale = _stale(live, token)
         if stale is not None:
-            if reject:
+            # Dry-run writes nothing, Slack answers included (S8).
+            if reject and not self.pipeline.policy.dry_run:
                 await self.approvals.record_rejection(node, token, approval, deadline)
-            else:
+            elif not self.pipeline.policy.dry_run:
                 await self.approvals.withdraw(node, token, deadline)
             await self._replace(click, f"{stale} Nothing was fenced.", None)
             return
         event = self._event(token)
         decision = await self.pipeline.handle_event(event, deadline, approval=approval)
         if reject:
-            await self.approvals.record_rejection(node, token, approval, deadline)
+            if not decision.dry_run:
+                await self.approvals.record_rejection(node, token, approval, deadline)
             await self._replace(
                 click,
                 f":no_entry_sign: Fencing node *{node}* was rejected by {who}; nodefence does "
@@ -264,8 +266,8 @@ class Interactions:
                 decision,
             )
             return
-        fenced = _fenced_by_us(await self._node(node, deadline), token.uid)
-        mine = ledger.approval_text(approval)
+        fenced = await self._fenced_by_us(await self._node(node, deadline), token.uid, deadline)
+        mine = mirror.approval_text(approval)
         if fenced is not None and mine in fenced:
             headline = (
                 f":lock: Node *{node}* is fenced (out-of-service taint applied), approved by "
@@ -278,7 +280,8 @@ class Interactions:
                 "nothing."
             )
         else:
-            await self.approvals.withdraw(node, token, deadline)
+            if not decision.dry_run:
+                await self.approvals.withdraw(node, token, deadline)
             headline = (
                 f"Node *{node}* was not fenced although {who} approved: {decision.summary}. "
                 "If the alert keeps firing and every guard passes, nodefence asks again."
@@ -306,31 +309,30 @@ class Interactions:
             labels=labels,
         )
 
+    async def _fenced_by_us(self, node: Json | None, uid: str, deadline: Deadline) -> str | None:
+        """How nodefence's fence on this node object reads in the fence record (the authority;
+        the node's annotations could say anything), or None when it is not fenced."""
+        if node is None or node.get("metadata", {}).get("uid") != uid:
+            return None
+        entry = (await self.pipeline.read_record(deadline)).entry(token_node(node))
+        if entry is None or entry.uid != uid or entry.phase is not Phase.FENCED:
+            return None
+        parts = [f"since {instant(entry.fenced_at or entry.claimed_at)}"]
+        if entry.approval:
+            parts.append(entry.approval)
+        return ", ".join(parts)
+
     async def _node(self, name: str, deadline: Deadline) -> Json | None:
         try:
-            return await self.pipeline.kube.get_node(name, deadline)
+            return (await self.pipeline.kube.get_node(name, deadline)).body
         except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
 
 
-def _fenced_by_us(node: Json | None, uid: str) -> str | None:
-    """A description of nodefence's fence on this node object, or None when it is not fenced."""
-    if node is None or node.get("metadata", {}).get("uid") != uid:
-        return None
-    taints = node.get("spec", {}).get("taints") or []
-    own = ledger.parse_ledger(node.get("metadata", {}).get("annotations"))
-    if (
-        not own.fenced
-        or own.node_uid != uid
-        or not any(t.get("key") == OUT_OF_SERVICE_KEY for t in taints)
-    ):
-        return None
-    parts = [f"since {instant(own.fenced_at)}" if own.fenced_at else "by nodefence"]
-    if own.approval:
-        parts.append(own.approval)
-    return ", ".join(parts)
+def token_node(node: Json) -> str:
+    return str(node.get("metadata", {}).get("name", ""))
 
 
 def _stale(node: Json | None, token: tokens.ButtonToken) -> str | None:

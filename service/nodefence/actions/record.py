@@ -1,0 +1,149 @@
+"""Writes to the fence record, each with the precondition that keeps it safe.
+
+A claim spends budget, so it is written on exactly the record version the decision was made on
+and fails on any concurrent change: the caller then reads and decides again. The other changes
+(confirm, release, observe) never spend budget, so they are applied to whatever the record holds
+now, read-modify-write with the resourceVersion, as long as the entry they change is still the
+one they were decided on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+from nodefence.actions.executor import ActionResult, Outcome
+from nodefence.engine import record as fence_record
+from nodefence.engine.model import (
+    ClaimAction,
+    ConfirmAction,
+    ObserveReadyAction,
+    ReleaseAction,
+)
+from nodefence.engine.record import FenceEntry, FenceRecord, Phase
+from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
+
+Change = Callable[[FenceRecord, FenceEntry, datetime], FenceRecord]
+
+
+def _now(reply: Dated) -> datetime:
+    return reply.server_time or datetime.now(UTC)
+
+
+class RecordWriter:
+    def __init__(
+        self, kube: KubeClient, namespace: str, identity: str, *, keep_releases_seconds: float
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.identity = identity
+        self.keep_releases_seconds = keep_releases_seconds
+
+    def _configmap(self, data: Mapping[str, str], resource_version: str) -> Json:
+        meta: Json = {
+            "name": fence_record.CONFIGMAP,
+            "namespace": self.namespace,
+            "labels": {"app.kubernetes.io/name": "nodefence"},
+        }
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data)}
+
+    async def _write(
+        self, data: Mapping[str, str], resource_version: str, deadline: Deadline
+    ) -> Dated:
+        body = self._configmap(data, resource_version)
+        if not resource_version:
+            return await self.kube.create_configmap(self.namespace, body, deadline)
+        return await self.kube.replace_configmap(
+            self.namespace, fence_record.CONFIGMAP, body, deadline
+        )
+
+    def new_token(self) -> str:
+        """Names one claim, so only the request that made it (or the reconcile pass, once the
+        claim is stale) completes or rolls it back."""
+        return f"{self.identity}/{uuid.uuid4().hex[:12]}"
+
+    async def claim(
+        self, action: ClaimAction, raw: Mapping[str, str], token: str, deadline: Deadline
+    ) -> ActionResult:
+        node = action.entry.node
+        current = fence_record.decode(raw, action.record_version)
+        entry = dataclasses.replace(action.entry, claimed_by=token)
+        data = fence_record.encode(fence_record.with_entry(current, entry), raw)
+        try:
+            await self._write(data, action.record_version, deadline)
+        except KubeError as exc:
+            if exc.status == 409:
+                return ActionResult("claim", node, Outcome.CONFLICT, "the fence record changed")
+            return ActionResult("claim", node, Outcome.FAILED, str(exc))
+        return ActionResult("claim", node, Outcome.DONE, f"budget slot claimed ({token})")
+
+    async def _change(
+        self, kind: str, node: str, uid: str, claimed_by: str, change: Change, deadline: Deadline
+    ) -> ActionResult:
+        while True:
+            try:
+                reply = await self.kube.get_configmap_dated(
+                    self.namespace, fence_record.CONFIGMAP, deadline
+                )
+            except KubeError as exc:
+                if exc.status == 404:
+                    return ActionResult(kind, node, Outcome.SKIPPED, "no fence record")
+                return ActionResult(kind, node, Outcome.FAILED, str(exc))
+            raw = {str(k): str(v) for k, v in (reply.body.get("data") or {}).items()}
+            version = str((reply.body.get("metadata") or {}).get("resourceVersion") or "")
+            current = fence_record.decode(raw, version)
+            entry = current.entry(node)
+            if entry is None or entry.uid != uid:
+                return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")
+            if claimed_by and entry.claimed_by != claimed_by:
+                return ActionResult(
+                    kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
+                )
+            changed = change(current, entry, _now(reply))
+            try:
+                await self._write(fence_record.encode(changed, raw), version, deadline)
+            except KubeError as exc:
+                if exc.status != 409:
+                    return ActionResult(kind, node, Outcome.FAILED, str(exc))
+                if deadline.expired:
+                    raise ClusterUnavailableError(
+                        "the fence record kept changing while nodefence tried to write it"
+                    ) from None
+                continue
+            return ActionResult(kind, node, Outcome.DONE)
+
+    async def confirm(
+        self, action: ConfirmAction, token: str, fenced_at: datetime | None, deadline: Deadline
+    ) -> ActionResult:
+        def fenced(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            done = dataclasses.replace(entry, phase=Phase.FENCED, fenced_at=fenced_at or now)
+            return fence_record.with_entry(record, done)
+
+        claim = action.claimed_by or token
+        return await self._change("confirm", action.node, action.node_uid, claim, fenced, deadline)
+
+    async def release(self, action: ReleaseAction, deadline: Deadline) -> ActionResult:
+        def released(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            dropped = fence_record.without_entry(
+                record, entry.node, entry.uid, at=now, why=action.why, remember=action.remember
+            )
+            return fence_record.prune_releases(dropped, now, self.keep_releases_seconds)
+
+        result = await self._change(
+            "release", action.node, action.node_uid, action.claimed_by, released, deadline
+        )
+        return dataclasses.replace(result, detail=result.detail or action.why)
+
+    async def observe(self, action: ObserveReadyAction, deadline: Deadline) -> ActionResult:
+        def seen(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            observed = dataclasses.replace(
+                entry, ready_seen_at=now, ready_transition=action.ready_transition
+            )
+            return fence_record.with_entry(record, observed)
+
+        return await self._change("observe-ready", action.node, action.node_uid, "", seen, deadline)

@@ -1,0 +1,241 @@
+"""The fence record: nodefence's authority on what it fenced, kept in its own namespace.
+
+A node's credentials can write the node's annotations, labels, conditions and Lease, so none of
+those may decide whether nodefence owns a taint or how much of the fence budget is spent. The
+record lives in a ConfigMap of nodefence's namespace, which no kubelet can write, and every change
+that can spend budget is written with the resourceVersion it was decided on: two replicas that
+both decide to fence cannot both succeed, whatever their clocks or however slow they are.
+
+Every timestamp in it comes from the API server's clock (the ``Date`` of a response), never
+from a replica's. This module is pure: it turns ConfigMap data into values and back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from nodefence.engine.wording import instant
+
+CONFIGMAP = "nodefence-fences"
+FENCE_PREFIX = "fence."
+RELEASED_PREFIX = "released."
+FORMAT = 1
+
+
+class Phase(StrEnum):
+    # The budget slot is taken; the taint may or may not have been written yet.
+    CLAIMED = "claimed"
+    # The taint is on the node and nodefence owns it.
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True)
+class FenceEntry:
+    """One node nodefence has fenced, or is fencing (for this very node object: ``uid``)."""
+
+    node: str
+    uid: str
+    phase: Phase
+    claimed_at: datetime
+    rule: str
+    alertname: str
+    fingerprint: str
+    boot_id: str
+    effect: str
+    control_plane: bool = False
+    claimed_by: str = ""
+    fenced_at: datetime | None = None
+    proof: str = ""
+    approval: str = ""
+    # When nodefence first saw the node Ready again, on the API server's clock, and the Ready
+    # condition's lastTransitionTime it saw then: the healthy delay counts from the later of the
+    # two, so a kubelet clock that runs behind cannot shorten it.
+    ready_seen_at: datetime | None = None
+    ready_transition: datetime | None = None
+    power_off_sent_at: datetime | None = None
+    power_on_sent_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """When nodefence last let go of a node object, and why (the flap guard reads it)."""
+
+    node: str
+    uid: str
+    at: datetime
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class FenceRecord:
+    entries: tuple[FenceEntry, ...] = ()
+    released: tuple[Release, ...] = ()
+    # Keys whose value could not be read. They still count against the budget: an entry nobody
+    # can read is not proof that a slot is free.
+    unreadable: tuple[str, ...] = ()
+    resource_version: str = ""
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.resource_version)
+
+    def entry(self, node: str) -> FenceEntry | None:
+        return next((e for e in self.entries if e.node == node), None)
+
+    def release(self, node: str, uid: str) -> Release | None:
+        return next((r for r in self.released if r.node == node and r.uid == uid), None)
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        """Every node that holds a budget slot, unreadable entries included."""
+        names = {e.node for e in self.entries}
+        names.update(key.removeprefix(FENCE_PREFIX) for key in self.unreadable)
+        return tuple(sorted(names))
+
+    @property
+    def control_plane_holders(self) -> tuple[str, ...]:
+        return tuple(sorted(e.node for e in self.entries if e.control_plane))
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _required_time(value: Any) -> datetime:
+    parsed = _time(value)
+    if parsed is None:
+        raise ValueError("missing or unreadable timestamp")
+    return parsed
+
+
+def _entry(raw: Mapping[str, Any]) -> FenceEntry:
+    return FenceEntry(
+        node=str(raw["node"]),
+        uid=str(raw["uid"]),
+        phase=Phase(raw["phase"]),
+        claimed_at=_required_time(raw.get("claimedAt")),
+        rule=str(raw.get("rule", "")),
+        alertname=str(raw.get("alertname", "")),
+        fingerprint=str(raw.get("fingerprint", "")),
+        boot_id=str(raw.get("bootID", "")),
+        effect=str(raw["effect"]),
+        control_plane=bool(raw.get("controlPlane", False)),
+        claimed_by=str(raw.get("claimedBy", "")),
+        fenced_at=_time(raw.get("fencedAt")),
+        proof=str(raw.get("proof", "")),
+        approval=str(raw.get("approval", "")),
+        ready_seen_at=_time(raw.get("readySeenAt")),
+        ready_transition=_time(raw.get("readyTransition")),
+        power_off_sent_at=_time(raw.get("powerOffSentAt")),
+        power_on_sent_at=_time(raw.get("powerOnSentAt")),
+    )
+
+
+_KEYS = {
+    "node": "node",
+    "uid": "uid",
+    "phase": "phase",
+    "claimed_at": "claimedAt",
+    "rule": "rule",
+    "alertname": "alertname",
+    "fingerprint": "fingerprint",
+    "boot_id": "bootID",
+    "effect": "effect",
+    "control_plane": "controlPlane",
+    "claimed_by": "claimedBy",
+    "fenced_at": "fencedAt",
+    "proof": "proof",
+    "approval": "approval",
+    "ready_seen_at": "readySeenAt",
+    "ready_transition": "readyTransition",
+    "power_off_sent_at": "powerOffSentAt",
+    "power_on_sent_at": "powerOnSentAt",
+}
+
+
+def entry_json(entry: FenceEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"format": FORMAT}
+    for field_name, value in asdict(entry).items():
+        if value is None or value == "":
+            continue
+        out[_KEYS[field_name]] = instant(value) if isinstance(value, datetime) else value
+    return out
+
+
+def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord:
+    """Read the ConfigMap's data; what cannot be read is kept aside, never silently dropped."""
+    entries: list[FenceEntry] = []
+    released: list[Release] = []
+    unreadable: list[str] = []
+    for key, text in sorted((data or {}).items()):
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise TypeError("not an object")
+            if key.startswith(FENCE_PREFIX):
+                entry = _entry(raw)
+                if entry.node != key.removeprefix(FENCE_PREFIX):
+                    raise ValueError("key and node name differ")
+                entries.append(entry)
+            elif key.startswith(RELEASED_PREFIX):
+                released.append(
+                    Release(
+                        node=key.removeprefix(RELEASED_PREFIX),
+                        uid=str(raw["uid"]),
+                        at=_required_time(raw.get("at")),
+                        why=str(raw.get("why", "")),
+                    )
+                )
+        except (ValueError, TypeError, KeyError):
+            if key.startswith(FENCE_PREFIX):
+                unreadable.append(key)
+    return FenceRecord(tuple(entries), tuple(released), tuple(unreadable), resource_version)
+
+
+def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[str, str]:
+    """ConfigMap data for the record; unreadable keys are carried over untouched from ``raw``."""
+    data: dict[str, str] = {}
+    for key in record.unreadable:
+        if raw is not None and key in raw:
+            data[key] = raw[key]
+    for entry in record.entries:
+        data[FENCE_PREFIX + entry.node] = json.dumps(entry_json(entry), sort_keys=True)
+    for release in record.released:
+        data[RELEASED_PREFIX + release.node] = json.dumps(
+            {"uid": release.uid, "at": instant(release.at), "why": release.why}, sort_keys=True
+        )
+    return data
+
+
+def with_entry(record: FenceRecord, entry: FenceEntry) -> FenceRecord:
+    others = tuple(e for e in record.entries if e.node != entry.node)
+    return replace(record, entries=(*others, entry))
+
+
+def without_entry(
+    record: FenceRecord, node: str, uid: str, *, at: datetime, why: str, remember: bool = True
+) -> FenceRecord:
+    """Drop the entry of this node object and, if asked, remember when and why it was let go."""
+    entries = tuple(e for e in record.entries if not (e.node == node and e.uid == uid))
+    if not remember:
+        return replace(record, entries=entries)
+    released = tuple(r for r in record.released if r.node != node)
+    return replace(record, entries=entries, released=(*released, Release(node, uid, at, why)))
+
+
+def prune_releases(record: FenceRecord, now: datetime, keep_seconds: float) -> FenceRecord:
+    """Releases older than every flap window are of no use to any guard; they would only grow
+    the ConfigMap towards its size limit."""
+    kept = tuple(r for r in record.released if (now - r.at).total_seconds() < keep_seconds)
+    return replace(record, released=kept)

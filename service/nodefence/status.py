@@ -1,0 +1,102 @@
+"""``nodefence status``: what nodefence holds now, read from the fence record.
+
+The record is the authority, so this is what an operator asks at 3 a.m.: which nodes nodefence
+has fenced (since when on the API server's clock, by which rule, on what proof, with whose
+approval), which fences are half-written (claimed, taint not yet on), and which approval
+requests are waiting for a person (these live on the nodes, as the Slack round trip left them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodefence.engine.record import FenceRecord, Phase
+from nodefence.engine.wording import instant
+from nodefence.kube.client import Deadline, Json
+from nodefence.pipeline import Pipeline
+from nodefence.slack.approvals import EXPIRES_AT, REQUEST_NODE_UID, REQUESTED_AT
+
+
+def _fence(entry: Any) -> dict[str, Any]:
+    since = entry.fenced_at or entry.claimed_at
+    return {
+        "node": entry.node,
+        "nodeUID": entry.uid,
+        "phase": entry.phase.value,
+        "since": instant(since),
+        "claimedAt": instant(entry.claimed_at),
+        "claimedBy": entry.claimed_by,
+        "rule": entry.rule,
+        "alert": entry.alertname,
+        "fingerprint": entry.fingerprint,
+        "taintEffect": entry.effect,
+        "bootIDAtFence": entry.boot_id,
+        "proof": entry.proof or "none recorded",
+        "approval": entry.approval or "none",
+        "readySeenAt": instant(entry.ready_seen_at) if entry.ready_seen_at else None,
+    }
+
+
+def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
+    fenced = [_fence(e) for e in record.entries if e.phase is Phase.FENCED]
+    half = [_fence(e) for e in record.entries if e.phase is Phase.CLAIMED]
+    pending = []
+    for node in nodes:
+        notes = (node.get("metadata") or {}).get("annotations") or {}
+        if REQUESTED_AT in notes and notes.get(REQUEST_NODE_UID) == node["metadata"].get("uid"):
+            pending.append(
+                {
+                    "node": node["metadata"]["name"],
+                    "requestedAt": notes.get(REQUESTED_AT),
+                    "expiresAt": notes.get(EXPIRES_AT),
+                }
+            )
+    return {
+        "record": {"resourceVersion": record.resource_version or None},
+        "fenced": sorted(fenced, key=lambda f: f["node"]),
+        "halfWritten": sorted(half, key=lambda f: f["node"]),
+        "unreadableEntries": list(record.unreadable),
+        "pendingApprovals": sorted(pending, key=lambda p: p["node"]),
+        "recentlyReleased": [
+            {"node": r.node, "nodeUID": r.uid, "at": instant(r.at), "why": r.why}
+            for r in sorted(record.released, key=lambda r: r.node)
+        ],
+    }
+
+
+async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
+    record = await pipeline.read_record(deadline)
+    nodes = await pipeline.kube.list_nodes(deadline)
+    return report(record, nodes)
+
+
+def as_text(status: dict[str, Any]) -> str:
+    lines: list[str] = []
+    fenced = status["fenced"]
+    lines.append(f"Fenced by nodefence: {len(fenced) or 'none'}")
+    for f in fenced:
+        lines.append(
+            f"  {f['node']}  since {f['since']}  rule {f['rule']!r}  effect {f['taintEffect']}"
+        )
+        lines.append(f"      proof: {f['proof']}; approval: {f['approval']}")
+        if f["readySeenAt"]:
+            lines.append(f"      seen Ready again since {f['readySeenAt']}")
+    half = status["halfWritten"]
+    lines.append(f"Half-written fences (claimed, taint not confirmed): {len(half) or 'none'}")
+    for f in half:
+        lines.append(f"  {f['node']}  claimed at {f['claimedAt']} by {f['claimedBy'] or '?'}")
+    if status["unreadableEntries"]:
+        lines.append(
+            "Unreadable record entries (they still hold budget): "
+            + ", ".join(status["unreadableEntries"])
+        )
+    pending = status["pendingApprovals"]
+    lines.append(f"Pending approvals: {len(pending) or 'none'}")
+    for p in pending:
+        lines.append(f"  {p['node']}  asked at {p['requestedAt']}, expires {p['expiresAt']}")
+    released = status["recentlyReleased"]
+    if released:
+        lines.append("Recently released:")
+        for r in released:
+            lines.append(f"  {r['node']}  at {r['at']}: {r['why']}")
+    return "\n".join(lines)
