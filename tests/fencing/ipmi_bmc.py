@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from pyghmi.ipmi import bmc
-from pyghmi.ipmi.private import serversession
+from pyghmi.ipmi import bmc  # type: ignore[import-untyped]
+from pyghmi.ipmi.private import serversession  # type: ignore[import-untyped]
 
 _open_session = serversession.ServerSession.create_open_session_response
 

@@ -144,7 +144,7 @@ class IpmiDriver:
                     port=self._port,
                 )
             return operation(self._command)
-        except Exception as exc:
+        except Exception as exc:  # pyghmi's layers raise anything from struct.error to OSError
             command, self._command = self._command, None
             if command is not None:
                 _logout(command)

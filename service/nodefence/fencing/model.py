@@ -24,10 +24,6 @@ class PowerReading:
     detail: str = ""
     raw_state: str = ""
 
-    @property
-    def is_off(self) -> bool:
-        return self.state == "off"
-
 
 class PowerDriver(Protocol):
     """A machine's BMC. Every method returns within ``timeout`` seconds and never raises for
