@@ -175,3 +175,19 @@ async def test_get_watch_shows_new_objects(sim_api: SimulatorHandle) -> None:
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_kubectl_writes_are_recorded_under_its_field_manager(
+    sim_api: SimulatorHandle,
+) -> None:
+    rc, out = await kubectl(sim_api, "label", "node", "worker1", "zone=a")
+    assert rc == 0, out
+    rc, out = await kubectl(
+        sim_api, "get", "node", "worker1", "-o", "json", "--show-managed-fields"
+    )
+    assert rc == 0, out
+    entries = json.loads(out)["metadata"]["managedFields"]
+    label = next(e for e in entries if e["manager"] == "kubectl-label")
+    assert label["operation"] == "Update"
+    assert label["fieldsV1"] == {"f:metadata": {"f:labels": {"f:zone": {}}}}
+    assert label["time"].endswith("Z")

@@ -128,6 +128,8 @@ def leaf_values(obj: Mapping[str, Any], *, part: str) -> FieldValues:
         owned = value
         if key == "metadata" and isinstance(value, Mapping):
             owned = {k: v for k, v in value.items() if k not in _STRIPPED_METADATA}
+            if not owned:
+                continue
         _flatten(owned, (f"f:{key}",), key, values)
     return values
 
