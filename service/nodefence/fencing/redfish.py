@@ -392,7 +392,8 @@ class RedfishDriver:
             if response.status not in (200, 201) or not token:
                 raise _Failure(
                     f"the BMC did not open a session (HTTP {response.status}, "
-                    f"{'no' if not token else 'a'} X-Auth-Token)",
+                    f"{'no' if not token else 'a'} X-Auth-Token); a BMC without sessions "
+                    "needs auth: basic in the inventory",
                     transient=False,
                 )
             location = response.headers.get("Location") or self._odata_id(response.body)
