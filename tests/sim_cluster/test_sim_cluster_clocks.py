@@ -183,6 +183,7 @@ async def test_up_after_down_is_never_ready_before_the_death(
     state = await response.json()
     assert state["ready"] == "True"
     assert state["readySince"] == rfc3339(died)
+    assert entry(node(cluster, "control02"), "kubelet", "status")["time"] == rfc3339(died)
     survivor = pod(cluster, "ovs-db")
     assert survivor is not None
     ready_again = parse_time(cond(survivor, "Ready")["lastTransitionTime"])

@@ -186,7 +186,9 @@ class KubeletFleet:
         if reboot:
             kubelet.boot_id = str(uuid.uuid4())
             kubelet.restart_pending = True
-        self._sync_node(node, kubelet, now)
+        # The post that made it Ready is the one the server recorded when it came back.
+        self._write_lease(node, kubelet, now, force=False)
+        self._post_status(node, kubelet, now, written_at=kubelet.ready_since)
 
     def set_clock(self, name: str, skew_seconds: float) -> None:
         """From now on the node's kubelet reads a clock ``skew_seconds`` off the server's (0:
@@ -344,7 +346,9 @@ class KubeletFleet:
             kubelet.last_renewed = moment
 
     # ----------------------------------------------------------- node status
-    def _post_status(self, node: Obj, kubelet: Kubelet, now: datetime) -> None:
+    def _post_status(
+        self, node: Obj, kubelet: Kubelet, now: datetime, written_at: datetime | None = None
+    ) -> None:
         settings = self.sim.settings
         new = copy.deepcopy(node)
         labels = new["metadata"].setdefault("labels", {})
@@ -399,7 +403,7 @@ class KubeletFleet:
         status.setdefault("daemonEndpoints", {"kubeletEndpoint": {"Port": 10250}})
         kubelet.ready_since = None
         if new != node:
-            self._update_node(new)
+            self._update_node(new, written_at=written_at)
 
     def _node_info(self, old: Mapping[str, Any], kubelet: Kubelet) -> dict[str, Any]:
         version = f"v{self.sim.settings.k8s_version}"
