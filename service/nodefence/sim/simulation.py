@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Protocol
 
-from nodefence.sim.controllers.kubelet import KubeletFleet
+from nodefence.sim.controllers.kubelet import NOT_READY_REASON, KubeletFleet
 from nodefence.sim.controllers.taint_eviction import default_toleration_seconds
 from nodefence.sim.managed import CONTROLLER_MANAGER, KUBELET, SCENARIO_LOADER
 from nodefence.sim.resources import LEASES, NAMESPACES, NODES, PODS, ResourceType
@@ -222,6 +222,17 @@ class Simulation:
         """Bring the kubelet back, Ready since ``since_seconds`` ago; ``reboot`` gives the node a
         new bootID and a kubelet without containers."""
         self.kubelets.up(name, since_seconds, reboot=reboot)
+        self.settle()
+        return self.node_state(name)
+
+    def node_not_ready(
+        self, name: str, since_seconds: float = 0, reason: str = NOT_READY_REASON
+    ) -> dict[str, Any]:
+        """Keep the node's kubelet alive (Lease renewed, status posted) but reporting
+        Ready=False for ``reason`` since ``since_seconds`` ago; its pods keep running, marked
+        not ready, and the controllers react as to a NotReady node (taints, evictions that
+        the kubelet cannot carry out). ``node_up`` ends it."""
+        self.kubelets.not_ready(name, since_seconds, reason=reason)
         self.settle()
         return self.node_state(name)
 

@@ -5,6 +5,11 @@ Everything the seed runbook is about follows from one fact: a dead kubelet does 
 renewing its Lease (so the node lifecycle controller marks the node NotReady and taints it) and it
 never confirms a pod deletion (so evicted pods stay ``Terminating`` until someone force-deletes
 them). A live kubelet confirms deletions quickly and restarts its containers after a reboot.
+
+A kubelet can also be alive and NotReady (container runtime down, CNI or PLEG trouble): it keeps
+renewing its Lease and posting status, Ready=False, but it syncs no pod. Its containers keep
+running and writing to their volumes, and it cannot stop them, so an evicted pod stays
+``Terminating`` exactly as on a dead node, while the Lease says the node is alive.
 """
 
 from __future__ import annotations
@@ -30,6 +35,18 @@ LEASE_NAMESPACE = "kube-node-lease"
 VOLUME_BLOCKED_ANNOTATION = "sim.nodefence.io/volume-blocked"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 CONFIRM_DELAY_SECONDS = 1
+NOT_READY_REASON = "KubeletNotReady"
+# The messages the real kubelet posts with a not-ready reason (its runtime-state errors).
+_NOT_READY_MESSAGES = {
+    "KubeletNotReady": "container runtime is down",
+    "ContainerRuntimeDown": "container runtime is down",
+    "NetworkPluginNotReady": (
+        "container runtime network not ready: NetworkReady=false "
+        "reason:NetworkPluginNotReady message:Network plugin returns error: "
+        "cni plugin not initialized"
+    ),
+    "PLEGNotHealthy": "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s",
+}
 
 _KUBELET_CONDITIONS: tuple[tuple[str, str, str, str], ...] = (
     (
@@ -88,7 +105,8 @@ class Kubelet:
     ``skew`` is how far the machine's clock is off the API server's: everything the kubelet
     stamps (renewTime, heartbeats, transitions, pod times) is read from it, while its timers
     (when to renew, when to report) run on elapsed time, as a real kubelet's do. The other
-    moments here are on the API server's clock.
+    moments here are on the API server's clock. ``not_ready`` is the reason a running kubelet
+    reports Ready=False (``None``: it is healthy).
     """
 
     node: str
@@ -97,6 +115,7 @@ class Kubelet:
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     restart_pending: bool = False
     ready_since: datetime | None = None
+    not_ready: str | None = None
     skew: timedelta = timedelta(0)
     died_at: datetime | None = None
     last_renewed: datetime | None = None
@@ -180,6 +199,7 @@ class KubeletFleet:
                 since = max(since, kubelet.died_at)
             kubelet.ready_since = since
         kubelet.up = True
+        kubelet.not_ready = None
         kubelet.died_at = None
         kubelet.last_renewed = None
         kubelet.last_reported = None
@@ -189,6 +209,37 @@ class KubeletFleet:
         # The post that made it Ready is the one the server recorded when it came back.
         self._write_lease(node, kubelet, now, force=False)
         self._post_status(node, kubelet, now, written_at=kubelet.ready_since)
+
+    def not_ready(
+        self, name: str, since_seconds: float = 0, *, reason: str = NOT_READY_REASON
+    ) -> None:
+        """The kubelet runs but reports Ready=False for ``reason`` since ``since_seconds`` ago
+        (never since before it died, if it was down): it keeps renewing its Lease and posting
+        status, and stops syncing pods. The post that turned it NotReady is recorded by the
+        server at that moment, so the controllers date their reaction (the not-ready taints)
+        from it. Already NotReady, it keeps its transition unless ``since_seconds`` moves it
+        further back."""
+        _check_since(since_seconds)
+        node = self._node(name)
+        kubelet = self._kubelet_for(node)
+        now = self.sim.store.now()
+        since = now - timedelta(seconds=since_seconds)
+        if not kubelet.up and kubelet.died_at is not None:
+            since = max(since, kubelet.died_at)
+        pending: datetime | None = since
+        previous = parse_time((condition(node, "Ready") or {}).get("lastTransitionTime"))
+        still_not_ready = kubelet.up and kubelet.not_ready is not None and previous is not None
+        # Compared with the transition it posted, on the server's clock.
+        if still_not_ready and previous is not None and since >= previous - kubelet.skew:
+            pending = None
+        kubelet.up = True
+        kubelet.died_at = None
+        kubelet.not_ready = reason
+        kubelet.ready_since = pending
+        kubelet.last_renewed = None
+        kubelet.last_reported = None
+        self._write_lease(node, kubelet, now, force=False)
+        self._post_status(node, kubelet, now, written_at=pending)
 
     def set_clock(self, name: str, skew_seconds: float) -> None:
         """From now on the node's kubelet reads a clock ``skew_seconds`` off the server's (0:
@@ -239,6 +290,7 @@ class KubeletFleet:
             "ready": ready.get("status"),
             "readyReason": ready.get("reason"),
             "readySince": ready.get("lastTransitionTime"),
+            "readyMessage": ready.get("message"),
             "leaseRenewTime": (lease or {}).get("spec", {}).get("renewTime"),
             "unschedulable": bool(node.get("spec", {}).get("unschedulable")),
             "taints": copy.deepcopy(node.get("spec", {}).get("taints") or []),
@@ -365,9 +417,14 @@ class KubeletFleet:
         )
         conditions: list[dict[str, Any]] = []
         changed = False
-        for kind, value, reason, message in _KUBELET_CONDITIONS:
+        for kind, value, reason, message in _kubelet_conditions(kubelet):
             old = old_conditions.pop(kind, None) or {}
-            same = old.get("status") == value and kubelet.ready_since is None
+            # A pending transition moves every condition when the kubelet comes up, only Ready
+            # when it turns NotReady (its runtime failing says nothing of memory or disks).
+            moved = kubelet.ready_since is not None and (
+                kubelet.not_ready is None or kind == "Ready"
+            )
+            same = old.get("status") == value and not moved
             wanted = {
                 "type": kind,
                 "status": value,
@@ -439,6 +496,10 @@ class KubeletFleet:
 
     # ------------------------------------------------------------------ pods
     def _run_pods(self, node: Obj, kubelet: Kubelet, pods: list[Obj], now: datetime) -> None:
+        """Start, report and stop the node's pods; a NotReady kubelet does none of it (its
+        runtime does not answer), so its containers run on as they were."""
+        if kubelet.not_ready is not None:
+            return
         store = self.sim.store
         restart = kubelet.restart_pending
         kubelet.restart_pending = False
@@ -497,6 +558,16 @@ class KubeletFleet:
         if now < requested + timedelta(seconds=min(grace, CONFIRM_DELAY_SECONDS)):
             return
         self.sim.store.force_delete_pod(pod)
+
+
+def _kubelet_conditions(kubelet: Kubelet) -> tuple[tuple[str, str, str, str], ...]:
+    """The conditions the kubelet posts: all good, or Ready=False for its not-ready reason."""
+    if kubelet.not_ready is None:
+        return _KUBELET_CONDITIONS
+    message = _NOT_READY_MESSAGES.get(
+        kubelet.not_ready, f"kubelet is posting not ready status: {kubelet.not_ready}"
+    )
+    return (*_KUBELET_CONDITIONS[:-1], ("Ready", "False", kubelet.not_ready, message))
 
 
 def _check_since(since_seconds: float) -> None:

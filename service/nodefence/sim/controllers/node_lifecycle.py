@@ -35,6 +35,7 @@ MONITORED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"
 UNKNOWN_REASON = "NodeStatusUnknown"
 UNKNOWN_MESSAGE = "Kubelet stopped posting node status."
 RENEW_TIME_FIELD = ("f:spec", "f:renewTime")
+READY_STATUS_FIELD = ("f:status", "f:conditions", 'k:{"type":"Ready"}', "f:status")
 
 
 def node_ready_status(node: Mapping[str, Any]) -> str:
@@ -45,7 +46,7 @@ def node_ready_status(node: Mapping[str, Any]) -> str:
 
 class NodeLifecycleController:
     """Marks silent nodes Unknown, keeps the readiness taints in line with the Ready condition,
-    and marks the pods of an unreachable node not ready (as ``MarkPodsNotReady`` does)."""
+    and marks the pods of a node that is not Ready not ready (as ``MarkPodsNotReady`` does)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -55,7 +56,7 @@ class NodeLifecycleController:
         for node in list(store.items(NODES)):
             new = copy.deepcopy(node)
             noticed = self._monitor_health(new, now)
-            self._sync_taints(new, now)
+            tainted = self._sync_taints(new, now)
             if new != node:
                 try:
                     store.update(
@@ -66,13 +67,12 @@ class NodeLifecycleController:
                         subresource="all",
                         check_rv=False,
                         manager=CONTROLLER_MANAGER,
-                        written_at=noticed,
+                        written_at=noticed or tainted,
                     )
                 except ApiError:
                     continue
-            ready = condition(new, "Ready")
-            if ready is not None and ready.get("status") == "Unknown":
-                since = parse_time(ready.get("lastTransitionTime")) or now
+            since = _not_ready_since(new)
+            if since is not None:
                 self._mark_pods_not_ready(str(node["metadata"]["name"]), since)
 
     def _last_heartbeat(self, node: Mapping[str, Any]) -> datetime:
@@ -133,16 +133,24 @@ class NodeLifecycleController:
         return noticed if changed else None
 
     @staticmethod
-    def _sync_taints(node: Obj, now: datetime) -> None:
+    def _sync_taints(node: Obj, now: datetime) -> datetime | None:
         """The readiness taints the Ready condition calls for. An unreachable taint is added
-        when the controller marked the node Unknown (and moves back with it); the others when
-        this pass sees the need, on the controller's clock (a NotReady transition is stamped
-        by the kubelet, whose clock may be off)."""
+        when the controller marked the node Unknown (and moves back with it); a not-ready
+        taint when the server recorded the kubelet's NotReady post (the controller sees it
+        within its monitor period; the transition the kubelet stamped is on the kubelet's
+        clock, which may be off), moving back with a post backdated further; the
+        unschedulable taint when this pass sees the need. Returns when the controller would
+        have written a not-ready taint it adds now, ``None`` for any other change."""
         spec = node.setdefault("spec", {})
         ready = condition(node, "Ready")
         unknown = ready is not None and ready.get("status") == "Unknown"
+        not_ready = ready is not None and ready.get("status") == "False"
         since = (ready or {}).get("lastTransitionTime") if unknown else None
+        if not_ready:
+            posted = owner_time(node, READY_STATUS_FIELD)
+            since = rfc3339(min(posted, now)) if posted is not None else None
         since = since or rfc3339(now)
+        moves_back = TAINT_UNREACHABLE if unknown else TAINT_NOT_READY if not_ready else None
         wanted: list[tuple[str, str]] = []
         if ready is not None and ready.get("status") == "Unknown":
             wanted += [(TAINT_UNREACHABLE, "NoSchedule"), (TAINT_UNREACHABLE, "NoExecute")]
@@ -152,7 +160,7 @@ class NodeLifecycleController:
             wanted.append((TAINT_UNSCHEDULABLE, "NoSchedule"))
         old = list(spec.get("taints") or [])
         kept = [
-            _moved_back(t, since) if unknown and t.get("key") == TAINT_UNREACHABLE else t
+            _moved_back(t, since) if t.get("key") == moves_back else t
             for t in old
             if t.get("key") not in MANAGED_TAINT_KEYS or (t.get("key"), t.get("effect")) in wanted
         ]
@@ -164,11 +172,14 @@ class NodeLifecycleController:
         ]
         taints = kept + added
         if taints == old:
-            return
+            return None
         if taints:
             spec["taints"] = taints
         else:
             spec.pop("taints", None)
+        if not_ready and any(t["key"] == TAINT_NOT_READY for t in added):
+            return parse_time(since)
+        return None
 
     def _mark_pods_not_ready(self, node_name: str, since: datetime) -> None:
         """Ready=False on the node's pods from the moment the node went Unknown, as the
@@ -203,6 +214,20 @@ class NodeLifecycleController:
                 )
             except ApiError:
                 continue
+
+
+def _not_ready_since(node: Mapping[str, Any]) -> datetime | None:
+    """When the controller saw the node stop being Ready (``None``: it is Ready): the Unknown
+    transition it stamped itself, or the not-ready taint it added for a kubelet's NotReady."""
+    ready = condition(node, "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    if ready.get("status") == "Unknown":
+        return parse_time(ready.get("lastTransitionTime"))
+    for taint in node.get("spec", {}).get("taints") or []:
+        if taint.get("key") == TAINT_NOT_READY and taint.get("effect") == "NoExecute":
+            return parse_time(taint.get("timeAdded"))
+    return None
 
 
 def _moved_back(taint: Mapping[str, Any], since: str) -> dict[str, Any]:
