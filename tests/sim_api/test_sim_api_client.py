@@ -67,8 +67,11 @@ async def test_create_get_list_with_selectors(api_client: client.ApiClient) -> N
     negated = await core.list_namespaced_pod("default", label_selector="app notin (web),app")
     assert sorted(p.metadata.name for p in negated.items) == ["b", "c"]
     page = await core.list_namespaced_pod("default", limit=1)
-    assert len(page.items) == 3
-    assert not page.metadata._continue
+    assert [p.metadata.name for p in page.items] == ["a"]
+    assert page.metadata.remaining_item_count == 2
+    rest = await core.list_namespaced_pod("default", limit=5, _continue=page.metadata._continue)
+    assert [p.metadata.name for p in rest.items] == ["b", "c"]
+    assert not rest.metadata._continue
 
 
 async def test_create_in_missing_namespace_is_not_found(api_client: client.ApiClient) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiMapping
 
+from nodefence.sim.api.paging import Page, Pager, parse_limit
 from nodefence.sim.api.patching import apply_patch
 from nodefence.sim.api.paths import Target, is_watch, resolve
 from nodefence.sim.api.tables import table, wants_table
@@ -86,6 +87,7 @@ class ResourceHandlers:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.pager = Pager()
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         target = resolve(request.path)
@@ -125,25 +127,32 @@ class ResourceHandlers:
         rt: ResourceType,
         objects: list[Obj],
         rv: str,
+        *,
         single: Obj | None = None,
+        page: Page | None = None,
     ) -> web.Response:
+        list_meta: Obj = {"resourceVersion": rv}
+        if page is not None and page.continue_token:
+            list_meta["continue"] = page.continue_token
+            if page.remaining is not None:
+                list_meta["remainingItemCount"] = page.remaining
         if wants_table(request.headers.get("Accept", "")):
-            return _json(
-                table(
-                    rt,
-                    objects,
-                    self.sim.store.now(),
-                    resource_version=rv,
-                    include_object=request.query.get("includeObject", "Metadata"),
-                )
+            rendered = table(
+                rt,
+                objects,
+                self.sim.store.now(),
+                resource_version=rv,
+                include_object=request.query.get("includeObject", "Metadata"),
             )
+            rendered["metadata"] = list_meta
+            return _json(rendered)
         if single is not None:
             return _json(single)
         return _json(
             {
                 "kind": f"{rt.kind}List",
                 "apiVersion": rt.group_version,
-                "metadata": {"resourceVersion": rv},
+                "metadata": list_meta,
                 "items": objects,
             }
         )
@@ -157,13 +166,16 @@ class ResourceHandlers:
     def _list(self, request: web.Request, target: Target) -> web.Response:
         if target.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
-        objects, rv = self.sim.store.list_objects(
-            target.resource,
-            target.namespace,
-            request.query.get("labelSelector"),
-            request.query.get("fieldSelector"),
+        query = request.query
+        labels, fields = query.get("labelSelector") or "", query.get("fieldSelector") or ""
+        page = self.pager.page(
+            (target.resource.key, target.namespace or "", labels, fields),
+            lambda: self.sim.store.list_objects(target.resource, target.namespace, labels, fields),
+            limit=parse_limit(query.get("limit")),
+            token=query.get("continue", ""),
+            filtered=bool(labels or fields),
         )
-        return self._respond(request, target.resource, objects, rv)
+        return self._respond(request, target.resource, page.items, page.resource_version, page=page)
 
     def _watch_renderer(self, request: web.Request, target: Target) -> Any:
         if not wants_table(request.headers.get("Accept", "")):

@@ -579,7 +579,6 @@ def table(
     now: datetime,
     *,
     resource_version: str = "",
-    continue_token: str = "",
     include_object: str = "Metadata",
     with_columns: bool = True,
 ) -> Obj:
@@ -601,13 +600,10 @@ def table(
         if embedded is not None:
             row["object"] = embedded
         rows.append(row)
-    metadata: Obj = {"resourceVersion": resource_version}
-    if continue_token:
-        metadata["continue"] = continue_token
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
+        "metadata": {"resourceVersion": resource_version},
         "columnDefinitions": definitions if with_columns else [],
         "rows": rows,
     }
