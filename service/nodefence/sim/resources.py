@@ -16,6 +16,21 @@ ALL_VERBS = (
 )
 
 
+# The verbs of each subresource, as discovery lists them.
+SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
+    "status": ("get", "patch", "update"),
+    "scale": ("get", "patch", "update"),
+    "eviction": ("create",),
+    "binding": ("create",),
+    "log": ("get",),
+    "exec": ("create", "get"),
+    "attach": ("create", "get"),
+    "portforward": ("create", "get"),
+}
+# Pod subresources served by a kubelet's container runtime, which the simulator does not have.
+RUNTIME_SUBRESOURCES = ("log", "exec", "attach", "portforward")
+
+
 @dataclass(frozen=True)
 class ResourceType:
     """One REST resource: enough to route requests and answer discovery."""
@@ -44,7 +59,9 @@ NAMESPACES = ResourceType(
     "", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), ("status",)
 )
 NODES = ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), ("status",))
-PODS = ResourceType("", "v1", "pods", "Pod", True, "pod", ("po",), ("status",), ("all",))
+PODS = ResourceType(
+    "", "v1", "pods", "Pod", True, "pod", ("po",), ("status", *RUNTIME_SUBRESOURCES), ("all",)
+)
 EVENTS = ResourceType("", "v1", "events", "Event", True, "event", ("ev",))
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",))
 PVCS = ResourceType(

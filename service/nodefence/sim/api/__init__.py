@@ -16,6 +16,7 @@ from aiohttp.typedefs import Middleware
 from nodefence.sim.api.discovery import add_discovery_routes
 from nodefence.sim.api.fault_routes import add_fault_routes
 from nodefence.sim.api.handlers import ResourceHandlers
+from nodefence.sim.api.health import add_health_routes
 from nodefence.sim.api.openapi import add_openapi_routes
 from nodefence.sim.api.paths import is_watch, verb_for
 from nodefence.sim.errors import ApiError
@@ -158,6 +159,7 @@ def add_api_routes(app: web.Application, sim: Simulation) -> None:
     app.middlewares.append(_middleware(faults))
     add_fault_routes(app, faults)
     add_discovery_routes(app, sim)
+    add_health_routes(app)
     add_openapi_routes(app)
     handlers = ResourceHandlers(sim)
     app.router.add_route("*", "/api/v1/{tail:.+}", handlers.dispatch)

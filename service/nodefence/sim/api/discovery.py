@@ -13,9 +13,19 @@ from typing import Any
 from aiohttp import web
 
 from nodefence.sim.errors import ApiError
-from nodefence.sim.resources import RESOURCE_TYPES, ResourceType
+from nodefence.sim.resources import RESOURCE_TYPES, SUBRESOURCE_VERBS, ResourceType
 from nodefence.sim.simulation import Simulation
 
+# The kinds a subresource reads and writes, where it is not its resource's own.
+SUBRESOURCE_KINDS = {
+    "log": "Pod",
+    "exec": "PodExecOptions",
+    "attach": "PodAttachOptions",
+    "portforward": "PodPortForwardOptions",
+    "eviction": "Eviction",
+    "binding": "Binding",
+    "scale": "Scale",
+}
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)")
 
 
@@ -65,8 +75,8 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
                 "name": f"{rt.plural}/{sub}",
                 "singularName": "",
                 "namespaced": rt.namespaced,
-                "kind": rt.kind,
-                "verbs": ["get", "patch", "update"],
+                "kind": SUBRESOURCE_KINDS.get(sub, rt.kind),
+                "verbs": list(SUBRESOURCE_VERBS[sub]),
             }
         )
     return entries

@@ -24,7 +24,9 @@ from nodefence.sim.resources import (
     NODES,
     PODS,
     REPLICASETS,
+    RUNTIME_SUBRESOURCES,
     STATEFULSETS,
+    SUBRESOURCE_VERBS,
     ResourceType,
 )
 from nodefence.sim.simulation import Simulation
@@ -33,6 +35,12 @@ from nodefence.sim.validation import validate_node
 
 Obj = dict[str, Any]
 
+_NO_RUNTIME = {
+    "log": "no container logs to read",
+    "exec": "no container to run a command in",
+    "attach": "no container to attach to",
+    "portforward": "no pod port to forward",
+}
 # Registries that answer a completed delete with the deleted object rather than a Status.
 _RETURNS_DELETED_OBJECT = frozenset({PODS.key})
 # A new workload's status: the fields the Go types serialise even when zero.
@@ -94,6 +102,8 @@ class ResourceHandlers:
         if target is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         method = request.method
+        if target.subresource in RUNTIME_SUBRESOURCES:
+            raise self._no_runtime(target, method)
         if method == "GET":
             if is_watch(request.query):
                 return await serve_watch(
@@ -118,6 +128,22 @@ class ResourceHandlers:
             405,
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
+        )
+
+    def _no_runtime(self, target: Target, method: str) -> ApiError:
+        """What ``kubectl logs``, ``exec``, ``attach`` and ``port-forward`` get: the pod is
+        real, but no container runtime stands behind it to stream from."""
+        verbs = SUBRESOURCE_VERBS[target.subresource]
+        if {"GET": "get", "POST": "create"}.get(method) not in verbs:
+            return ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        self.sim.store.get(PODS, target.namespace, target.name)
+        return bad_request(
+            f'pods "{target.name}": {_NO_RUNTIME[target.subresource]}: the simulated cluster '
+            "has no container runtime (its kubelets run no containers)"
         )
 
     # -------------------------------------------------------------------- reads

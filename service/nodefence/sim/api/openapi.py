@@ -16,8 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from nodefence.sim.errors import ApiError
-from nodefence.sim.resources import RESOURCE_TYPES, ResourceType
+from nodefence.sim.resources import RESOURCE_TYPES, SUBRESOURCE_VERBS, ResourceType
 
+_VERB_OF_METHOD = {"get": "get", "put": "update", "patch": "patch", "post": "create"}
 _QUERY_PARAMS = ("dryRun", "fieldManager", "fieldValidation", "force")
 
 
@@ -65,10 +66,17 @@ def group_version_document(group: str, version: str) -> dict[str, Any] | None:
         }
         paths[collection + "/{name}"] = item
         for sub in rt.subresources:
-            paths[f"{collection}/{{name}}/{sub}"] = {
+            operations = {
                 "get": _operation(rt, "get"),
                 "put": _operation(rt, "put", _QUERY_PARAMS[:3]),
                 "patch": _operation(rt, "patch", _QUERY_PARAMS),
+                "post": _operation(rt, "post", _QUERY_PARAMS[:3]),
+            }
+            verbs = SUBRESOURCE_VERBS[sub]
+            paths[f"{collection}/{{name}}/{sub}"] = {
+                method: operation
+                for method, operation in operations.items()
+                if _VERB_OF_METHOD[method] in verbs
             }
     if not paths:
         return None
