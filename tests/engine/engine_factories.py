@@ -1,5 +1,10 @@
 """Builders for engine inputs: a dead worker node that every guard would let nodefence fence,
-so each test changes exactly the fact it is about."""
+so each test changes exactly the fact it is about.
+
+Times are on the API server's clock (``NOW`` is the ``Date`` of the replies) unless a builder
+says it stamps the kubelet's: a Lease's ``renew_time`` and the Ready condition's timestamps are
+written by the kubelet (or whoever wrote the condition) and may be minutes off.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nodefence.engine import ledger
 from nodefence.engine.model import (
+    API_SERVER_CLOCK,
     OUT_OF_SERVICE_KEY,
     OUT_OF_SERVICE_VALUE,
     AlertEvent,
@@ -17,28 +22,43 @@ from nodefence.engine.model import (
     Condition,
     Facts,
     LeaseFacts,
-    Ledger,
     NodeFacts,
     PodFacts,
+    PowerEvidence,
     Taint,
 )
+from nodefence.engine.record import FenceEntry, FenceRecord, Phase, Release
 from nodefence.policy import Policy, parse_policy
 
 NOW = datetime(2026, 11, 30, 8, 20, tzinfo=UTC)
 NODE = "worker-1"
 UID = "uid-worker-1"
+RECORD_VERSION = "7"
+CLAIM_TOKEN = "replica-a/0123456789ab"
+LOCAL_CLOCK = "nodefence's own clock (no Date header from the API server)"
 
 
 def ago(seconds: float) -> datetime:
     return NOW - timedelta(seconds=seconds)
 
 
+INFERENCE = {"driver": "none"}
+
+
 def policy(**overrides: Any) -> Policy:
-    """A policy from a plain dict, the way YAML would give it; ``rule`` sets the single rule."""
+    """A policy from a plain dict, the way YAML would give it; ``rule`` sets the single rule.
+
+    Every rule that chooses no fencing of its own fences on inference alone (``fencing.driver:
+    none``), so a test's outcome turns on the guard it is about, not on power-off proof."""
     data: dict[str, Any] = dict(overrides)
     rule = data.pop("rule", None)
     if rule is not None:
         data["rules"] = [{"name": "default", **rule}]
+    rules = data.get("rules") or [{"name": "default"}]
+    data["rules"] = [
+        r if "fencing" in r or "power_off_proof" in r else {**r, "fencing": INFERENCE}
+        for r in rules
+    ]
     return parse_policy(data, "<test>")
 
 
@@ -51,9 +71,10 @@ def node(
     labels: dict[str, str] | None = None,
     taints: tuple[Taint, ...] = (),
     boot_id: str = "boot-1",
-    ledger_: Ledger | None = None,
     annotations: dict[str, str] | None = None,
+    unschedulable: bool = False,
 ) -> NodeFacts:
+    """``since``: how long ago the Ready condition's lastTransitionTime says it changed."""
     condition = None if ready is None else Condition("Ready", ready, ago(since), ago(since))
     return NodeFacts(
         name=name,
@@ -64,12 +85,21 @@ def node(
         taints=taints,
         ready=condition,
         boot_id=boot_id,
-        ledger=ledger_ or Ledger(),
+        unschedulable=unschedulable,
     )
 
 
 def our_taint(effect: str = "NoExecute") -> Taint:
     return Taint(OUT_OF_SERVICE_KEY, effect, OUT_OF_SERVICE_VALUE)
+
+
+def lease(server_age: float | None = 900, *, kubelet_behind: float = 0) -> LeaseFacts:
+    """A kubelet Lease the API server last saw renewed ``server_age`` seconds ago (its
+    managedFields stamp); ``renew_time`` is what a kubelet whose clock runs ``kubelet_behind``
+    seconds behind (negative: ahead) wrote at that renewal."""
+    server = None if server_age is None else ago(server_age)
+    kubelet = ago((server_age or 0) + kubelet_behind)
+    return LeaseFacts(renew_time=kubelet, holder=NODE, server_renewed=server)
 
 
 def pod(
@@ -99,19 +129,77 @@ def cluster(**overrides: Any) -> ClusterFacts:
     return replace(base, **overrides)
 
 
+def entry(
+    *,
+    node_name: str = NODE,
+    uid: str = UID,
+    phase: Phase = Phase.FENCED,
+    claimed: float = 3600,
+    rule: str = "default",
+    boot_id: str = "boot-1",
+    effect: str = "NoExecute",
+    control_plane: bool = False,
+    claimed_by: str = CLAIM_TOKEN,
+    ready_seen: float | None = None,
+    ready_since: float | None = None,
+) -> FenceEntry:
+    """A fence record entry as the executor leaves it: claimed ``claimed`` seconds ago and, for
+    ``FENCED``, confirmed a second later. ``ready_seen``: when nodefence first saw the node
+    Ready, with the lastTransitionTime it saw then (``ready_since``, default the same)."""
+    seen = None if ready_seen is None else ago(ready_seen)
+    transition = None if seen is None else ago(ready_seen if ready_since is None else ready_since)
+    return FenceEntry(
+        node=node_name,
+        uid=uid,
+        phase=phase,
+        claimed_at=ago(claimed),
+        rule=rule,
+        alertname="KubeNodeNotReady",
+        fingerprint="fp-1",
+        boot_id=boot_id,
+        effect=effect,
+        control_plane=control_plane,
+        claimed_by=claimed_by,
+        fenced_at=ago(claimed - 1) if phase is Phase.FENCED else None,
+        ready_seen_at=seen,
+        ready_transition=transition,
+    )
+
+
+def record(
+    *entries: FenceEntry,
+    released: tuple[Release, ...] = (),
+    unreadable: tuple[str, ...] = (),
+    version: str = RECORD_VERSION,
+) -> FenceRecord:
+    return FenceRecord(entries, released, unreadable, version)
+
+
 def facts(
     the_node: NodeFacts | None = None,
     *,
     lease_age: float | None = 900,
+    lease_: LeaseFacts | None = None,
     pods: tuple[PodFacts, ...] = (),
     cluster_: ClusterFacts | None = None,
+    record_: FenceRecord | None = None,
+    held: FenceEntry | None = None,
+    clock: str = API_SERVER_CLOCK,
+    power: PowerEvidence | None = None,
 ) -> Facts:
-    lease = None if lease_age is None else LeaseFacts(renew_time=ago(lease_age), holder=NODE)
+    """``held``: the fence record holds this one entry (else ``record_``, else an empty record
+    at ``RECORD_VERSION``). ``lease_age``: the Lease's server-stamped age (None: no Lease)."""
+    if lease_ is None and lease_age is not None:
+        lease_ = lease(lease_age)
+    the_record = record_ or (record(held) if held is not None else record())
     return Facts(
         node=the_node if the_node is not None else node(),
-        lease=lease,
+        lease=lease_,
         pods=pods,
         cluster=cluster_ or cluster(),
+        power=power,
+        record=the_record,
+        clock=clock,
     )
 
 
@@ -132,18 +220,17 @@ def event(
     )
 
 
-def fenced_ledger(
-    *, uid: str = UID, fenced_at: float = 3600, boot_id: str = "boot-1", rule: str = "default"
-) -> Ledger:
-    """The ledger as the executor leaves it after a fence, read back through the parser."""
-    the_node = node(uid=uid, boot_id=boot_id)
-    notes = ledger.fence_annotations(the_node, event(), ago(fenced_at), "NoExecute", rule=rule)
-    return ledger.parse_ledger(notes)
-
-
 def fenced_node(
-    *, ready: str | None = "Unknown", since: float = 1200, uid: str = UID, **kw: Any
+    *, ready: str | None = "Unknown", since: float = 1200, uid: str = UID, effect: str = "NoExecute"
 ) -> NodeFacts:
-    return node(
-        ready=ready, since=since, uid=uid, taints=(our_taint(),), ledger_=fenced_ledger(**kw)
-    )
+    """The node as a fence leaves it: nodefence's exact taint on it."""
+    return node(ready=ready, since=since, uid=uid, taints=(our_taint(effect),))
+
+
+def recovered(
+    *, since: float = 900, seen: float | None = None, lease_age: float = 5, **kw: Any
+) -> Facts:
+    """A node nodefence fenced that has been Ready for ``since`` seconds, first seen Ready by
+    nodefence ``seen`` seconds ago (default: at the transition), kubelet renewing again."""
+    held = entry(ready_seen=since if seen is None else seen, ready_since=since)
+    return facts(fenced_node(ready="True", since=since), lease_age=lease_age, held=held, **kw)

@@ -1,5 +1,5 @@
 """Cluster-level guards: storm cooldown, cluster-wide pause, proof of power-off, and a rejection
-recorded in the ledger. Each test fails if its guard is removed."""
+recorded on the node. Each test fails if its guard is removed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from engine_factories import NOW, UID, ago, cluster, event, facts, node, policy
 
-from nodefence.engine import ledger
+from nodefence.engine import mirror
 from nodefence.engine.decide import decide
 from nodefence.engine.model import PowerEvidence, Verdict
 
@@ -51,7 +51,7 @@ def test_cluster_wide_pause_skips_with_its_reason() -> None:
     [("off", Verdict.FENCE), ("true", Verdict.FENCE), ("on", Verdict.NOOP), (None, Verdict.NOOP)],
 )
 def test_power_off_proof_by_annotation(value: str | None, verdict: Verdict) -> None:
-    rule = {"power_off_proof": {"mode": "annotation", "annotation": "fencing.example/power"}}
+    rule = {"fencing": {"driver": "annotation", "annotation": "fencing.example/power"}}
     notes = {"fencing.example/power": value} if value is not None else {}
     decision = decide(event(), facts(node(annotations=notes)), policy(rule=rule), NOW)
     assert decision.verdict is verdict
@@ -69,7 +69,7 @@ def test_power_off_proof_by_annotation(value: str | None, verdict: Verdict) -> N
     ],
 )
 def test_power_off_proof_by_http_endpoint(evidence: PowerEvidence | None, verdict: Verdict) -> None:
-    rule = {"power_off_proof": {"mode": "http", "url": "http://bmc.example/power/{node}"}}
+    rule = {"fencing": {"driver": "http", "url": "http://bmc.example/power/{node}"}}
     the_facts = replace(facts(), power=evidence)
     decision = decide(event(), the_facts, policy(rule=rule), NOW)
     assert decision.verdict is verdict
@@ -77,14 +77,14 @@ def test_power_off_proof_by_http_endpoint(evidence: PowerEvidence | None, verdic
 
 def test_http_proof_needs_a_url() -> None:
     with pytest.raises(Exception, match="url"):
-        policy(rule={"power_off_proof": {"mode": "http"}})
+        policy(rule={"fencing": {"driver": "http"}})
 
 
 def test_recorded_rejection_holds_for_the_incident_only() -> None:
     notes = {
-        ledger.APPROVAL: "rejected by U123 at 2026-11-30T08:00:00Z",
-        ledger.APPROVAL_NODE_UID: UID,
-        ledger.APPROVAL_FINGERPRINT: "fp-1",
+        mirror.APPROVAL: "rejected by U123 at 2026-11-30T08:00:00Z",
+        mirror.APPROVAL_NODE_UID: UID,
+        mirror.APPROVAL_FINGERPRINT: "fp-1",
     }
     slack = policy(rule={"approval": "slack"})
     rejected = decide(event(), facts(node(annotations=notes)), slack, NOW)

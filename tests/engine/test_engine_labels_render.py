@@ -5,11 +5,25 @@ from __future__ import annotations
 import json
 
 import pytest
-from engine_factories import NOW, event, facts, pod, policy
+from engine_factories import (
+    NOW,
+    RECORD_VERSION,
+    UID,
+    entry,
+    event,
+    facts,
+    fenced_node,
+    pod,
+    policy,
+    recovered,
+)
 
+from nodefence.engine import mirror
 from nodefence.engine.alerts import node_from_labels, strip_port
 from nodefence.engine.decide import decide
 from nodefence.engine.labels import SelectorError, parse_selector
+from nodefence.engine.model import AlertStatus
+from nodefence.engine.record import CONFIGMAP
 from nodefence.engine.render import decision_to_dict, describe
 from nodefence.engine.wording import duration
 
@@ -79,21 +93,66 @@ def test_decision_to_dict_is_json_ready() -> None:
     assert {"guard": "lease", "passed": True}.items() <= next(
         r for r in data["reasons"] if r["guard"] == "lease"
     ).items()
-    fence, purge = data["actions"]
+    claim, fence, confirm, purge = data["actions"]
+    assert (claim["type"], claim["node"], claim["record"], claim["record_version"]) == (
+        "claim",
+        "worker-1",
+        CONFIGMAP,
+        RECORD_VERSION,
+    )
+    assert (claim["entry"]["uid"], claim["entry"]["phase"]) == (UID, "claimed")
     assert (fence["type"], fence["effect"], fence["resource_version"]) == (
         "fence",
         "NoExecute",
         "41",
     )
+    assert {"type": "confirm", "node": "worker-1", "node_uid": UID}.items() <= confirm.items()
     assert (purge["type"], purge["name"], purge["strip_finalizers"]) == ("purge-pod", "db-0", [])
+
+
+def test_unfence_and_release_render_with_the_recorded_effect() -> None:
+    d = decide(event(AlertStatus.RESOLVED), recovered(), policy(), NOW)
+    unfence, release = decision_to_dict(d)["actions"]
+    assert (unfence["type"], unfence["effect"], unfence["node_uid"]) == (
+        "unfence",
+        "NoExecute",
+        UID,
+    )
+    assert mirror.FENCED_BY in unfence["remove_annotations"]
+    assert (release["type"], release["node_uid"]) == ("release", UID)
+    assert "healthy again" in release["why"]
+
+
+def test_observe_ready_renders_when_it_was_seen() -> None:
+    first_sight = facts(fenced_node(ready="True", since=900), lease_age=5, held=entry())
+    d = decide(event(AlertStatus.RESOLVED), first_sight, policy(), NOW)
+    (observe,) = decision_to_dict(d)["actions"]
+    assert observe == {
+        "type": "observe-ready",
+        "node": "worker-1",
+        "node_uid": UID,
+        "seen_at": "2026-11-30T08:20:00Z",
+    }
+    text = describe(d)
+    assert "  -> record that node worker-1 was seen Ready at 2026-11-30T08:20:00Z" in text
 
 
 def test_describe_names_verdict_guards_and_actions() -> None:
     text = describe(decide(event(), facts(lease_age=10), policy(), NOW))
     first, *rest = text.splitlines()
-    assert first.startswith("noop worker-1 [KubeNodeNotReady]: kubelet Lease")
+    assert first.startswith(
+        "noop worker-1 [KubeNodeNotReady]: Ready has been Unknown for 10s on the API server's clock"
+    )
+    assert any(line.startswith("  NO  not-ready-duration:") for line in rest)
     assert any(line.startswith("  NO  lease:") for line in rest)
     assert any(line.startswith("  ok  ready:") for line in rest)
+    assert any(line.startswith("  ok  clock:") for line in rest)
     fenced = describe(decide(event(), facts(pods=(pod("db-0"),)), policy(), NOW))
+    assert f"  -> claim a fence budget slot for node worker-1 in {CONFIGMAP}" in fenced
     assert "  -> taint node worker-1 out-of-service (NoExecute)" in fenced
+    assert f"  -> record node worker-1 as fenced in {CONFIGMAP}" in fenced
     assert "  -> force-delete pod default/db-0" in fenced
+    let_go = describe(decide(event(), facts(held=entry()), policy(), NOW))
+    assert f"  -> release node worker-1 from {CONFIGMAP} (its out-of-service taint" in let_go
+    unfenced = describe(decide(event(AlertStatus.RESOLVED), recovered(), policy(), NOW))
+    assert "  -> remove the out-of-service taint from node worker-1 (NoExecute)" in unfenced

@@ -16,7 +16,7 @@ def test_defaults_without_file() -> None:
     policy = load_policy(None)
     assert policy == Policy()
     assert (policy.dry_run, policy.paused) == (False, False)
-    assert policy.alerts.names == ["KubeNodeNotReady", "KubeNodeUnreachable"]
+    assert {"KubeNodeNotReady", "KubeNodeUnreachable"} <= set(policy.alerts.names)
     assert policy.alerts.node_labels == ["node"]
     (rule,) = policy.rules
     assert (rule.min_not_ready_seconds, rule.lease_staleness_seconds) == (300, 120)
@@ -33,6 +33,7 @@ def test_defaults_without_file() -> None:
     assert policy.cluster.max_fenced_nodes == 1
     assert policy.cluster.min_ready_fraction == 0.51
     assert policy.cluster.control_plane_quorum is True
+    assert policy.cluster.claim_timeout_seconds == 300
 
 
 def test_empty_file_and_empty_rules_mean_defaults(tmp_path: Path) -> None:
@@ -89,6 +90,12 @@ def test_documented_example_is_valid_and_matches_defaults() -> None:
         ("rules:\n  - approval: email\n", "rules[0].approval", "'none' or 'slack'"),
         ("rules:\n  - name: a\n  - name: a\n", "rules", "unique"),
         ("alerts:\n  names: []\n", "alerts.names", "at least 1"),
+        # A claim timeout shorter than a fence takes would roll back fences still at work.
+        (
+            "cluster:\n  claim_timeout_seconds: 5\n",
+            "cluster.claim_timeout_seconds",
+            "greater than or equal to 30",
+        ),
     ],
 )
 def test_invalid_files_name_file_and_field(
