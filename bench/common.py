@@ -136,7 +136,16 @@ def scenario(pods: int, finalizer_every: int = 10) -> dict[str, Any]:
     return {"simulation": {"k8s_version": "1.24.8", "feature_gates": {}}, "objects": objects}
 
 
-POLICY = {"rules": [{"name": "default", "purge": {"strip_finalizers": [FINALIZER]}}]}
+# The benchmark's machines have no BMC: it measures the fence path on inference alone.
+POLICY = {
+    "rules": [
+        {
+            "name": "default",
+            "fencing": {"driver": "none"},
+            "purge": {"strip_finalizers": [FINALIZER]},
+        }
+    ]
+}
 
 
 class Cluster:

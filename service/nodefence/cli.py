@@ -171,10 +171,52 @@ def _status(output: str) -> int:
     return asyncio.run(main())
 
 
+def _fencing_summary(policy: Any, inventory: Any) -> dict[str, str]:
+    """Per rule, in words: what proves a machine off before its taint (S10)."""
+    summary: dict[str, str] = {}
+    for rule in policy.rules:
+        fencing = rule.fencing
+        if fencing is None:
+            summary[rule.name] = (
+                "no fencing section: no proof, so this rule never fences on inference alone"
+                + (" (a person's approval in Slack stands in)" if rule.approval == "slack" else "")
+            )
+        elif fencing.driver == "none":
+            summary[rule.name] = (
+                "fencing.driver none: NO PROOF; fences on inference alone (the machine may "
+                "still be running)"
+            )
+        elif fencing.powers:
+            where = "BMC inventory loaded" if inventory is not None else "NO BMC INVENTORY SET"
+            summary[rule.name] = (
+                f"{fencing.driver}, action {fencing.action}, Off read back within "
+                f"{fencing.timeout_seconds:g}s ({where})"
+            )
+        else:
+            summary[rule.name] = f"{fencing.driver}: external proof"
+    return summary
+
+
 def _check_config() -> int:
+    from nodefence.alertmanager.config import UNCONFIGURED
+    from nodefence.errors import ConfigError
+    from nodefence.runtime import bmc_inventory
+
     settings = _settings()
     policy = _policy_or_exit(settings)
-    report = {"settings": settings.masked(), "policy": policy.model_dump(mode="json")}
+    try:
+        inventory = bmc_inventory(settings)
+    except ConfigError as exc:
+        print(f"nodefence: invalid BMC inventory: {exc}", file=sys.stderr)
+        return 2
+    alertmanager = settings.alertmanager
+    report = {
+        "settings": settings.masked(),
+        "policy": policy.model_dump(mode="json"),
+        "fencing": _fencing_summary(policy, inventory),
+        "bmc_inventory": inventory.describe() if inventory is not None else None,
+        "alertmanager": alertmanager.describe() if alertmanager is not None else UNCONFIGURED,
+    }
     print(json.dumps(report, indent=2, default=str))
     return 0
 

@@ -21,6 +21,8 @@ import structlog
 
 from nodefence.actions.executor import ActionResult, Executor, Outcome
 from nodefence.actions.record import RecordWriter
+from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
+from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.alerts import match_rule
@@ -36,6 +38,8 @@ from nodefence.engine.model import (
     Facts,
     FenceAction,
     ObserveReadyAction,
+    PowerAction,
+    PowerEvidence,
     PurgePodAction,
     ReleaseAction,
     UnfenceAction,
@@ -49,6 +53,7 @@ from nodefence.engine.volumes import (
     server_minor,
 )
 from nodefence.errors import ClusterUnavailableError
+from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
@@ -96,6 +101,8 @@ class PipelineOptions:
 @dataclasses.dataclass
 class _Commit:
     results: list[ActionResult]
+    # What the BMC said in this commit: the proof the next decision is made on.
+    power: PowerEvidence | None = None
     # Read and decide again: a precondition failed, or only housekeeping was done (a stale
     # entry let go, a Ready sighting recorded) and the node is now to be judged on what is left.
     again: bool = False
@@ -105,6 +112,7 @@ class _Commit:
 Decider = Callable[[Snapshot], Decision]
 
 HOUSEKEEPING = (ReleaseAction, ObserveReadyAction)
+POWER_MARGIN_SECONDS = 2.0
 
 
 class Pipeline:
@@ -118,8 +126,12 @@ class Pipeline:
         options: PipelineOptions | None = None,
         *,
         clock: Callable[[], datetime] = utcnow,
+        inventory: Inventory | None = None,
+        alertmanager: AlertmanagerConfig | None = None,
     ) -> None:
         self.kube = kube
+        self.inventory = inventory
+        self.alertmanager = alertmanager
         self.policy = policy
         self.metrics = metrics
         self.options = options or PipelineOptions()
@@ -266,10 +278,17 @@ class Pipeline:
         ``token`` names any claim this request writes, across its attempts."""
         token = token or self.records.new_token()
         results: list[ActionResult] = []
+        power: PowerEvidence | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
             snapshot = await self.reader.read(name, deadline)
             if prepare is not None:
                 snapshot = await prepare(snapshot)
+            if power is not None:
+                # Timed on the API server's clock by the first read after the BMC answered.
+                evidence = dataclasses.replace(power, at=power.at or snapshot.server_time)
+                power = evidence
+                facts = dataclasses.replace(snapshot.facts, power=evidence)
+                snapshot = dataclasses.replace(snapshot, facts=facts)
             decision = decider(snapshot)
             if decision.dry_run or not decision.actions:
                 if decision.dry_run:
@@ -277,6 +296,7 @@ class Pipeline:
                 return decision, results, snapshot
             commit = await self._commit(decision, snapshot, token, deadline)
             results.extend(commit.results)
+            power = commit.power or power
             if not commit.again:
                 return decision, results, snapshot
         raise ClusterUnavailableError(
@@ -327,6 +347,12 @@ class Pipeline:
                 result = (await self.executor.unfence(snapshot.node, action, deadline)).result
             elif isinstance(action, ReleaseAction):
                 result = await self.records.release(action, deadline)
+            elif isinstance(action, PowerAction):
+                result, evidence = await self._power(action, decision, token, deadline)
+                results.append(result)
+                if action.operation == "on" or evidence is None:
+                    return _Commit(results)
+                return _Commit(results, power=evidence, again=True)
             else:
                 result = await self.records.observe(action, deadline)
             results.append(result)
@@ -368,14 +394,75 @@ class Pipeline:
             result, action="undo-fence", detail=result.detail or "claim lost; taint taken off"
         )
 
+    async def _power(
+        self, action: PowerAction, decision: Decision, token: str, deadline: Deadline
+    ) -> tuple[ActionResult, PowerEvidence | None]:
+        """One BMC step. The record says the action is sent before it is sent; only a state
+        read back from the BMC becomes evidence, and a BMC that cannot be reached, refuses the
+        credentials or never reports the state asked for is no proof."""
+        kind = f"power-{action.operation}"
+        rule = self.policy.rule_named(decision.rule)
+        fencing = rule.fencing if rule is not None else None
+        budget = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
+        timeout = min(fencing.timeout_seconds, budget) if fencing is not None else budget
+        driver = self.inventory.driver_for(action.node) if self.inventory is not None else None
+        if driver is None:
+            detail = (
+                f"node {action.node} has no BMC in the inventory (NODEFENCE_BMC_INVENTORY)"
+                if self.inventory is not None
+                else "no BMC inventory is configured (NODEFENCE_BMC_INVENTORY)"
+            )
+            self.metrics.power_action(action.driver, action.operation, "unknown")
+            evidence = PowerEvidence("unknown", f"{action.driver} BMC", detail)
+            return ActionResult(kind, action.node, Outcome.FAILED, detail), evidence
+        try:
+            if action.send:
+                claim = action.claimed_by or (token if action.operation != "on" else "")
+                marked = await self.records.power_sent(
+                    action.node, action.node_uid, claim, action.operation, deadline
+                )
+                if marked.outcome is not Outcome.DONE:
+                    return dataclasses.replace(marked, action=kind), None
+            if action.operation == "on":
+                reading = await driver.power_on(timeout)
+            elif action.operation == "off" and action.send:
+                reading = await driver.power_off(timeout)
+            else:
+                reading = await driver.status(timeout)
+        finally:
+            await driver.close()
+        outcome = reading.state if action.send or action.operation == "status" else "not-sent"
+        self.metrics.power_action(action.driver, action.operation, outcome)
+        log.info(
+            "power_action",
+            node=action.node,
+            driver=action.driver,
+            action=action.operation,
+            sent=action.send,
+            state=reading.state,
+            bmc_state=reading.raw_state,
+            source=reading.source,
+            detail=reading.detail,
+        )
+        evidence = PowerEvidence(
+            reading.state,
+            reading.source,
+            reading.detail,
+            action_sent=action.send or action.operation == "off",
+        )
+        said = f"{reading.source} reports {reading.raw_state or reading.state}"
+        done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
+        detail = f"{said}: {reading.detail}" if reading.detail else said
+        return ActionResult(kind, action.node, done, detail), evidence
+
     async def _with_power(self, event: AlertEvent, snapshot: Snapshot) -> Snapshot:
         node = snapshot.facts.node
         if node is None or event.status is not AlertStatus.FIRING:
             return snapshot
         rule = match_rule(self.policy, event, node)
-        if rule is None or rule.power_off_proof.mode != "http":
+        if rule is None or rule.fencing is None or rule.fencing.driver != "http":
             return snapshot
-        proof = rule.power_off_proof
+        proof = rule.fencing
         evidence = await probe_power(proof.url, node.name, proof.timeout_seconds)
         facts = dataclasses.replace(snapshot.facts, power=evidence)
         return dataclasses.replace(snapshot, facts=facts)
@@ -389,6 +476,11 @@ class Pipeline:
         if decision.node is None or not decision.node_confirmed_down:
             return decision, []
         rule = self.policy.rule_named(decision.rule) or Rule()
+        acted = decision.verdict in (Verdict.FENCE, Verdict.PURGE)
+        if not acted and not rule.volume_attachment_cleanup:
+            # A repeated alert for a node already handled: nothing to say about volumes that
+            # the fence did not already say, and nothing to delete.
+            return decision, []
         minor = server_minor(self.reader.server_version)
         attachments: tuple[VolumeAttachmentFacts, ...] = ()
         snapshot = await self.reader.read(decision.node, deadline)
@@ -446,7 +538,28 @@ class Pipeline:
                 results.extend(released)
                 await self._record(decision, results, _uid(snapshot) or entry.uid, deadline)
             decisions.append(decision)
+        handled = {entry.node for entry in held.entries}
+        for event in await self._active_alerts():
+            if event.node is None or event.node in handled or deadline.expired:
+                continue
+            handled.add(event.node)
+            decisions.append(await self.handle_event(event, deadline))
         return decisions
+
+    async def _active_alerts(self) -> list[AlertEvent]:
+        """The node alerts Alertmanager still holds active: a fence refused for a passing reason
+        (too early, budget full, storm cooldown) is judged again within one reconcile period,
+        on every guard, instead of at Alertmanager's next repeat. Alertmanager being down only
+        means that retry waits; the rest of the pass goes on."""
+        if self.alertmanager is None:
+            return []
+        try:
+            return await active_alerts(
+                self.alertmanager, self.policy.alerts.names, self.policy.alerts.node_labels
+            )
+        except AlertmanagerUnavailableError as exc:
+            log.warning("alertmanager_unavailable", error=str(exc))
+            return []
 
     # ------------------------------------------------------------------ record
     async def _record(

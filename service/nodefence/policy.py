@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nodefence.engine.labels import SelectorError, parse_selector
 
-DEFAULT_ALERT_NAMES = ("KubeNodeNotReady", "KubeNodeUnreachable")
+DEFAULT_ALERT_NAMES = ("KubeNodeNotReady", "KubeNodeUnreachable", "NodefenceNodeNotReady")
 
 
 class PolicyError(Exception):
@@ -63,25 +63,65 @@ class RuleMatch(_Model):
         return value
 
 
-class PowerOffProof(_Model):
-    """Evidence required before tainting that the machine is really off (off by default).
+FencingDriver = Literal["redfish", "ipmi", "annotation", "http", "none"]
+POWER_DRIVERS = ("redfish", "ipmi")
 
-    ``annotation``: the node must carry ``annotation`` = "off" (or "true"), set by external
-    fencing. ``http``: GET ``url`` (``{node}`` is replaced by the node name) must answer "off"
-    (plain text, or JSON ``{"state": "off"}`` / ``{"power": "off"}``) within ``timeout_seconds``.
-    No answer, no fence.
+
+class Fencing(_Model):
+    """How a rule proves that the machine behind a node is off before the taint (S10).
+
+    ``redfish`` and ``ipmi`` ask the node's BMC (from the BMC inventory): ``verify`` only reads
+    its power state, ``off`` powers it off first and reads it back until it reports Off,
+    ``reboot`` does the same and powers it on again after the purge. ``annotation``: the node
+    must carry ``annotation`` = "off" (or "true"), set by external fencing. ``http``: GET ``url``
+    (``{node}`` replaced by the node name) must answer "off" within ``timeout_seconds``.
+    ``none`` is the explicit choice to fence on inference alone (NotReady, a Lease silent on the
+    API server's clock), and every decision made so says "no proof". No answer, no fence.
     """
 
-    mode: Literal["none", "annotation", "http"] = "none"
+    driver: FencingDriver
+    action: Literal["verify", "off", "reboot"] = "off"
+    # How long a power action may take to be read back (Off after off, On after on).
+    timeout_seconds: float = Field(default=15.0, gt=0, le=600)
     annotation: str = "nodefence.io/power-state"
     url: str = ""
-    timeout_seconds: float = Field(default=5.0, gt=0, le=30)
 
     @model_validator(mode="after")
-    def _url_for_http(self) -> PowerOffProof:
-        if self.mode == "http" and "://" not in self.url:
-            raise ValueError("url is required (http or https) when mode is http")
+    def _consistent(self) -> Fencing:
+        if self.driver == "http" and "://" not in self.url:
+            raise ValueError("url is required (http or https) when driver is http")
+        if self.driver not in POWER_DRIVERS and self.action != "off":
+            raise ValueError(
+                f"action {self.action} needs a BMC (driver redfish or ipmi); driver "
+                f"{self.driver} only reads proof"
+            )
         return self
+
+    @property
+    def powers(self) -> bool:
+        return self.driver in POWER_DRIVERS
+
+
+def _legacy_proof(rule: dict[str, Any]) -> dict[str, Any]:
+    """``power_off_proof`` (mode annotation | http) keeps working as the matching ``fencing``;
+    its mode ``none`` meant acting on inference alone, which is now an explicit choice."""
+    proof = rule.pop("power_off_proof")
+    if not isinstance(proof, dict):
+        raise ValueError("power_off_proof is replaced by fencing (see fencing.driver)")
+    if "fencing" in rule:
+        raise ValueError("power_off_proof is replaced by fencing; set only fencing")
+    mode = proof.get("mode", "none")
+    if mode == "none":
+        raise ValueError(
+            "power_off_proof mode none is replaced by fencing.driver: none (an explicit choice "
+            "to fence on inference alone) or a real driver (redfish, ipmi, annotation, http)"
+        )
+    converted: dict[str, Any] = {"driver": mode}
+    for key in ("annotation", "url", "timeout_seconds"):
+        if key in proof:
+            converted[key] = proof[key]
+    rule["fencing"] = converted
+    return rule
 
 
 class Rule(_Model):
@@ -101,7 +141,22 @@ class Rule(_Model):
     # An approval older than this no longer authorises a fence; the request is asked again.
     approval_timeout_seconds: int = Field(default=3600, gt=0)
     flap_window_seconds: int = Field(default=1800, ge=0)
-    power_off_proof: PowerOffProof = Field(default_factory=PowerOffProof)
+    # None: no proof is configured, so this rule fences only with a person's approval (S10).
+    fencing: Fencing | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "power_off_proof" in data:
+            return _legacy_proof(dict(data))
+        return data
+
+    @property
+    def needs_new_boot_id(self) -> bool:
+        """A reboot through the BMC is verified by the bootID it must produce."""
+        return self.require_new_boot_id or (
+            self.fencing is not None and self.fencing.action == "reboot"
+        )
 
 
 class ClusterPolicy(_Model):

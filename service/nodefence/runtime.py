@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from nodefence.errors import ConfigError
+from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline, PipelineOptions
@@ -15,6 +17,17 @@ def effective_policy(settings: Settings) -> Policy:
     if settings.dry_run and not policy.dry_run:
         policy = policy.model_copy(update={"dry_run": True})
     return policy
+
+
+def bmc_inventory(settings: Settings) -> Inventory | None:
+    """The BMC inventory, validated at start: a broken one is a configuration error, not a
+    surprise at 3 a.m. when the first power-off is due."""
+    if settings.bmc_inventory is None:
+        return None
+    try:
+        return load_inventory(settings.bmc_inventory)
+    except InventoryError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 async def build_pipeline(
@@ -32,4 +45,11 @@ async def build_pipeline(
         identity=settings.identity,
         deadline_seconds=settings.request_deadline_seconds,
     )
-    return Pipeline(kube, policy or effective_policy(settings), metrics, options)
+    return Pipeline(
+        kube,
+        policy or effective_policy(settings),
+        metrics,
+        options,
+        inventory=bmc_inventory(settings),
+        alertmanager=settings.alertmanager,
+    )

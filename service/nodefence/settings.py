@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     auth_disabled: bool = False
 
     policy_file: Path | None = None
+    # The BMC inventory (node name -> BMC address, system, credentials, TLS), mounted from a
+    # Secret; read by rules whose fencing.driver is redfish or ipmi.
+    bmc_inventory: Path | None = None
     dry_run: bool = False
 
     # Knative and most PaaS runtimes set a bare PORT, so that name wins over the prefixed one.

@@ -259,6 +259,9 @@ def start_simulator(procs: Processes, *, within: float = 30.0) -> Simulator:
 # --------------------------------------------------------------------------- nodefence
 
 
+INFERENCE_POLICY = Path(__file__).parents[1] / "reliability" / "inference-policy.yaml"
+
+
 @dataclass
 class Nodefence:
     url: str
@@ -279,6 +282,8 @@ def start_nodefence(
         "NODEFENCE_IDENTITY": identity,
         "NODEFENCE_LOG_FORMAT": "json",
         "NODEFENCE_LOG_LEVEL": "debug",
+        # The simulated machines have no BMC in this chain: the rule fences on inference alone.
+        "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
     }
     process = procs.start("nodefence", [sys.executable, "-m", "nodefence", "serve"], env=env)
     url = f"http://127.0.0.1:{port}"

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 NODE = "control02"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
-NODE_ALERTS = {"KubeNodeNotReady", "KubeNodeUnreachable"}
+NODE_ALERTS = {"KubeNodeNotReady", "KubeNodeUnreachable", "NodefenceNodeNotReady"}
 TAINT = {"key": OOS, "value": "nodeshutdown", "effect": "NoExecute"}
 # Prometheus' 1 s scrape and evaluation, the 2 s ``for:`` and Alertmanager's 1 s group_wait add
 # up to a few seconds; the rest is headroom for a loaded CI machine.

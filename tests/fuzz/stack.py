@@ -18,7 +18,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.http.app import build_app
-from nodefence.policy import Policy
+from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
 from nodefence.sim.faults import WRITE_VERBS, RequestRecord
@@ -66,7 +66,9 @@ async def _serve(ready: threading.Event, stop: asyncio.Event, box: list[Stack]) 
     )
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:
         pipeline = await build_pipeline(
-            settings, policy=Policy(), kubeconfig=str(cluster.kubeconfig)
+            settings,
+            policy=parse_policy({"rules": [{"name": "default", "fencing": {"driver": "none"}}]}),
+            kubeconfig=str(cluster.kubeconfig),
         )
         runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
         await runner.setup()

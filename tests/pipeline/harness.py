@@ -61,6 +61,26 @@ class Receiver:
         return list(body["decisions"])
 
 
+INFERENCE: dict[str, Any] = {"driver": "none"}
+# The healthy delay counts from the moment nodefence first sees a node Ready (on the API
+# server's clock), so a test about something else would wait it out in real time.
+NO_HEALTHY_DELAY: dict[str, Any] = {"rules": [{"name": "default", "healthy_delay_seconds": 0}]}
+SHORT_HEALTHY_DELAY: dict[str, Any] = {"rules": [{"name": "default", "healthy_delay_seconds": 3}]}
+
+
+def inference(policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``policy`` with every rule choosing ``fencing.driver: none`` (inference alone) unless it
+    chose a driver itself. These tests are about the guards, writes and deliveries on the
+    simulator, whose machines have no BMC here; the S10 tests choose their fencing themselves."""
+    chosen = dict(policy or {})
+    rules = chosen.get("rules") or [{"name": "default"}]
+    chosen["rules"] = [
+        rule if {"fencing", "power_off_proof"} & set(rule) else {"fencing": INFERENCE, **rule}
+        for rule in rules
+    ]
+    return chosen
+
+
 @asynccontextmanager
 async def start_receiver(
     cluster: SimulatorHandle,
@@ -81,7 +101,10 @@ async def start_receiver(
     )
     metrics = Metrics()
     pipeline = await build_pipeline(
-        settings, metrics=metrics, policy=policy or Policy(), kubeconfig=str(cluster.kubeconfig)
+        settings,
+        metrics=metrics,
+        policy=policy or parse_policy(inference()),
+        kubeconfig=str(cluster.kubeconfig),
     )
     if settle_seconds is not None:
         pipeline.options = dataclasses.replace(pipeline.options, settle_seconds=settle_seconds)

@@ -15,6 +15,7 @@ from .harness import (
     NODE,
     eventually,
     firing,
+    inference,
     node_events,
     oos_taints,
     start_receiver,
@@ -69,14 +70,14 @@ async def test_power_proof_from_endpoint_gates_the_fence(cluster: SimulatorHandl
     cluster.sim.node_down(NODE, since_seconds=1200)
     async with power_endpoint("on") as url:
         rule = {"name": "bmc", "power_off_proof": {"mode": "http", "url": url}}
-        async with start_receiver(cluster, policy={"rules": [rule]}) as receiver:
+        async with start_receiver(cluster, policy=inference({"rules": [rule]})) as receiver:
             [refused] = await receiver.alert(firing())
             assert refused["verdict"] == "noop"
             assert any(r["guard"] == "power-off" and not r["passed"] for r in refused["reasons"])
             assert not oos_taints(cluster, NODE)
     async with power_endpoint("off") as url:
         rule = {"name": "bmc", "power_off_proof": {"mode": "http", "url": url}}
-        async with start_receiver(cluster, policy={"rules": [rule]}) as receiver:
+        async with start_receiver(cluster, policy=inference({"rules": [rule]})) as receiver:
             [fenced] = await receiver.alert(firing())
             assert fenced["verdict"] == "fence", fenced
             assert oos_taints(cluster, NODE)
@@ -92,7 +93,7 @@ async def test_unreachable_power_endpoint_means_no_fence(cluster: SimulatorHandl
             "timeout_seconds": 1,
         },
     }
-    async with start_receiver(cluster, policy={"rules": [rule]}) as receiver:
+    async with start_receiver(cluster, policy=inference({"rules": [rule]})) as receiver:
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "noop"
         assert not oos_taints(cluster, NODE)
@@ -100,7 +101,7 @@ async def test_unreachable_power_endpoint_means_no_fence(cluster: SimulatorHandl
 
 async def test_a_running_receiver_notices_the_pause_switch(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
-    async with start_receiver(cluster, policy={"dry_run": True}) as receiver:
+    async with start_receiver(cluster, policy=inference({"dry_run": True})) as receiver:
         [before] = await receiver.alert(firing())
         assert before["verdict"] == "fence"
         cluster.sim.store.create(

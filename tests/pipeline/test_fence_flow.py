@@ -3,15 +3,20 @@ verified and unfenced; every step is checked on the simulated cluster's state.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror as ledger
 from nodefence.sim.resources import PODS
 from nodefence.sim.testing import SimulatorHandle
 
 from .harness import (
+    NO_HEALTHY_DELAY,
     NODE,
+    SHORT_HEALTHY_DELAY,
     eventually,
     firing,
+    inference,
     node,
     node_events,
     oos_taints,
@@ -35,7 +40,7 @@ async def test_dead_node_is_fenced_purged_then_verified_and_unfenced(
     stuck = {p["metadata"]["name"] for p in terminating_on(cluster, NODE)}
     assert "mariadb-server-1" in stuck
 
-    async with start_receiver(cluster) as receiver:
+    async with start_receiver(cluster, policy=inference(SHORT_HEALTHY_DELAY)) as receiver:
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "fence", decision
         [taint] = oos_taints(cluster, NODE)
@@ -59,8 +64,20 @@ async def test_dead_node_is_fenced_purged_then_verified_and_unfenced(
 
         cluster.sim.node_up(NODE, since_seconds=600, reboot=True)
         await eventually(lambda: node(cluster, NODE)["spec"].get("taints") is not None)
-        [late] = await receiver.alert(resolved())
-        assert late["verdict"] == "unfence", late
+        [seen] = await receiver.alert(resolved())
+        assert seen["verdict"] == "deferred", seen
+        assert any(
+            r["guard"] == "healthy-delay" and "first seen Ready at" in r["message"]
+            for r in seen["reasons"]
+        ), "the kubelet's own 'Ready for 10 minutes' must not count: the delay starts now"
+        assert oos_taints(cluster, NODE)
+
+        async def unfenced() -> dict[str, Any] | None:
+            [late] = await receiver.alert(resolved())
+            return late if late["verdict"] == "unfence" else None
+
+        late = await eventually(unfenced, within=10, interval=0.3)
+        assert late is not None
         assert not oos_taints(cluster, NODE)
         notes = node(cluster, NODE)["metadata"]["annotations"]
         assert ledger.FENCED_BY not in notes
@@ -87,8 +104,10 @@ async def test_repeated_alert_for_fenced_node_makes_no_write(cluster: SimulatorH
         [again] = await receiver.alert(firing())
         assert again["verdict"] == "noop", again
         assert writes_since(cluster, cursor) == []
+        # The node, its Lease, its pods and the fence record, read concurrently; the cluster
+        # counts come from the short-lived shared list.
         reads = len(cluster.faults.requests(cursor))
-        assert reads <= 3, [r.path for r in cluster.faults.requests(cursor)]
+        assert reads <= 4, [r.path for r in cluster.faults.requests(cursor)]
 
 
 async def test_ready_node_is_never_fenced_and_the_refusal_is_an_event(
@@ -120,7 +139,8 @@ async def test_reconcile_purges_leftovers_and_unfences_recovered_node(
     cluster: SimulatorHandle,
 ) -> None:
     await kill(cluster)
-    async with start_receiver(cluster, settle_seconds=0) as receiver:
+    policy = inference(NO_HEALTHY_DELAY)
+    async with start_receiver(cluster, settle_seconds=0, policy=policy) as receiver:
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "fence"
         # The taint evicts the DaemonSet pods too; with no settle time they are left Terminating.

@@ -22,10 +22,12 @@ from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.testing import SimulatorHandle
 
 from .harness import (
+    NO_HEALTHY_DELAY,
     NODE,
     OOS,
     eventually,
     firing,
+    inference,
     node,
     node_events,
     oos_taints,
@@ -36,11 +38,14 @@ from .harness import (
 )
 
 
+INFERENCE_POLICY = Path(__file__).parents[1] / "reliability" / "inference-policy.yaml"
+
+
 def successful_node_patches(cluster: SimulatorHandle, cursor: int, name: str) -> int:
     return sum(
         1
         for r in cluster.faults.requests(cursor)
-        if r.verb == "patch" and r.path == f"/api/v1/nodes/{name}" and r.status == 200
+        if r.verb == "update" and r.path == f"/api/v1/nodes/{name}" and r.status == 200
     )
 
 
@@ -127,7 +132,7 @@ async def test_s4_admin_taint_is_never_taken_over_or_removed(cluster: SimulatorH
 
 async def test_s8_dry_run_makes_zero_writes(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
-    async with start_receiver(cluster, policy={"dry_run": True}) as receiver:
+    async with start_receiver(cluster, policy=inference({"dry_run": True})) as receiver:
         cursor = cluster.faults.cursor
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "fence"
@@ -144,7 +149,12 @@ async def test_s8_plan_command_makes_zero_writes(cluster: SimulatorHandle, tmp_p
     cluster.sim.node_down(NODE, since_seconds=1200)
     payload = tmp_path / "alert.json"
     payload.write_text(json.dumps(firing()))
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "NODEFENCE_NAMESPACE": "nodefence"}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "NODEFENCE_NAMESPACE": "nodefence",
+        "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
+    }
     env.pop("NODEFENCE_ALERT_TOKEN", None)
     cursor = cluster.faults.cursor
     proc = await asyncio.create_subprocess_exec(
@@ -213,7 +223,7 @@ async def test_s7_duplicate_resolve_after_unfence_is_a_quiet_noop(
     cluster: SimulatorHandle,
 ) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
-    async with start_receiver(cluster) as receiver:
+    async with start_receiver(cluster, policy=inference(NO_HEALTHY_DELAY)) as receiver:
         await receiver.alert(firing())
         await eventually(lambda: not terminating_on(cluster, NODE))
         cluster.sim.node_up(NODE, since_seconds=600, reboot=True)

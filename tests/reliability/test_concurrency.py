@@ -20,7 +20,7 @@ from nodefence.policy import parse_policy
 from nodefence.sim.resources import NODES
 from nodefence.sim.simulation import Simulation
 from nodefence.sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import Receiver, node_events, start_receiver
+from pipeline.harness import Receiver, inference, node_events, start_receiver
 
 from .support import NODE_PATH, NodeWriteWatch, firing, orphans, ours, resolved, successful
 
@@ -69,7 +69,7 @@ def fenced_now(cluster: SimulatorHandle) -> list[str]:
 async def run(seed: int, limit: int) -> None:
     rng = random.Random(seed)
     down = rng.choice(OUTAGES)
-    policy = parse_policy({"cluster": {"max_fenced_nodes": limit}})
+    policy = parse_policy(inference({"cluster": {"max_fenced_nodes": limit}}))
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:
         watch = NodeWriteWatch(limit).attach(cluster)
         for name in down:

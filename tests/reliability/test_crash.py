@@ -39,12 +39,14 @@ from .support import (
 
 NODE = "control02"
 IDENTITY = "replica-a"
-# Seeds for the kill points; each draws after how many API requests the receiver dies. These
-# land before the lock (4), around the fence write (10, 11), and early and late in the purge
-# (16, 36); with 30 ms per request the next request is usually in flight at the kill. The write
-order (claim, taint, confirm, purge) leaves at every point a state the next delivery or the
-reconcile pass completes: a claim without taint is completed on every guard, a taint with an
-unconfirmed claim is confirmed.
+# The simulated machines have no BMC here: the rule fences on inference alone, by choice.
+INFERENCE_POLICY = Path(__file__).with_name("inference-policy.yaml")
+# Seeds for the kill points; each draws after how many API requests the receiver dies: before
+# the claim, between claim and taint, around the confirm, early and late in the purge; with
+# 30 ms per request the next request is usually in flight at the kill. The write order (claim,
+# taint, confirm, purge) leaves at every point a state the next delivery or the reconcile pass
+# completes: a claim without taint is completed on every guard, a taint with an unconfirmed
+# claim is confirmed.
 CRASH_SEEDS = (2, 79, 21, 3, 29)
 MAX_KILL_POINT = 45
 
@@ -70,6 +72,7 @@ class ServeProcess:
             "NODEFENCE_IDENTITY": IDENTITY,
             "NODEFENCE_NAMESPACE": "nodefence",
             "NODEFENCE_LOG_LEVEL": "warning",
+            "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
         }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "nodefence", "serve"],

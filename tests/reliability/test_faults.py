@@ -70,7 +70,7 @@ async def test_latency_on_every_request_still_fences_and_purges(
 @pytest.mark.parametrize(
     ("verb", "path", "status"),
     [
-        ("patch", "/api/v1/nodes/*", 500),
+        ("update", "/api/v1/nodes/*", 500),
         ("list", "/api/v1/*", 503),
         ("delete", "/api/v1/namespaces/*/pods/*", 502),
     ],
@@ -89,14 +89,12 @@ async def test_server_errors_are_retried_until_one_fence(
 
 
 async def test_throttling_honours_retry_after(cluster: SimulatorHandle, dead: Before) -> None:
-    cluster.faults.fail(2, status=429, verbs=("patch",), path="/api/v1/nodes/*", retry_after=1)
+    cluster.faults.fail(2, status=429, verbs=("update",), path="/api/v1/nodes/*", retry_after=1)
     async with start_receiver(cluster) as receiver:
         [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "fence", decision
     patches = [
-        r
-        for r in cluster.faults.requests(dead.cursor)
-        if (r.method, r.path) == ("PUT", PATCH_NODE)
+        r for r in cluster.faults.requests(dead.cursor) if (r.method, r.path) == ("PUT", PATCH_NODE)
     ]
     assert [r.status for r in patches] == [429, 429, 200]
     gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(patches)]
@@ -105,7 +103,7 @@ async def test_throttling_honours_retry_after(cluster: SimulatorHandle, dead: Be
 
 
 async def test_conflict_storm_rereads_and_redecides(cluster: SimulatorHandle, dead: Before) -> None:
-    cluster.faults.conflicts(4, verbs=("patch",), path="/api/v1/nodes/*")
+    cluster.faults.conflicts(4, verbs=("update",), path="/api/v1/nodes/*")
     async with start_receiver(cluster) as receiver:
         [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "fence", decision
@@ -114,14 +112,14 @@ async def test_conflict_storm_rereads_and_redecides(cluster: SimulatorHandle, de
     assert [log[i].status for i in patches] == [409, 409, 409, 409, 200]
     for earlier, later in itertools.pairwise(patches):
         between = [r.path for r in log[earlier + 1 : later]]
-        assert "/api/v1/nodes" in between, "each retry must re-read the node and re-decide"
+        assert PATCH_NODE in between, "each retry must re-read the node and re-decide"
     dead.check(cluster)
 
 
 async def test_endless_conflicts_answer_503_and_redelivery_fences(
     cluster: SimulatorHandle, dead: Before
 ) -> None:
-    cluster.faults.conflicts(None, verbs=("patch",), path="/api/v1/nodes/*")
+    cluster.faults.conflicts(None, verbs=("update",), path="/api/v1/nodes/*")
     async with start_receiver(cluster) as receiver:
         status, body = await receiver.post("/alerts", firing(NODE))
         assert status == 503, body
@@ -136,7 +134,7 @@ async def test_endless_conflicts_answer_503_and_redelivery_fences(
 async def _change_node_during_fence_write(cluster: SimulatorHandle, change: str) -> dict[str, Any]:
     """Hold the fence PATCH in the server for a moment and change the node meanwhile, so the
     write lands on a resourceVersion other than the one it was decided on."""
-    slow = cluster.faults.slow(0.5, verbs=("patch",), path="/api/v1/nodes/*")
+    slow = cluster.faults.slow(0.5, verbs=("update",), path="/api/v1/nodes/*")
     async with start_receiver(cluster) as receiver:
         pending = asyncio.create_task(receiver.alert(firing(NODE)))
         await eventually(lambda: slow.hits >= 1)
@@ -175,7 +173,7 @@ async def test_node_recovering_while_the_fence_write_is_in_flight_is_not_fenced(
 
 
 async def test_connection_resets_are_retried(cluster: SimulatorHandle, dead: Before) -> None:
-    cluster.faults.reset(2, verbs=("patch",), path="/api/v1/nodes/*")
+    cluster.faults.reset(2, verbs=("update",), path="/api/v1/nodes/*")
     cluster.faults.reset(3, verbs=("delete",))
     cluster.faults.reset(1, verbs=("list",))
     async with start_receiver(cluster) as receiver:
@@ -189,7 +187,7 @@ async def test_hanging_request_times_out_and_is_retried(
     cluster: SimulatorHandle, dead: Before
 ) -> None:
     cluster.faults.hang_seconds = 3.0
-    cluster.faults.hang(1, verbs=("patch",), path="/api/v1/nodes/*")
+    cluster.faults.hang(1, verbs=("update",), path="/api/v1/nodes/*")
     async with start_receiver(cluster) as receiver:
         receiver.pipeline.kube.call_timeout = 0.5
         started = time.monotonic()

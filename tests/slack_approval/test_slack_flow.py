@@ -19,12 +19,12 @@ async def kill(world: World) -> None:
 
 
 def node_patches(world: World, cursor: int, *, accepted: bool = True) -> list[int]:
-    """Statuses of the node's patches since ``cursor``: by default only the accepted ones; a
-    refused one (a failed ``test`` precondition) changed nothing."""
+    """Statuses of the node's fence writes (PUT with uid and resourceVersion) since ``cursor``:
+    by default only the accepted ones; a refused one (a failed precondition) changed nothing."""
     return [
         r.status
         for r in world.cluster.faults.requests(cursor)
-        if r.verb == "patch"
+        if r.verb == "update"
         and r.path.endswith(f"/nodes/{NODE}")
         and (r.status < 300 or not accepted)
     ]

@@ -121,7 +121,12 @@ class RecordWriter:
         self, action: ConfirmAction, token: str, fenced_at: datetime | None, deadline: Deadline
     ) -> ActionResult:
         def fenced(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
-            done = dataclasses.replace(entry, phase=Phase.FENCED, fenced_at=fenced_at or now)
+            done = dataclasses.replace(
+                entry,
+                phase=Phase.FENCED,
+                fenced_at=fenced_at or now,
+                proof=action.proof or entry.proof,
+            )
             return fence_record.with_entry(record, done)
 
         claim = action.claimed_by or token
@@ -138,6 +143,21 @@ class RecordWriter:
             "release", action.node, action.node_uid, action.claimed_by, released, deadline
         )
         return dataclasses.replace(result, detail=result.detail or action.why)
+
+    async def power_sent(
+        self, node: str, uid: str, claimed_by: str, operation: str, deadline: Deadline
+    ) -> ActionResult:
+        """Written before the power action goes out: a duplicate delivery, another replica or a
+        retry after a crash then reads the state instead of sending the action again."""
+
+        def sent(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            if operation == "on":
+                marked = dataclasses.replace(entry, power_on_sent_at=now)
+            else:
+                marked = dataclasses.replace(entry, power_off_sent_at=now)
+            return fence_record.with_entry(record, marked)
+
+        return await self._change(f"power-{operation}", node, uid, claimed_by, sent, deadline)
 
     async def observe(self, action: ObserveReadyAction, deadline: Deadline) -> ActionResult:
         def seen(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:

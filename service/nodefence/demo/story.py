@@ -37,7 +37,20 @@ STATEFUL = ("mariadb-server-1", "rabbitmq-rabbitmq-2", "ingress-0")
 NAMESPACE = "openstack"
 # The seed cluster runs 1.24 without NodeOutOfServiceVolumeDetach, so the taint alone releases
 # neither the stuck pods nor their volumes: the rule lets nodefence finish both.
-DEMO_POLICY = parse_policy({"rules": [{"name": "seed", "volume_attachment_cleanup": True}]})
+# The healthy delay is scaled down from 5 minutes to 5 seconds so that the story fits a terminal;
+# it is counted on the API server's clock from the moment nodefence first sees the node Ready.
+HEALTHY_DELAY_SECONDS = 5
+DEMO_POLICY = parse_policy(
+    {
+        "rules": [
+            {
+                "name": "seed",
+                "volume_attachment_cleanup": True,
+                "healthy_delay_seconds": HEALTHY_DELAY_SECONDS,
+            }
+        ]
+    }
+)
 
 
 def _table(pods: list[dict[str, Any]]) -> str:
@@ -86,8 +99,11 @@ class Story:
     async def post_alert(self, status: str, starts_at: datetime) -> dict[str, Any]:
         ends = datetime.now(UTC) if status == "resolved" else None
         payload = webhook([node_alert(NODE, status=status, starts_at=starts_at, ends_at=ends)])
+        return await self.post("/alerts", payload)
+
+    async def post(self, path: str, payload: Any) -> dict[str, Any]:
         async with self.view.session.post(
-            f"{self.receiver}/alerts",
+            f"{self.receiver}{path}",
             json=payload,
             headers={"Authorization": f"Bearer {self.token}"},
         ) as response:
@@ -213,9 +229,28 @@ class Story:
 
         t.heading("Alertmanager sends the resolved KubeNodeNotReady")
         body = await self.post_alert("resolved", down_since + timedelta(minutes=15))
-        if self.show_decision(body) != "unfence":
-            t.fail("nodefence did not decide to unfence")
-            raise StepFailedError("unfence")
+        if self.show_decision(body) != "deferred":
+            t.fail("nodefence did not wait for the healthy delay")
+            raise StepFailedError("healthy delay")
+        t.ok(
+            f"the {HEALTHY_DELAY_SECONDS}s healthy delay starts now, on the API server's clock: "
+            "the kubelet's own 'Ready since' is not trusted"
+        )
+
+        t.heading("The reconcile pass (a CronJob) checks again")
+
+        async def unfence_decided() -> dict[str, Any] | None:
+            reply = await self.post("/reconcile", {})
+            decisions = [d for d in reply["decisions"] if d["node"] == NODE]
+            return reply if decisions and decisions[0]["verdict"] == "unfence" else None
+
+        body = await t.expect(
+            "nodefence decides to unfence",
+            unfence_decided,
+            within=HEALTHY_DELAY_SECONDS + 15,
+            interval=1.0,
+        )
+        self.show_decision({"decisions": [d for d in body["decisions"] if d["node"] == NODE]})
 
         async def unfenced() -> bool:
             return not await fenced()

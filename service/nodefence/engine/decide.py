@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from nodefence.engine import guards, mirror
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.model import (
+    API_SERVER_CLOCK,
     EXCLUDE_LABEL,
     OUT_OF_SERVICE_VALUE,
     Action,
@@ -34,6 +35,7 @@ from nodefence.engine.model import (
     FenceAction,
     NodeFacts,
     ObserveReadyAction,
+    PowerAction,
     Reason,
     ReleaseAction,
     Taint,
@@ -57,6 +59,7 @@ class _Record:
     alertname: str
     fingerprint: str
     status: str
+    clock: str = API_SERVER_CLOCK
     node: str | None = None
     rule: str | None = None
     reasons: list[Reason] = field(default_factory=list)
@@ -190,7 +193,9 @@ def decide(
 ) -> Decision:
     """``own_claim`` names the claim the calling request wrote itself, if any: that one it may
     roll back at once when the guards no longer pass."""
-    record = _Record(policy, now, event.alertname, event.fingerprint, event.status.value)
+    record = _Record(
+        policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock
+    )
     if event.alertname not in policy.alerts.names:
         record.add(
             "alert",
@@ -218,7 +223,7 @@ def decide(
 
 def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:
     """Finish what lost or failed deliveries left on a node the fence record holds."""
-    record = _Record(policy, now, "", "", RECONCILE_STATUS)
+    record = _Record(policy, now, "", "", RECONCILE_STATUS, facts.clock)
     record.node = node_name
     held = facts.record.entry(node_name)
     if held is not None:
@@ -265,6 +270,10 @@ def _fenced_since(record: _Record, entry: FenceEntry) -> None:
 
 
 def _claim_fresh(record: _Record, entry: FenceEntry) -> bool:
+    """A claim's age is known only on the API server's clock: on any other it is never judged
+    stale, since rolling back a claim another replica is still completing frees its slot."""
+    if record.clock != API_SERVER_CLOCK:
+        return True
     timeout = record.policy.cluster.claim_timeout_seconds
     return record.now - entry.claimed_at < timedelta(seconds=timeout)
 
@@ -348,16 +357,54 @@ def _firing(
                 return held
             _fenced_since(record, entry)
             return _purge_leftovers(record, facts, node, entry, governing or rule)
-    return _fresh(record, event, facts, node, rule, approval, pending, own_claim)
+    return _fresh(
+        record, event, facts, node, rule, approval=approval, pending=pending, own_claim=own_claim
+    )
 
 
-def _proof_text(facts: Facts, rule: Rule) -> str:
-    if rule.power_off_proof.mode == "none":
-        return "none: fenced on inference alone (the rule requires no power-off proof)"
-    if rule.power_off_proof.mode == "annotation":
-        return f"annotation {rule.power_off_proof.annotation} said off"
+def _proof_text(facts: Facts, rule: Rule, approved: Approval | None) -> str:
+    """What the fence record keeps as the reason the machine was taken to be off."""
+    fencing = rule.fencing
+    if fencing is None:
+        who = mirror.approval_text(approved) if approved is not None else "nobody"
+        return f"no proof: {who}, in place of a power-off proof (the rule has no fencing)"
+    if fencing.driver == "none":
+        return f"{guards.NO_PROOF}: inference alone (fencing.driver none)"
+    if fencing.driver == "annotation":
+        return f"annotation {fencing.annotation} said off"
     power = facts.power
-    return f"{power.source} reported off" if power is not None else ""
+    if power is None:
+        return ""
+    when = f" at {instant(power.at)}" if power.at is not None else ""
+    sent = "after nodefence powered it off, " if power.action_sent else ""
+    return f"{power.source} reported Off ({sent}read back{when})"
+
+
+def _power_step(
+    record: _Record, node: NodeFacts, rule: Rule, pending: FenceEntry | None
+) -> PowerAction:
+    fencing = rule.fencing
+    assert fencing is not None
+    operation = "status" if fencing.action == "verify" else "off"
+    sent_before = pending is not None and pending.power_off_sent_at is not None
+    send = operation == "off" and not sent_before
+    verb = {
+        "status": "read the machine's power state from its BMC",
+        "off": "power the machine off through its BMC and read it back until it reports Off",
+    }[operation]
+    if sent_before and pending is not None and pending.power_off_sent_at is not None:
+        verb = (
+            f"read the machine's power state (power-off already sent at "
+            f"{instant(pending.power_off_sent_at)}; never sent twice)"
+        )
+    record.add(
+        guards.POWER_OFF,
+        True,
+        f"proof comes from the BMC ({fencing.driver}): every other guard passed, so nodefence "
+        f"holds a budget slot and will {verb} before any taint",
+    )
+    claim = pending.claimed_by if pending is not None else ""
+    return PowerAction(node.name, node.uid, fencing.driver, operation, send, claim)
 
 
 def _fresh(
@@ -366,14 +413,17 @@ def _fresh(
     facts: Facts,
     node: NodeFacts,
     rule: Rule,
+    *,
     approval: Approval | None,
     pending: FenceEntry | None,
     own_claim: str,
 ) -> Decision:
-    """Every guard, then the fence. ``pending`` is a claimed entry whose taint is not on yet:
-    completing it is as safe as a new fence (the same guards, the same proof, and the node
-    write's precondition), so any replica may; rolling it back is left to the request that made
-    it (``own_claim``) or to anyone once it is older than the claim timeout."""
+    """Every guard, then the proof, then the fence. ``pending`` is a claimed entry whose taint
+    is not on yet: completing it is as safe as a new fence (the same guards, the same proof, the
+    node write's precondition), so any replica may; rolling it back is left to the request that
+    made it (``own_claim``) or to anyone once it is older than the claim timeout. While a
+    power-off it sent is not yet read back as Off, the claim is kept, so the action is never
+    sent again for this incident."""
     policy = record.policy
     record.extend(guards.trusted_clock(facts.clock))
     record.extend(guards.no_foreign_taint(node, ours=False))
@@ -388,8 +438,14 @@ def _fresh(
         guards.within_fence_budget(node, facts.record, policy.cluster),
         guards.ready_fraction_kept(node, facts.cluster, policy.cluster),
         guards.control_plane_quorum(node, facts.cluster, facts.record, policy.cluster),
-        guards.powered_off(node, facts.power, rule),
     )
+    fencing = rule.fencing
+    ask_bmc = fencing is not None and fencing.powers and facts.power is None
+    # Without any fencing, a person's approval is the proof S10 accepts instead.
+    by_approval = fencing is None and rule.approval == "slack"
+    power = None if ask_bmc else guards.powered_off(node, facts.power, rule)
+    if power is not None and not (by_approval and not power.passed):
+        record.extend(power)
     flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, record.now)
     record.extend(flap)
     refused: Decision | None = None
@@ -402,13 +458,19 @@ def _fresh(
     if refused is not None:
         if pending is None:
             return refused
-        if pending.claimed_by != own_claim and _claim_fresh(record, pending):
+        blocking = {r.guard for r in refused.reasons if not r.passed}
+        powering = pending.power_off_sent_at is not None and blocking == {guards.POWER_OFF}
+        fresh = _claim_fresh(record, pending)
+        if fresh and (powering or pending.claimed_by != own_claim):
             return refused
         why = f"the claimed fence was rolled back: {refused.summary}"
         rollback = ReleaseAction(node.name, node.uid, why, pending.claimed_by, remember=False)
         return dataclasses.replace(refused, actions=(rollback,))
 
     approved = approval if rule.approval == "slack" else None
+    proof = _proof_text(facts, rule, approved)
+    if by_approval and power is not None and not power.passed:
+        record.add(guards.POWER_OFF, True, proof)
     effect = rule.taint_effect
     claim = pending or FenceEntry(
         node=node.name,
@@ -421,9 +483,16 @@ def _fresh(
         boot_id=node.boot_id,
         effect=effect,
         control_plane=node.is_control_plane,
-        proof=_proof_text(facts, rule),
         approval=mirror.approval_text(approved) if approved is not None else "",
     )
+    if ask_bmc:
+        step = _power_step(record, node, rule, pending)
+        claiming: tuple[Action, ...] = ()
+        if pending is None:
+            claiming = (ClaimAction(claim, facts.record.resource_version),)
+        record.add("verdict", True, f"fencing node {node.name}: proof first")
+        return record.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
+    claim = dataclasses.replace(claim, proof=proof)
     fence = FenceAction(
         node.name, node.uid, node.resource_version, claim.effect, mirror.fence_annotations(claim)
     )
@@ -433,16 +502,16 @@ def _fresh(
         "verdict",
         True,
         f"all guards passed: fencing node {node.name} with the out-of-service taint "
-        f"({claim.effect})",
+        f"({claim.effect}); proof: {proof}",
     )
     if pending is None:
         steps: tuple[Action, ...] = (
             ClaimAction(claim, facts.record.resource_version),
             fence,
-            ConfirmAction(node.name, node.uid),
+            ConfirmAction(node.name, node.uid, proof=proof),
         )
     else:
-        steps = (fence, ConfirmAction(node.name, node.uid, pending.claimed_by))
+        steps = (fence, ConfirmAction(node.name, node.uid, pending.claimed_by, proof=proof))
     return record.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
 
 
@@ -513,6 +582,19 @@ def _purge_leftovers(
         record.add("purge", False, "the node shows signs of life; its pods are not purged")
         return record.finish(Verdict.NOOP, confirm)
     if not purges:
+        fencing = rule.fencing
+        reboot = fencing is not None and fencing.action == "reboot" and fencing.powers
+        if reboot and entry.phase is Phase.FENCED and entry.power_on_sent_at is None:
+            assert fencing is not None
+            record.add(
+                "reboot",
+                True,
+                "the stuck pods are gone: powering the machine on again through its BMC "
+                "(the rule's fencing.action is reboot); the unfence follows once it is back "
+                "with a new boot ID",
+            )
+            power_on = PowerAction(node.name, node.uid, fencing.driver, "on", True)
+            return record.finish(Verdict.PURGE, (*confirm, power_on), confirmed_down=True)
         record.add("verdict", True, "already fenced and nothing left to purge")
         return record.finish(Verdict.NOOP, confirm, confirmed_down=True)
     return record.finish(Verdict.PURGE, (*confirm, *purges), confirmed_down=True)

@@ -226,33 +226,54 @@ def storm_cooled_down(cluster: ClusterFacts, policy: ClusterPolicy, now: datetim
     )
 
 
+NO_PROOF = "no proof"
+
+
 def powered_off(node: NodeFacts, power: PowerEvidence | None, rule: Rule) -> Reason:
-    """Where the policy asks for it, a taint needs proof that the machine is off: a node that
-    only lost its network still runs its pods and writes to its volumes."""
-    proof = rule.power_off_proof
-    if proof.mode == "none":
-        return _pass(POWER_OFF, "the rule does not require proof that the machine is off")
-    if proof.mode == "annotation":
-        value = node.annotations.get(proof.annotation, "").strip().lower()
+    """S10: a taint needs positive proof that the machine is off. A node that only lost its
+    network still runs its pods and writes to its volumes, and nothing the API server shows
+    can tell it from a dead one; only the rule's explicit ``fencing.driver: none`` waives it."""
+    fencing = rule.fencing
+    if fencing is None:
+        return _block(
+            POWER_OFF,
+            f"rule {rule.name!r} has no fencing section, so there is no proof the machine is "
+            "off and nodefence does not fence on inference alone: configure fencing.driver "
+            "(redfish or ipmi through the BMC inventory, annotation or http), ask a person "
+            "(approval: slack), or accept the risk explicitly with fencing.driver: none",
+        )
+    if fencing.driver == "none":
+        return _pass(
+            POWER_OFF,
+            f"{NO_PROOF}: rule {rule.name!r} chose fencing.driver none and fences on inference "
+            "alone (NotReady and a Lease silent on the API server's clock); the machine may "
+            "still be running",
+        )
+    if fencing.driver == "annotation":
+        value = node.annotations.get(fencing.annotation, "").strip().lower()
         if value in ("off", "true"):
             return _pass(
-                POWER_OFF, f"external fencing says the machine is off ({proof.annotation}={value})"
+                POWER_OFF,
+                f"external fencing says the machine is off ({fencing.annotation}={value}); "
+                "an annotation is only as trustworthy as whoever may write it",
             )
         shown = value or "absent"
         return _block(
             POWER_OFF,
-            f"the rule requires proof the machine is off: annotation {proof.annotation} is "
+            f"the rule requires proof the machine is off: annotation {fencing.annotation} is "
             f"{shown}, not off",
         )
     if power is None:
         return _block(POWER_OFF, "the rule requires proof the machine is off; none was obtained")
+    when = f" at {instant(power.at)}" if power.at is not None else ""
     if power.state == "off":
-        return _pass(POWER_OFF, f"{power.source} reports the machine is powered off")
+        read = "read back after nodefence powered it off" if power.action_sent else "read"
+        return _pass(POWER_OFF, f"{power.source} reports the machine is Off ({read}{when})")
     detail = f" ({power.detail})" if power.detail else ""
     return _block(
         POWER_OFF,
         f"the rule requires proof the machine is off; {power.source} answered "
-        f"{power.state}{detail}: no answer, no fence",
+        f"{power.state}{detail}{when}: no proof, no taint",
     )
 
 
@@ -432,7 +453,7 @@ def lease_is_fresh(node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: d
 def new_boot_id(node: NodeFacts, entry: FenceEntry, rule: Rule) -> Reason:
     """S5 reboot evidence: the same bootID means the machine never restarted, so whatever
     stopped it may still hold its volumes."""
-    if not rule.require_new_boot_id:
+    if not rule.needs_new_boot_id:
         return _pass(BOOT_ID, "the rule does not require a new boot ID")
     if not node.boot_id:
         return _block(BOOT_ID, "node reports no boot ID; a reboot cannot be confirmed")

@@ -128,12 +128,17 @@ class ClusterFacts:
 
 @dataclass(frozen=True)
 class PowerEvidence:
-    """Evidence that the machine behind a node is powered off (from a BMC or cloud power API,
-    or an annotation set by external fencing). Only ``state == "off"`` counts as proof."""
+    """Evidence that the machine behind a node is powered off (from its BMC, a power-status
+    service, or an annotation set by external fencing). Only ``state == "off"`` counts as proof,
+    and for a BMC only a state read back after any power action."""
 
     state: str  # "off", "on" or "unknown"
     source: str
     detail: str = ""
+    # When it was read, on the API server's clock (the first reply after the reading).
+    at: datetime | None = None
+    # Whether nodefence sent the power action itself in this incident.
+    action_sent: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,21 @@ class ConfirmAction:
     node: str
     node_uid: str
     claimed_by: str = ""
+    proof: str = ""
+
+
+@dataclass(frozen=True)
+class PowerAction:
+    """Ask the node's BMC: ``off`` (power off, then read back until Off), ``on`` (after the
+    purge of a reboot), or ``status`` (read only). ``send`` is False when the action was already
+    sent in this incident (the record says so): then the state is only read, never sent twice."""
+
+    node: str
+    node_uid: str
+    driver: str
+    operation: str  # "off", "on" or "status"
+    send: bool
+    claimed_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -273,6 +293,7 @@ class ObserveReadyAction:
 
 Action = (
     ClaimAction
+    | PowerAction
     | FenceAction
     | ConfirmAction
     | PurgePodAction

@@ -99,7 +99,10 @@ class FenceRecord:
 
     @property
     def control_plane_holders(self) -> tuple[str, ...]:
-        return tuple(sorted(e.node for e in self.entries if e.control_plane))
+        """Control-plane nodes holding a slot; an unreadable entry might be one, so it counts."""
+        names = {e.node for e in self.entries if e.control_plane}
+        names.update(key.removeprefix(FENCE_PREFIX) for key in self.unreadable)
+        return tuple(sorted(names))
 
 
 def _time(value: Any) -> datetime | None:

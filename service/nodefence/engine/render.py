@@ -11,6 +11,7 @@ from nodefence.engine.model import (
     Decision,
     FenceAction,
     ObserveReadyAction,
+    PowerAction,
     PurgePodAction,
     ReleaseAction,
     UnfenceAction,
@@ -57,7 +58,21 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "entry": entry_json(action.entry),
         }
     if isinstance(action, ConfirmAction):
-        return {"type": "confirm", "node": action.node, "node_uid": action.node_uid}
+        return {
+            "type": "confirm",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "proof": action.proof,
+        }
+    if isinstance(action, PowerAction):
+        return {
+            "type": "power",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "driver": action.driver,
+            "operation": action.operation,
+            "send": action.send,
+        }
     if isinstance(action, ReleaseAction):
         return {
             "type": "release",
@@ -105,6 +120,12 @@ def _action_line(action: Action) -> str:
         return f"claim a fence budget slot for node {action.entry.node} in {CONFIGMAP}"
     if isinstance(action, ConfirmAction):
         return f"record node {action.node} as fenced in {CONFIGMAP}"
+    if isinstance(action, PowerAction):
+        if action.operation == "status":
+            return f"read the power state of node {action.node} from its BMC ({action.driver})"
+        if not action.send:
+            return f"read back the power state of node {action.node} ({action.driver})"
+        return f"power node {action.node} {action.operation} through its BMC ({action.driver})"
     if isinstance(action, ReleaseAction):
         return f"release node {action.node} from {CONFIGMAP} ({action.why})"
     if isinstance(action, ObserveReadyAction):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import dataclasses
 import time
 from collections.abc import Awaitable
@@ -28,6 +29,8 @@ PAUSE_REFRESH_SECONDS = 4.0
 # seconds. They steer only guards whose inputs move on that scale anyway; the budget is counted
 # from the fence record read fresh each time, and every write carries its own precondition.
 CLUSTER_CACHE_SECONDS = 5.0
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_NODE_NAME = 253
 LOCAL_CLOCK = "nodefence's own clock (no Date header from the API server)"
 
 
@@ -120,6 +123,11 @@ class FactsReader:
         """The node, its Lease, its pods (by ``spec.nodeName``, so only this node's are ever
         seen), the fence record and the cluster counts, read concurrently. ``now`` is the
         latest ``Date`` among the replies: the API server's clock, not this process's."""
+        if not NODE_NAME.fullmatch(node_name) or len(node_name) > MAX_NODE_NAME:
+            # No node can have this name (a Node's name is a DNS subdomain), so there is none
+            # to read, and a name that could not even be put in a URL never is.
+            cluster = await self.cluster(deadline)
+            return Snapshot(Facts(None, None, (), cluster, clock=LOCAL_CLOCK), None)
         node, lease, pods, record, cluster = await asyncio.gather(
             self._optional(self.kube.get_node(node_name, deadline)),
             self._optional(self.kube.get_lease(NODE_LEASE_NAMESPACE, node_name, deadline)),

@@ -62,6 +62,14 @@ class Metrics:
             ["verb", "code"],
             registry=registry,
         )
+        self.power_actions = Counter(
+            "nodefence_power_actions_total",
+            "BMC power actions and reads, by driver, action (off, on, status) and the state "
+            "read back (off, on, unknown; 'not-sent' when the incident's action was already "
+            "sent and the state was only read).",
+            ["driver", "action", "outcome"],
+            registry=registry,
+        )
         self.fenced_nodes = Gauge(
             "nodefence_fenced_nodes",
             "Nodes fenced by nodefence; the value is the fence time in unix seconds.",
@@ -132,3 +140,6 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def power_action(self, driver: str, action: str, outcome: str) -> None:
+        self.power_actions.labels(driver, action, outcome).inc()

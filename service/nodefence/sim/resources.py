@@ -124,6 +124,44 @@ DAEMONSETS = ResourceType(
     "apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), ("status",), ("all",)
 )
 
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True, "secret")
+SERVICES = ResourceType(
+    "", "v1", "services", "Service", True, "service", ("svc",), ("status",), ("all",)
+)
+SERVICE_ACCOUNTS = ResourceType(
+    "", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)
+)
+_RBAC = "rbac.authorization.k8s.io"
+ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True, "role")
+ROLE_BINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True, "rolebinding")
+CLUSTER_ROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", False, "clusterrole")
+CLUSTER_ROLE_BINDINGS = ResourceType(
+    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False, "clusterrolebinding"
+)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", True, "job", (), ("status",), ("all",))
+CRONJOBS = ResourceType(
+    "batch", "v1", "cronjobs", "CronJob", True, "cronjob", ("cj",), ("status",), ("all",)
+)
+NETWORK_POLICIES = ResourceType(
+    "networking.k8s.io",
+    "v1",
+    "networkpolicies",
+    "NetworkPolicy",
+    True,
+    "networkpolicy",
+    ("netpol",),
+)
+PDBS = ResourceType(
+    "policy",
+    "v1",
+    "poddisruptionbudgets",
+    "PodDisruptionBudget",
+    True,
+    "poddisruptionbudget",
+    ("pdb",),
+    ("status",),
+)
+
 RESOURCE_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
     NODES,
@@ -138,6 +176,17 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     REPLICASETS,
     DEPLOYMENTS,
     DAEMONSETS,
+    SECRETS,
+    SERVICES,
+    SERVICE_ACCOUNTS,
+    ROLES,
+    ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    JOBS,
+    CRONJOBS,
+    NETWORK_POLICIES,
+    PDBS,
 )
 
 BY_KIND: dict[str, ResourceType] = {rt.kind: rt for rt in RESOURCE_TYPES}

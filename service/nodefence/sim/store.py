@@ -169,8 +169,10 @@ class Store:
         obj: Mapping[str, Any],
         *,
         manager: str = managed.UNKNOWN_MANAGER,
+        uid: str | None = None,
     ) -> Obj:
-        """POST semantics; ``manager`` is who writes (it owns every field it sets)."""
+        """POST semantics; ``manager`` is who writes (it owns every field it sets). ``uid`` is
+        the one the registry chose already (defaulting that uses it ran before the store)."""
         new = copy.deepcopy(dict(obj))
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
@@ -200,7 +202,7 @@ class Store:
             plugin(rt, new)
         new["apiVersion"] = rt.group_version
         new["kind"] = rt.kind
-        meta["uid"] = str(uuid.uuid4())
+        meta["uid"] = uid or str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339(self.now())
         meta["generation"] = 1
         meta.pop("deletionTimestamp", None)

@@ -15,6 +15,7 @@ answer, and every guard of the engine is judged again on live facts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -234,7 +235,10 @@ class Interactions:
         node = token.node
         who = f"<@{click.user}>"
         reject = approval.decision is ApprovalDecision.REJECT
-        live = await self._node(node, deadline)
+        live, server_time = await self._node_dated(node, deadline)
+        if server_time is not None:
+            # The engine judges the answer's age on the API server's clock, as everything else.
+            approval = dataclasses.replace(approval, at=server_time)
         fenced = await self._fenced_by_us(live, token.uid, deadline)
         if fenced is not None:
             tail = (
@@ -323,12 +327,18 @@ class Interactions:
         return ", ".join(parts)
 
     async def _node(self, name: str, deadline: Deadline) -> Json | None:
+        return (await self._node_dated(name, deadline))[0]
+
+    async def _node_dated(
+        self, name: str, deadline: Deadline
+    ) -> tuple[Json | None, datetime | None]:
         try:
-            return (await self.pipeline.kube.get_node(name, deadline)).body
+            reply = await self.pipeline.kube.get_node(name, deadline)
         except KubeError as exc:
             if exc.status == 404:
-                return None
+                return None, None
             raise
+        return reply.body, reply.server_time
 
 
 def token_node(node: Json) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiMapping
 
+from nodefence.sim.api.defaults import defaults_on_create, secret_data, service_update
 from nodefence.sim.api.paging import Page, Pager, parse_limit
 from nodefence.sim.api.patching import apply_patch
 from nodefence.sim.api.paths import Target, is_watch, resolve
@@ -25,6 +26,8 @@ from nodefence.sim.resources import (
     PODS,
     REPLICASETS,
     RUNTIME_SUBRESOURCES,
+    SECRETS,
+    SERVICES,
     STATEFULSETS,
     SUBRESOURCE_VERBS,
     ResourceType,
@@ -238,10 +241,13 @@ class ResourceHandlers:
         if target.namespace is None and rt.namespaced:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
         self._check_namespace(target)
-        obj = _prepare_for_create(rt, body)
+        uid = str(uuid.uuid4())
+        obj = _prepare_for_create(rt, body, uid, self.sim.store.items(rt))
         if _is_dry_run(request.query):
             return _json(self._dry_run_create(target, obj), 201)
-        created = self.sim.store.create(rt, target.namespace, obj, manager=_manager(request))
+        created = self.sim.store.create(
+            rt, target.namespace, obj, manager=_manager(request), uid=uid
+        )
         return _json(created, 201)
 
     def _dry_run_create(self, target: Target, obj: Obj) -> Obj:
@@ -258,7 +264,6 @@ class ResourceHandlers:
         if rt.namespaced:
             meta["namespace"] = target.namespace
         meta.update(
-            uid=str(uuid.uuid4()),
             creationTimestamp=rfc3339(self.sim.store.now()),
             generation=1,
         )
@@ -273,6 +278,7 @@ class ResourceHandlers:
         body = await _read_json(request)
         if not isinstance(body, dict):
             raise bad_request("the body of the request was empty or not an object")
+        self._registry_update(target, body)
         if _is_dry_run(request.query):
             return _json(self._dry_run_write(target, body))
         updated = self.sim.store.update(
@@ -284,6 +290,18 @@ class ResourceHandlers:
             manager=_manager(request),
         )
         return _json(updated)
+
+    def _registry_update(self, target: Target, new: Obj) -> None:
+        """What a type's registry does to every update: a Secret's ``stringData`` goes into
+        ``data``; a Service keeps the IPs and node ports it was allocated."""
+        if target.subresource:
+            return
+        if target.resource.key == SECRETS.key:
+            secret_data(new)
+        elif target.resource.key == SERVICES.key:
+            old = self.sim.store.peek(target.resource, target.namespace, target.name)
+            if old is not None:
+                service_update(old, new)
 
     def _dry_run_write(self, target: Target, obj: Obj) -> Obj:
         """The object as a write would leave it, checked for conflicts but not stored."""
@@ -326,6 +344,7 @@ class ResourceHandlers:
             raise bad_request("metadata must be an object")
         if meta.get("name", target.name) != target.name:
             raise bad_request("the name of the object does not match the name on the URL")
+        self._registry_update(target, patched)
         if _is_dry_run(request.query):
             return _json(self._dry_run_write(target, patched))
         updated = self.sim.store.update(
@@ -409,17 +428,14 @@ class ResourceHandlers:
         )
 
 
-def _prepare_for_create(rt: ResourceType, body: Obj) -> Obj:
-    """Defaults and status resets the real registries apply on create."""
+def _prepare_for_create(rt: ResourceType, body: Obj, uid: str, existing: list[Obj]) -> Obj:
+    """Defaults and status resets the real registries apply on create (``uid`` is the new
+    object's, ``existing`` the stored objects of its type)."""
     obj = copy.deepcopy(body)
-    obj.setdefault("metadata", {})
+    obj.setdefault("metadata", {})["uid"] = uid
+    defaults_on_create(rt, obj, existing)
     if rt.key == PODS.key:
-        spec = obj.setdefault("spec", {})
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("schedulerName", "default-scheduler")
-        spec.setdefault("priority", 0)
+        obj["spec"].setdefault("priority", 0)
         obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
     elif rt.key == NAMESPACES.key:
         obj["spec"] = {"finalizers": ["kubernetes"]}
@@ -428,6 +444,4 @@ def _prepare_for_create(rt: ResourceType, body: Obj) -> Obj:
         labels.setdefault("kubernetes.io/metadata.name", obj["metadata"].get("name", ""))
     elif rt.key in _APPS:
         obj["status"] = dict(_EMPTY_APPS_STATUS[rt.key])
-        if rt.key != DAEMONSETS.key:
-            obj.setdefault("spec", {}).setdefault("replicas", 1)
     return obj

@@ -11,7 +11,18 @@ from datetime import datetime
 from typing import Any
 
 from nodefence.sim.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
     CONFIGMAPS,
+    CRONJOBS,
+    JOBS,
+    NETWORK_POLICIES,
+    PDBS,
+    ROLE_BINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
     DAEMONSETS,
     DEPLOYMENTS,
     EVENTS,
@@ -411,11 +422,145 @@ def _volume_attachment_row(obj: Obj, now: datetime) -> list[Any]:
     ]
 
 
+def _secret_row(obj: Obj, now: datetime) -> list[Any]:
+    return [_meta(obj)["name"], obj.get("type", ""), len(obj.get("data") or {}), _created(obj, now)]
+
+
+def _service_ports(spec: Obj) -> str:
+    ports = []
+    for port in spec.get("ports") or []:
+        text = f"{port.get('port')}"
+        if port.get("nodePort"):
+            text += f":{port['nodePort']}"
+        ports.append(f"{text}/{port.get('protocol', 'TCP')}")
+    return ",".join(ports) or _NONE
+
+
+def _external_ip(obj: Obj) -> str:
+    spec = obj.get("spec", {})
+    kind = spec.get("type", "ClusterIP")
+    external = list(spec.get("externalIPs") or [])
+    if kind == "ExternalName":
+        return str(spec.get("externalName", ""))
+    if kind == "LoadBalancer":
+        ingress = obj.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+        found = [i.get("ip") or i.get("hostname") for i in ingress] + external
+        return ",".join(str(f) for f in found) or "<pending>"
+    return ",".join(external) or _NONE
+
+
+def _service_row(obj: Obj, now: datetime) -> list[Any]:
+    spec = obj.get("spec", {})
+    selector = spec.get("selector") or {}
+    return [
+        _meta(obj)["name"],
+        spec.get("type", "ClusterIP"),
+        spec.get("clusterIP") or _NONE,
+        _external_ip(obj),
+        _service_ports(spec),
+        _created(obj, now),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or _NONE,
+    ]
+
+
+def _service_account_row(obj: Obj, now: datetime) -> list[Any]:
+    return [_meta(obj)["name"], len(obj.get("secrets") or []), _created(obj, now)]
+
+
+def _created_at_row(obj: Obj, _now: datetime) -> list[Any]:
+    return [_meta(obj)["name"], _meta(obj).get("creationTimestamp", "")]
+
+
+def _binding_row(obj: Obj, now: datetime) -> list[Any]:
+    ref = obj.get("roleRef") or {}
+    subjects = obj.get("subjects") or []
+
+    def names(kind: str) -> str:
+        if kind == "ServiceAccount":
+            found = [
+                f"{s.get('namespace', '')}/{s.get('name')}"
+                for s in subjects
+                if s.get("kind") == kind
+            ]
+        else:
+            found = [str(s.get("name")) for s in subjects if s.get("kind") == kind]
+        return ", ".join(found)
+
+    return [
+        _meta(obj)["name"],
+        f"{ref.get('kind', '')}/{ref.get('name', '')}",
+        _created(obj, now),
+        names("User"),
+        names("Group"),
+        names("ServiceAccount"),
+    ]
+
+
+def _job_row(obj: Obj, now: datetime) -> list[Any]:
+    spec, status = obj.get("spec", {}), obj.get("status", {})
+    completions = spec.get("completions")
+    succeeded = int(status.get("succeeded", 0))
+    if completions is not None:
+        done = f"{succeeded}/{completions}"
+    else:
+        parallelism = int(spec.get("parallelism", 0))
+        done = f"{succeeded}/1 of {parallelism}" if parallelism > 1 else f"{succeeded}/1"
+    started = parse_time(status.get("startTime"))
+    finished = parse_time(status.get("completionTime"))
+    duration = (
+        "" if started is None else human_duration(((finished or now) - started).total_seconds())
+    )
+    names, images = _containers({"spec": spec})
+    return [_meta(obj)["name"], done, duration, _created(obj, now), names, images, _selector(obj)]
+
+
+def _cronjob_row(obj: Obj, now: datetime) -> list[Any]:
+    spec, status = obj.get("spec", {}), obj.get("status", {})
+    last = status.get("lastScheduleTime")
+    job = spec.get("jobTemplate", {})
+    names, images = _containers(job)
+    return [
+        _meta(obj)["name"],
+        spec.get("schedule", ""),
+        "True" if spec.get("suspend") else "False",
+        len(status.get("active") or []),
+        age(last, now) if last else _NONE,
+        _created(obj, now),
+        names,
+        images,
+        _selector(job),
+    ]
+
+
+def _network_policy_row(obj: Obj, now: datetime) -> list[Any]:
+    selector = _selector({"spec": {"selector": obj.get("spec", {}).get("podSelector")}})
+    return [_meta(obj)["name"], selector if selector != _NONE else _NONE, _created(obj, now)]
+
+
+def _pdb_row(obj: Obj, now: datetime) -> list[Any]:
+    spec = obj.get("spec", {})
+    return [
+        _meta(obj)["name"],
+        str(spec["minAvailable"]) if "minAvailable" in spec else "N/A",
+        str(spec["maxUnavailable"]) if "maxUnavailable" in spec else "N/A",
+        int(obj.get("status", {}).get("disruptionsAllowed", 0)),
+        _created(obj, now),
+    ]
+
+
 def _generic_row(obj: Obj, now: datetime) -> list[Any]:
     return [_meta(obj)["name"], _created(obj, now)]
 
 
-_S, _I, _B = "string", "integer", "boolean"
+_S, _I, _B, _D = "string", "integer", "boolean", "date"
+_BINDING_COLUMNS: list[Column] = [
+    ("Name", _S, 0),
+    ("Role", _S, 0),
+    ("Age", _S, 0),
+    ("Users", _S, 1),
+    ("Groups", _S, 1),
+    ("ServiceAccounts", _S, 1),
+]
 
 PRINTERS: dict[tuple[str, str], tuple[list[Column], Printer]] = {
     PODS.key: (
@@ -555,6 +700,67 @@ PRINTERS: dict[tuple[str, str], tuple[list[Column], Printer]] = {
             ("Age", _S, 0),
         ],
         _volume_attachment_row,
+    ),
+    SECRETS.key: ([("Name", _S, 0), ("Type", _S, 0), ("Data", _S, 0), ("Age", _S, 0)], _secret_row),
+    SERVICES.key: (
+        [
+            ("Name", _S, 0),
+            ("Type", _S, 0),
+            ("Cluster-IP", _S, 0),
+            ("External-IP", _S, 0),
+            ("Port(s)", _S, 0),
+            ("Age", _S, 0),
+            ("Selector", _S, 1),
+        ],
+        _service_row,
+    ),
+    SERVICE_ACCOUNTS.key: (
+        [("Name", _S, 0), ("Secrets", _S, 0), ("Age", _S, 0)],
+        _service_account_row,
+    ),
+    ROLES.key: ([("Name", _S, 0), ("Created At", _D, 0)], _created_at_row),
+    CLUSTER_ROLES.key: ([("Name", _S, 0), ("Created At", _D, 0)], _created_at_row),
+    ROLE_BINDINGS.key: (_BINDING_COLUMNS, _binding_row),
+    CLUSTER_ROLE_BINDINGS.key: (_BINDING_COLUMNS, _binding_row),
+    JOBS.key: (
+        [
+            ("Name", _S, 0),
+            ("Completions", _S, 0),
+            ("Duration", _S, 0),
+            ("Age", _S, 0),
+            ("Containers", _S, 1),
+            ("Images", _S, 1),
+            ("Selector", _S, 1),
+        ],
+        _job_row,
+    ),
+    CRONJOBS.key: (
+        [
+            ("Name", _S, 0),
+            ("Schedule", _S, 0),
+            ("Suspend", _B, 0),
+            ("Active", _I, 0),
+            ("Last Schedule", _S, 0),
+            ("Age", _S, 0),
+            ("Containers", _S, 1),
+            ("Images", _S, 1),
+            ("Selector", _S, 1),
+        ],
+        _cronjob_row,
+    ),
+    NETWORK_POLICIES.key: (
+        [("Name", _S, 0), ("Pod-Selector", _S, 0), ("Age", _S, 0)],
+        _network_policy_row,
+    ),
+    PDBS.key: (
+        [
+            ("Name", _S, 0),
+            ("Min Available", _S, 0),
+            ("Max Unavailable", _S, 0),
+            ("Allowed Disruptions", _I, 0),
+            ("Age", _S, 0),
+        ],
+        _pdb_row,
     ),
 }
 
