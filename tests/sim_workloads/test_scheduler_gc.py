@@ -139,7 +139,7 @@ def test_dependent_keeps_its_live_owner_and_loses_only_the_dangling_reference() 
             "uid": owner["metadata"]["uid"],
         },
         {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gone", "uid": "0000"},
-        {"apiVersion": "batch/v1", "kind": "Job", "name": "unserved", "uid": "1111"},
+        {"apiVersion": "example.com/v1", "kind": "Widget", "name": "unserved", "uid": "1111"},
     ]
     sim.store.create(PODS, NS, pod)
     settle(sim)
