@@ -60,7 +60,15 @@ NAMESPACES = ResourceType(
 )
 NODES = ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), ("status",))
 PODS = ResourceType(
-    "", "v1", "pods", "Pod", True, "pod", ("po",), ("status", *RUNTIME_SUBRESOURCES), ("all",)
+    "",
+    "v1",
+    "pods",
+    "Pod",
+    True,
+    "pod",
+    ("po",),
+    ("status", "eviction", *RUNTIME_SUBRESOURCES),
+    ("all",),
 )
 EVENTS = ResourceType("", "v1", "events", "Event", True, "event", ("ev",))
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",))
@@ -103,11 +111,19 @@ STATEFULSETS = ResourceType(
     True,
     "statefulset",
     ("sts",),
-    ("status",),
+    ("status", "scale"),
     ("all",),
 )
 REPLICASETS = ResourceType(
-    "apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("status",), ("all",)
+    "apps",
+    "v1",
+    "replicasets",
+    "ReplicaSet",
+    True,
+    "replicaset",
+    ("rs",),
+    ("status", "scale"),
+    ("all",),
 )
 DEPLOYMENTS = ResourceType(
     "apps",
@@ -117,7 +133,7 @@ DEPLOYMENTS = ResourceType(
     True,
     "deployment",
     ("deploy",),
-    ("status",),
+    ("status", "scale"),
     ("all",),
 )
 DAEMONSETS = ResourceType(
@@ -161,6 +177,47 @@ PDBS = ResourceType(
     ("pdb",),
     ("status",),
 )
+_AUTHZ = "authorization.k8s.io"
+SELF_SUBJECT_ACCESS_REVIEWS = ResourceType(
+    _AUTHZ,
+    "v1",
+    "selfsubjectaccessreviews",
+    "SelfSubjectAccessReview",
+    False,
+    "",
+    verbs=("create",),
+)
+SUBJECT_ACCESS_REVIEWS = ResourceType(
+    _AUTHZ, "v1", "subjectaccessreviews", "SubjectAccessReview", False, "", verbs=("create",)
+)
+LOCAL_SUBJECT_ACCESS_REVIEWS = ResourceType(
+    _AUTHZ,
+    "v1",
+    "localsubjectaccessreviews",
+    "LocalSubjectAccessReview",
+    True,
+    "",
+    verbs=("create",),
+)
+SELF_SUBJECT_RULES_REVIEWS = ResourceType(
+    _AUTHZ,
+    "v1",
+    "selfsubjectrulesreviews",
+    "SelfSubjectRulesReview",
+    False,
+    "",
+    verbs=("create",),
+)
+# Reviews are answered, never stored.
+REVIEWS = frozenset(
+    rt.key
+    for rt in (
+        SELF_SUBJECT_ACCESS_REVIEWS,
+        SUBJECT_ACCESS_REVIEWS,
+        LOCAL_SUBJECT_ACCESS_REVIEWS,
+        SELF_SUBJECT_RULES_REVIEWS,
+    )
+)
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -187,6 +244,10 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     CRONJOBS,
     NETWORK_POLICIES,
     PDBS,
+    SELF_SUBJECT_ACCESS_REVIEWS,
+    SUBJECT_ACCESS_REVIEWS,
+    LOCAL_SUBJECT_ACCESS_REVIEWS,
+    SELF_SUBJECT_RULES_REVIEWS,
 )
 
 BY_KIND: dict[str, ResourceType] = {rt.kind: rt for rt in RESOURCE_TYPES}

@@ -26,6 +26,12 @@ SUBRESOURCE_KINDS = {
     "binding": "Binding",
     "scale": "Scale",
 }
+# Subresources served in another group's kind, which discovery names (kubectl drain finds the
+# eviction API version there).
+SUBRESOURCE_GROUPS = {
+    "eviction": {"group": "policy", "version": "v1"},
+    "scale": {"group": "autoscaling", "version": "v1"},
+}
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)")
 
 
@@ -77,6 +83,7 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
                 "namespaced": rt.namespaced,
                 "kind": SUBRESOURCE_KINDS.get(sub, rt.kind),
                 "verbs": list(SUBRESOURCE_VERBS[sub]),
+                **SUBRESOURCE_GROUPS.get(sub, {}),
             }
         )
     return entries

@@ -14,8 +14,9 @@ from nodefence.sim.api.defaults import defaults_on_create, secret_data, service_
 from nodefence.sim.api.paging import Page, Pager, parse_limit
 from nodefence.sim.api.patching import apply_patch
 from nodefence.sim.api.paths import Target, is_watch, resolve
-from nodefence.sim.api.tables import table, wants_table
+from nodefence.sim.api.tables import format_selector, table, wants_table
 from nodefence.sim.api.watch import serve_watch
+from nodefence.sim.controllers.disruption import evict
 from nodefence.sim.errors import ApiError, already_exists, bad_request, conflict, not_found
 from nodefence.sim.managed import manager_for
 from nodefence.sim.resources import (
@@ -25,8 +26,10 @@ from nodefence.sim.resources import (
     NODES,
     PODS,
     REPLICASETS,
+    REVIEWS,
     RUNTIME_SUBRESOURCES,
     SECRETS,
+    SELF_SUBJECT_RULES_REVIEWS,
     SERVICES,
     STATEFULSETS,
     SUBRESOURCE_VERBS,
@@ -38,6 +41,10 @@ from nodefence.sim.validation import validate_node
 
 Obj = dict[str, Any]
 
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+ALLOW_ALL_REASON = (
+    "the simulated API server has no authorization: every request of every user is allowed"
+)
 _NO_RUNTIME = {
     "log": "no container logs to read",
     "exec": "no container to run a command in",
@@ -70,6 +77,15 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 async def _read_json(request: web.Request) -> Any:
+    if request.content_type == PROTOBUF:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: "
+            f"application/json (the simulated API server does not decode {PROTOBUF} bodies, "
+            "which kubectl sends for built-in kinds in create <kind> and auth can-i; "
+            "kubectl apply -f and create -f send JSON)",
+        )
     raw = await request.read()
     if not raw.strip():
         return None
@@ -93,6 +109,51 @@ def _is_dry_run(query: MultiMapping[str], body: Any = None) -> bool:
     return bool(values)
 
 
+def _delete_options(body: Obj, query: MultiMapping[str]) -> DeleteOptions:
+    """DeleteOptions from a body (a delete's or an eviction's) and the query."""
+    grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+    preconditions = body.get("preconditions") or {}
+    policy = body.get("propagationPolicy", query.get("propagationPolicy"))
+    if policy not in (None, "Orphan", "Background", "Foreground"):
+        raise bad_request(f"invalid propagationPolicy: {policy}")
+    try:
+        grace_value = None if grace is None else int(grace)
+    except (TypeError, ValueError) as exc:
+        raise bad_request(f"invalid gracePeriodSeconds: {grace}") from exc
+    return DeleteOptions(
+        grace_period_seconds=grace_value,
+        uid=preconditions.get("uid"),
+        resource_version=preconditions.get("resourceVersion"),
+        propagation_policy=policy,
+        dry_run=_is_dry_run(query, body),
+    )
+
+
+def _method_not_allowed() -> ApiError:
+    return ApiError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
+
+
+def _scale_of(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if key in meta
+        },
+        "spec": {"replicas": int(obj["spec"].get("replicas", 1))},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas", 0)),
+            "selector": format_selector(selector),
+        },
+    }
+
+
 class ResourceHandlers:
     """Serves every resource URL of the simulation's store."""
 
@@ -107,6 +168,16 @@ class ResourceHandlers:
         method = request.method
         if target.subresource in RUNTIME_SUBRESOURCES:
             raise self._no_runtime(target, method)
+        if target.resource.key in REVIEWS:
+            if method != "POST" or target.name:
+                raise _method_not_allowed()
+            return await self._review(request, target)
+        if target.subresource == "eviction":
+            if method != "POST":
+                raise _method_not_allowed()
+            return await self._evict(request, target)
+        if target.subresource == "scale":
+            return await self._scale(request, target)
         if method == "GET":
             if is_watch(request.query):
                 return await serve_watch(
@@ -132,6 +203,80 @@ class ResourceHandlers:
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
         )
+
+    async def _review(self, request: web.Request, target: Target) -> web.Response:
+        """Access reviews: the simulator authorizes everything, and says so."""
+        body = await _read_json(request)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was empty or not an object")
+        rt = target.resource
+        review = copy.deepcopy(body)
+        review.update(apiVersion=rt.group_version, kind=rt.kind)
+        review.setdefault("metadata", {})["creationTimestamp"] = None
+        review.setdefault("spec", {})
+        if rt.key == SELF_SUBJECT_RULES_REVIEWS.key:
+            review["status"] = {
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                "incomplete": False,
+            }
+        else:
+            review["status"] = {"allowed": True, "reason": ALLOW_ALL_REASON}
+        return _json(review, 201)
+
+    async def _evict(self, request: web.Request, target: Target) -> web.Response:
+        """``policy/v1`` Eviction: the budget may refuse (429); the delete uses the
+        eviction's options, so its grace period applies."""
+        body = await _read_json(request)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was empty or not an object")
+        if (body.get("metadata") or {}).get("name", target.name) != target.name:
+            raise bad_request("name in URL does not match name in Eviction object")
+        options = _delete_options(body.get("deleteOptions") or {}, request.query)
+        evict(self.sim, str(target.namespace), target.name, options)
+        return _json(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+            201,
+        )
+
+    async def _scale(self, request: web.Request, target: Target) -> web.Response:
+        """``autoscaling/v1`` Scale of a Deployment, StatefulSet or ReplicaSet: reads and
+        writes ``spec.replicas`` of the workload itself."""
+        rt = target.resource
+        current = self.sim.store.get(rt, target.namespace, target.name)
+        if request.method == "GET":
+            return _json(_scale_of(current))
+        if request.method == "PUT":
+            sent = await _read_json(request)
+        elif request.method == "PATCH":
+            sent = apply_patch(request.content_type, _scale_of(current), await request.read())
+        else:
+            raise _method_not_allowed()
+        if not isinstance(sent, dict):
+            raise bad_request("the body of the request was empty or not an object")
+        replicas = (sent.get("spec") or {}).get("replicas", 0)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Scale.autoscaling "{target.name}" is invalid: spec.replicas: Invalid value: '
+                f"{json.dumps(replicas)}: must be greater than or equal to 0",
+            )
+        sent_rv = (sent.get("metadata") or {}).get("resourceVersion")
+        current["spec"]["replicas"] = replicas
+        current["metadata"]["resourceVersion"] = sent_rv or current["metadata"]["resourceVersion"]
+        if _is_dry_run(request.query):
+            return _json(_scale_of(self._dry_run_write(target, current)))
+        updated = self.sim.store.update(
+            rt, target.namespace, target.name, current, manager=_manager(request)
+        )
+        return _json(_scale_of(updated))
 
     def _no_runtime(self, target: Target, method: str) -> ApiError:
         """What ``kubectl logs``, ``exec``, ``attach`` and ``port-forward`` get: the pod is
@@ -361,24 +506,7 @@ class ResourceHandlers:
         body = await _read_json(request)
         if body is not None and not isinstance(body, dict):
             raise bad_request("DeleteOptions must be an object")
-        body = body or {}
-        query = request.query
-        grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-        preconditions = body.get("preconditions") or {}
-        policy = body.get("propagationPolicy", query.get("propagationPolicy"))
-        if policy not in (None, "Orphan", "Background", "Foreground"):
-            raise bad_request(f"invalid propagationPolicy: {policy}")
-        try:
-            grace_value = None if grace is None else int(grace)
-        except (TypeError, ValueError) as exc:
-            raise bad_request(f"invalid gracePeriodSeconds: {grace}") from exc
-        return DeleteOptions(
-            grace_period_seconds=grace_value,
-            uid=preconditions.get("uid"),
-            resource_version=preconditions.get("resourceVersion"),
-            propagation_policy=policy,
-            dry_run=_is_dry_run(query, body),
-        )
+        return _delete_options(body or {}, request.query)
 
     async def _delete(self, request: web.Request, target: Target) -> web.Response:
         rt = target.resource

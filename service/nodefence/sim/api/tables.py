@@ -279,7 +279,11 @@ def _containers(obj: Obj) -> tuple[str, str]:
 
 
 def _selector(obj: Obj) -> str:
-    selector = obj.get("spec", {}).get("selector") or {}
+    return format_selector(obj.get("spec", {}).get("selector") or {}) or _NONE
+
+
+def format_selector(selector: Obj) -> str:
+    """``metav1.FormatLabelSelector`` without its ``<none>`` (empty: matches everything)."""
     parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
     for expr in selector.get("matchExpressions") or []:
         op = str(expr.get("operator", "")).lower()
@@ -290,7 +294,7 @@ def _selector(obj: Obj) -> str:
             parts.append(f"!{key}")
         else:
             parts.append(f"{key} {op} ({','.join(expr.get('values') or [])})")
-    return ",".join(parts) or _NONE
+    return ",".join(parts)
 
 
 def _statefulset_row(obj: Obj, now: datetime) -> list[Any]:

@@ -9,6 +9,7 @@ mistaken for a silent one.
 from __future__ import annotations
 
 from nodefence.sim.controllers import (
+    disruption,
     garbage_collector,
     kubelet,
     node_lifecycle,
@@ -38,4 +39,5 @@ def all_controllers(sim: Simulation) -> list[Controller]:
         *workloads.controllers(sim),
         *scheduler.controllers(sim),
         *volumes.controllers(sim),
+        *disruption.controllers(sim),
     ]
