@@ -1,0 +1,299 @@
+"""Real kubectl 1.32 and the official ``kubernetes`` Python client against the simulated seed
+cluster, each step asserting what a real cluster answers.
+
+Verified with kubectl:
+- ``kubectl apply -k deploy/overlays/deployment`` (client-side), then ``get`` of every object
+  it made: namespace, serviceaccount, role, clusterrole, rolebinding, clusterrolebinding,
+  configmap, service, deployment, cronjob, poddisruptionbudget, networkpolicies
+- ``kubectl get svc,sa,pdb,netpol,cronjob,rolebinding`` columns as the real printers
+- ``kubectl get --raw /readyz?verbose``, ``/livez``, ``/healthz``
+- ``kubectl scale deployment --replicas=N`` and ``kubectl get deployment`` reporting it
+- ``kubectl drain NODE --ignore-daemonsets --delete-emptydir-data``: cordon, evictions
+  through ``pods/eviction``, a PodDisruptionBudget refusal retried ("Cannot evict pod as it
+  would violate the pod's disruption budget."), ``node/NAME drained``
+- ``kubectl logs`` and ``kubectl exec``: refused with "the simulated cluster has no container
+  runtime"
+- ``kubectl get pods --chunk-size=2`` (limit/continue paging)
+
+Verified with the ``kubernetes`` client: ``CoreV1Api.list_pod_for_all_namespaces(limit=,
+_continue=)``, ``create_namespaced_secret`` (stringData), ``create_namespaced_service``,
+``AppsV1Api.read_namespaced_deployment_scale`` / ``patch_namespaced_deployment_scale``,
+``CoreV1Api.create_namespaced_pod_eviction``, ``AuthorizationV1Api
+.create_self_subject_access_review`` (JSON; allowed, with the reason saying why),
+``BatchV1Api.create_namespaced_job``.
+
+Still unsupported, with the error a user sees:
+- ``kubectl create namespace|configmap|secret|deployment|job|service`` and ``kubectl auth
+  can-i`` send protobuf bodies: ``Error from server (UnsupportedMediaType): the body of the
+  request was in an unknown format - accepted media types include: application/json (the
+  simulated API server does not decode application/vnd.kubernetes.protobuf bodies ...)``
+- ``kubectl apply --server-side``: 415 "apply patches are not supported"
+- ``kubectl explain``: the OpenAPI documents carry no schemas
+- Jobs and CronJobs are stored and defaulted, but no controller runs their pods
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from nodefence.sim.testing import SimulatorHandle
+
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE = 30.0
+
+
+async def kubectl(handle: SimulatorHandle, *args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        "--kubeconfig",
+        str(handle.kubeconfig),
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "HOME": str(handle.kubeconfig.parent)},
+        cwd=REPO,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+def api(handle: SimulatorHandle) -> client.ApiClient:
+    configuration = client.Configuration()
+    config.load_kube_config(str(handle.kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+async def until(check: Any, what: str) -> None:
+    """Poll ``check()`` (a coroutine function) until true or the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while not await check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def test_apply_kustomize_overlay_creates_every_object(seed: SimulatorHandle) -> None:
+    code, out = await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    assert code == 0, out
+    code, rendered = await kubectl(seed, "kustomize", "deploy/overlays/deployment")
+    assert code == 0, rendered
+    code, listing = await kubectl(
+        seed,
+        "get",
+        "-n",
+        "nodefence",
+        "namespace,serviceaccount,role,clusterrole,rolebinding,clusterrolebinding,configmap,"
+        "service,deployment,cronjob,poddisruptionbudget,networkpolicy",
+        "-o",
+        "json",
+    )
+    assert code == 0, listing
+    found = {(o["kind"], o["metadata"]["name"]) for o in json.loads(listing)["items"]}
+    for line in rendered.split("\n---\n"):
+        kind = next(ln.split(": ", 1)[1] for ln in line.splitlines() if ln.startswith("kind:"))
+        name = next(ln.split(": ", 1)[1] for ln in line.splitlines() if ln.startswith("  name:"))
+        assert (kind, name) in found, (kind, name)
+    # Applying again changes nothing, as on a real cluster.
+    code, again = await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    assert code == 0, again
+    assert "deployment.apps/nodefence unchanged" in again
+
+
+async def test_get_columns_of_the_new_kinds(seed: SimulatorHandle) -> None:
+    await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    code, out = await kubectl(seed, "get", "-n", "nodefence", "svc,sa,pdb,netpol,cronjob")
+    assert code == 0, out
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE" in lines
+    assert "NAME SECRETS AGE" in lines
+    assert "NAME MIN AVAILABLE MAX UNAVAILABLE ALLOWED DISRUPTIONS AGE" in lines
+    assert "NAME POD-SELECTOR AGE" in lines
+    assert "NAME SCHEDULE SUSPEND ACTIVE LAST SCHEDULE AGE" in lines
+    assert any(line.startswith("service/nodefence ClusterIP 10.96.") for line in lines)
+
+
+async def test_health_endpoints(seed: SimulatorHandle) -> None:
+    code, out = await kubectl(seed, "get", "--raw", "/readyz?verbose")
+    assert code == 0
+    assert out.splitlines()[-1] == "readyz check passed"
+    for path in ("/livez", "/healthz"):
+        assert await kubectl(seed, "get", "--raw", path) == (0, "ok")
+
+
+async def test_scale_and_drain_with_a_disruption_budget(seed: SimulatorHandle) -> None:
+    await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    code, out = await kubectl(seed, "-n", "nodefence", "scale", "deploy/nodefence", "--replicas=1")
+    assert (code, out.strip()) == (0, "deployment.apps/nodefence scaled")
+
+    async def one_ready() -> bool:
+        _, got = await kubectl(seed, "-n", "nodefence", "get", "deploy/nodefence", "-o", "json")
+        status = json.loads(got)["status"]
+        return bool(status.get("readyReplicas") == 1 and status.get("replicas") == 1)
+
+    await until(one_ready, "one replica")
+    _, pods = await kubectl(
+        seed,
+        "-n",
+        "nodefence",
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=nodefence",
+        "-o",
+        "json",
+    )
+    node = next(
+        p["spec"]["nodeName"]
+        for p in json.loads(pods)["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    )
+    # minAvailable 1 with one replica: the budget refuses, drain retries until its timeout.
+    code, out = await kubectl(
+        seed, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=3s"
+    )
+    assert code != 0
+    assert "Cannot evict pod as it would violate the pod's disruption budget." in out
+    await kubectl(seed, "uncordon", node)
+    await kubectl(seed, "-n", "nodefence", "scale", "deploy/nodefence", "--replicas=3")
+    code, out = await kubectl(
+        seed, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s"
+    )
+    assert code == 0, out
+    assert f"node/{node} drained" in out
+
+
+async def test_logs_and_exec_say_there_is_no_runtime(seed: SimulatorHandle) -> None:
+    _, pods = await kubectl(seed, "-n", "openstack", "get", "pods", "-o", "name")
+    name = pods.split()[0]
+    for args in (("logs", name), ("exec", name, "--", "true")):
+        code, out = await kubectl(seed, "-n", "openstack", *args)
+        assert code == 1
+        assert "the simulated cluster has no container runtime" in out
+
+
+async def test_chunked_get_pages_through_every_pod(seed: SimulatorHandle) -> None:
+    _, whole = await kubectl(seed, "get", "pods", "-A", "-o", "name")
+    _, chunked = await kubectl(seed, "get", "pods", "-A", "-o", "name", "--chunk-size=2")
+    assert chunked.split() == whole.split()
+    assert len(whole.split()) > 2
+
+
+async def test_protobuf_create_is_refused_with_a_clear_415(seed: SimulatorHandle) -> None:
+    code, out = await kubectl(seed, "create", "namespace", "demo")
+    assert code == 1
+    assert "UnsupportedMediaType" in out
+    assert "does not decode application/vnd.kubernetes.protobuf" in out
+
+
+def _client_calls(handle: SimulatorHandle) -> dict[str, Any]:
+    """The official client's calls, run in a thread (the client blocks)."""
+    with api(handle) as api_client:
+        core = client.CoreV1Api(api_client)
+        apps = client.AppsV1Api(api_client)
+        first = core.list_pod_for_all_namespaces(limit=3)
+        rest = core.list_pod_for_all_namespaces(limit=1000, _continue=first.metadata._continue)
+        # A list at the first page's resourceVersion: what the pages must add up to.
+        total = len(
+            core.list_pod_for_all_namespaces(
+                resource_version=first.metadata.resource_version,
+                resource_version_match="NotOlderThan",
+            ).items
+        )
+        secret = core.create_namespaced_secret(
+            "openstack",
+            client.V1Secret(metadata=client.V1ObjectMeta(name="s"), string_data={"k": "v"}),
+        )
+        service = core.create_namespaced_service(
+            "openstack",
+            client.V1Service(
+                metadata=client.V1ObjectMeta(name="web"),
+                spec=client.V1ServiceSpec(
+                    selector={"app": "web"}, ports=[client.V1ServicePort(port=80)]
+                ),
+            ),
+        )
+        deployments = apps.list_namespaced_deployment("openstack").items
+        target = deployments[0].metadata.name
+        scale = apps.read_namespaced_deployment_scale(target, "openstack")
+        scaled = apps.patch_namespaced_deployment_scale(
+            target, "openstack", {"spec": {"replicas": scale.spec.replicas + 1}}
+        )
+        review = client.AuthorizationV1Api(api_client).create_self_subject_access_review(
+            client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(verb="delete", resource="nodes")
+                )
+            )
+        )
+        job = client.BatchV1Api(api_client).create_namespaced_job(
+            "openstack",
+            client.V1Job(
+                metadata=client.V1ObjectMeta(name="once"),
+                spec=client.V1JobSpec(
+                    template=client.V1PodTemplateSpec(
+                        spec=client.V1PodSpec(
+                            restart_policy="Never",
+                            containers=[client.V1Container(name="c", image="busybox")],
+                        )
+                    )
+                ),
+            ),
+        )
+        victim = next(
+            p
+            for p in core.list_namespaced_pod("openstack").items
+            if p.metadata.owner_references and p.metadata.owner_references[0].kind == "ReplicaSet"
+        )
+        core.create_namespaced_pod_eviction(
+            victim.metadata.name,
+            "openstack",
+            client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=victim.metadata.name, namespace="openstack"),
+                delete_options=client.V1DeleteOptions(grace_period_seconds=5),
+            ),
+        )
+        after = core.read_namespaced_pod(victim.metadata.name, "openstack")
+        return {
+            "pages": (len(first.items), first.metadata.remaining_item_count, len(rest.items)),
+            "total": total,
+            "secret": secret.data,
+            "service": service.spec.cluster_ip,
+            "scale": (scale.spec.replicas, scaled.spec.replicas, scaled.status.selector),
+            "review": (review.status.allowed, review.status.reason),
+            "job": job.spec.selector.match_labels,
+            "evicted": (
+                bool(after.metadata.deletion_timestamp),
+                after.metadata.deletion_grace_period_seconds,
+            ),
+        }
+
+
+async def test_the_official_python_client(seed: SimulatorHandle) -> None:
+    got = await asyncio.to_thread(_client_calls, seed)
+    shown, remaining, rest = got["pages"]
+    assert (shown, shown + remaining, shown + rest) == (3, got["total"], got["total"])
+    assert got["secret"] == {"k": "dg=="}
+    assert got["service"].startswith("10.96.")
+    before, after, selector = got["scale"]
+    assert after == before + 1
+    assert selector
+    allowed, reason = got["review"]
+    assert allowed is True
+    assert "no authorization" in reason
+    assert set(got["job"]) == {"controller-uid"}
+    assert got["evicted"] == (True, 5)
