@@ -262,7 +262,8 @@ def test_network_policy_limits_ingress_to_monitoring() -> None:
     assert sources == {("monitoring", "alertmanager"), ("monitoring", "prometheus")}
     assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
     egress_ports = {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]}
-    assert egress_ports == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP")}
+    # DNS; the API server, Slack and Redfish BMCs (HTTPS); IPMI BMCs (UDP 623).
+    assert egress_ports == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP"), (623, "UDP")}
 
 
 def _knative_service() -> Obj:

@@ -1,0 +1,322 @@
+"""Power fencing in the manifests: the BMC inventory component, the shipped policy's explicit
+choice of proof, the example inventory Secret and the egress a BMC needs.
+
+The component is rendered the way an operator enables it: a copy of deploy/ with the commented
+line in the overlay turned on, so the documented step itself is what is tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from nodefence.fencing.inventory import IpmiBmc, RedfishBmc, load_inventory
+from nodefence.policy import load_policy, parse_policy
+
+from .conftest import DEPLOY, NAMESPACE, OVERLAYS, Obj, find, kustomize, pod_templates, rendered
+
+COMPONENT = "../../components/bmc-inventory"
+SECRET = "nodefence-bmc-inventory"
+KEY = "inventory.yaml"
+ENV = "NODEFENCE_BMC_INVENTORY"
+MOUNT = "/etc/nodefence/bmc"
+UID = 10001
+K8S_VERSION = "1.32"
+EXAMPLE = DEPLOY / "bmc-inventory.example.yaml"
+POLICY = DEPLOY / "base" / "policy.yaml"
+COMMENTED = re.compile(rf"^(\s*)# - {re.escape(COMPONENT)}\s*$", re.MULTILINE)
+
+_enabled: dict[str, list[Obj]] = {}
+
+
+@pytest.fixture(scope="module")
+def enabled_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of deploy/ in which every overlay has the component line turned on."""
+    root = tmp_path_factory.mktemp("bmc") / "deploy"
+    shutil.copytree(DEPLOY, root)
+    for overlay in OVERLAYS:
+        kustomization = root / "overlays" / overlay / "kustomization.yaml"
+        text = kustomization.read_text()
+        turned_on, count = COMMENTED.subn(rf"\1- {COMPONENT}", text)
+        assert count == 1, f"{overlay}: the commented component line is missing"
+        kustomization.write_text(turned_on)
+    return root
+
+
+def enabled(root: Path, overlay: str) -> list[Obj]:
+    if overlay not in _enabled:
+        _enabled[overlay] = kustomize(root / "overlays" / overlay)
+    return _enabled[overlay]
+
+
+def container(template: Obj) -> Obj:
+    (only,) = template["spec"]["containers"]
+    result: Obj = only
+    return result
+
+
+def env_of(template: Obj) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in container(template).get("env", [])}
+
+
+def readable_by_nodefence(mode: int, pod_security: dict[str, Any]) -> bool:
+    """Whether user 10001 (group 10001) can read a Secret volume's file: the kubelet owns the
+    files by root, and gives them to the pod's fsGroup (adding group read) when it has one."""
+    if pod_security.get("fsGroup") == UID:
+        return bool((mode | 0o440) & 0o040)
+    return bool(mode & 0o004)
+
+
+def test_shipped_overlays_do_not_mount_an_inventory(overlay: str, objs: list[Obj]) -> None:
+    """A configured inventory that is missing fails start-up by design, so the overlays as shipped
+    neither mount one nor name one; the component is there, commented, to be turned on."""
+    overlay_file = DEPLOY / "overlays" / overlay / "kustomization.yaml"
+    assert len(COMMENTED.findall(overlay_file.read_text())) == 1
+    for label, template in pod_templates(objs):
+        assert ENV not in env_of(template), label
+        volumes = template["spec"].get("volumes", [])
+        assert all(v.get("secret", {}).get("secretName") != SECRET for v in volumes), label
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_component_mounts_the_secret_read_only_where_the_env_points(
+    enabled_root: Path, overlay: str
+) -> None:
+    """In the receiver and in the reconcile CronJob (which completes fences too), the file that
+    NODEFENCE_BMC_INVENTORY names comes from the Secret's inventory.yaml key, on a read-only
+    mount, with a mode that lets user 10001 read it and nobody write it."""
+    templates = dict(pod_templates(enabled(enabled_root, overlay)))
+    receiver = "Deployment/nodefence" if overlay == "deployment" else "Service/nodefence"
+    assert set(templates) == {receiver, "CronJob/nodefence-reconcile"}
+    for label, template in templates.items():
+        path = PurePosixPath(env_of(template)[ENV] or "")
+        assert path == PurePosixPath(MOUNT) / KEY, label
+        mounts = [m for m in container(template)["volumeMounts"] if m["mountPath"] == MOUNT]
+        assert len(mounts) == 1, label
+        (mount,) = mounts
+        assert mount["readOnly"] is True, label
+        assert "subPath" not in mount, label
+        volume = next(v for v in template["spec"]["volumes"] if v["name"] == mount["name"])
+        secret = volume["secret"]
+        assert secret["secretName"] == SECRET, label
+        assert secret.get("optional", False) is False, label
+        items = secret.get("items")
+        if items is None:
+            assert path.name == KEY, label
+        else:
+            assert {"key": KEY, "path": path.name} in items, label
+        mode = secret["defaultMode"]
+        assert mode & 0o222 == 0, f"{label}: mode {mode:o} is writable"
+        pod_security = template["spec"].get("securityContext", {})
+        assert readable_by_nodefence(mode, pod_security), f"{label}: mode {mode:o}"
+        if pod_security.get("fsGroup") == UID:
+            # With the group at hand, others need nothing.
+            assert mode & 0o007 == 0, f"{label}: mode {mode:o} is world-readable"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_component_only_adds_the_inventory(enabled_root: Path, overlay: str) -> None:
+    """Enabling the component changes nothing but the volume, its mount and the env entry: taking
+    those out again gives back the shipped overlay, object for object. It ships no Secret."""
+    with_it = enabled(enabled_root, overlay)
+    assert find(with_it, "Secret") == []
+    stripped = json.loads(json.dumps(with_it))
+    for _label, template in pod_templates(stripped):
+        spec = template["spec"]
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "bmc-inventory"]
+        c = container(template)
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "bmc-inventory"]
+        c["env"] = [e for e in c["env"] if e["name"] != ENV]
+    assert stripped == rendered(overlay)
+
+
+def test_component_keeps_the_deployment_overlay_valid(enabled_root: Path) -> None:
+    for o in enabled(enabled_root, "deployment"):
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+
+
+def test_component_keeps_the_knative_pods_valid(enabled_root: Path) -> None:
+    """The Knative Service's revision runs as a pod (probe ports filled in by Knative's
+    defaulting); the CronJob is a built-in object."""
+    objs = enabled(enabled_root, "knative")
+    for label, template in pod_templates(objs):
+        if label.startswith("CronJob/"):
+            continue
+        spec = {
+            k: v
+            for k, v in json.loads(json.dumps(template["spec"])).items()
+            if k not in {"containerConcurrency", "timeoutSeconds"}
+        }
+        for c in spec["containers"]:
+            for probe in ("readinessProbe", "livenessProbe"):
+                c[probe]["httpGet"]["port"] = c["ports"][0]["containerPort"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nodefence"}, "spec": spec}
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    for cron in find(objs, "CronJob"):
+        kubernetes_validate.validate(cron, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_volume_is_mounted_inside_another(enabled_root: Path, overlay: str) -> None:
+    """ConfigMap and Secret volumes are read-only, so the container runtime cannot create a
+    mount point inside one: a pod with the inventory mounted inside the policy's directory
+    would never start. Policy and inventory each get a directory of their own."""
+    for objs in (rendered(overlay), enabled(enabled_root, overlay)):
+        for label, template in pod_templates(objs):
+            paths = [PurePosixPath(m["mountPath"]) for m in container(template)["volumeMounts"]]
+            for outer in paths:
+                for inner in paths:
+                    if inner != outer:
+                        assert not inner.is_relative_to(outer), f"{label}: {inner} in {outer}"
+
+
+def test_receiver_and_reconcile_pods_mount_the_same_inventory(enabled_root: Path) -> None:
+    """Either may power a node off or on, so both read the same BMCs."""
+    templates = dict(pod_templates(enabled(enabled_root, "deployment")))
+    dep, cron = templates["Deployment/nodefence"], templates["CronJob/nodefence-reconcile"]
+    assert env_of(dep)[ENV] == env_of(cron)[ENV]
+    assert container(dep)["volumeMounts"] == container(cron)["volumeMounts"]
+    assert dep["spec"]["volumes"] == cron["spec"]["volumes"]
+
+
+def _example_secret() -> Obj:
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    (secret,) = docs
+    result: Obj = secret
+    return result
+
+
+def test_example_inventory_secret_is_valid_and_never_applied(tmp_path: Path) -> None:
+    """The example is the Secret the component mounts, its inventory passes the service's own
+    strict loader with one Redfish and one IPMI BMC, its credentials are placeholders, and no
+    kustomization ships it."""
+    secret = _example_secret()
+    assert secret["kind"] == "Secret"
+    assert secret["metadata"] == {"name": SECRET, "namespace": NAMESPACE}
+    assert set(secret["stringData"]) == {KEY}
+    inventory_file = tmp_path / KEY
+    inventory_file.write_text(secret["stringData"][KEY])
+    inventory = load_inventory(inventory_file)
+    kinds = sorted(type(b).__name__ for b in inventory.nodes.values())
+    assert kinds == [IpmiBmc.__name__, RedfishBmc.__name__]
+    for node, bmc in inventory.nodes.items():
+        assert bmc.password.get_secret_value().startswith("replace-with-"), node
+        assert bmc.username.startswith("replace-with-"), node
+        if isinstance(bmc, RedfishBmc):
+            # Certificate checks stay on in the example people copy.
+            assert bmc.tls.insecure is False, node
+    for kustomization in DEPLOY.rglob("kustomization.yaml"):
+        # Comments may point people at the example; no entry may load it.
+        entries = json.dumps(yaml.safe_load(kustomization.read_text()))
+        assert EXAMPLE.name not in entries, kustomization
+
+
+def test_shipped_policy_fences_only_with_proof() -> None:
+    """The shipped policy makes the S10 choice explicitly: its default rule proves power-off
+    through a BMC, and no rule is left to fence on inference alone."""
+    policy = load_policy(POLICY)
+    default = policy.rule_named("default")
+    assert default is not None
+    assert default.fencing is not None
+    assert default.fencing.driver == "redfish"
+    assert default.fencing.action == "off"
+    for rule in policy.rules:
+        assert rule.fencing is None or rule.fencing.driver != "none", rule.name
+        assert rule.fencing is not None or rule.approval == "slack", rule.name
+
+
+def _alternatives() -> list[str]:
+    """The one-line alternatives the shipped policy shows in its comments."""
+    lines = re.findall(r"^#\s+((?:fencing|approval):.*)$", POLICY.read_text(), re.MULTILINE)
+    return [line.strip() for line in lines]
+
+
+def test_every_alternative_in_the_shipped_policy_is_a_valid_rule() -> None:
+    """Copying a commented alternative in place of the fencing section gives a policy the
+    service accepts, with the driver (or approval) it promises; `none` is among them."""
+    alternatives = _alternatives()
+    chosen = set()
+    for line in alternatives:
+        rule = {"name": "default", **yaml.safe_load(line)}
+        policy = parse_policy({"rules": [rule]}, line)
+        parsed = policy.rules[0]
+        chosen.add(parsed.fencing.driver if parsed.fencing is not None else parsed.approval)
+    assert chosen == {"ipmi", "annotation", "http", "slack", "none"}
+
+
+def _check_config(tmp_path: Path, **extra: str) -> dict[str, Any]:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "NODEFENCE_AUTH_DISABLED": "true",
+        "NODEFENCE_POLICY_FILE": str(POLICY),
+        **extra,
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "nodefence", "check-config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    report: dict[str, Any] = json.loads(out.stdout)
+    report["_stdout"] = out.stdout
+    return report
+
+
+def test_check_config_says_the_shipped_policy_lacks_an_inventory(tmp_path: Path) -> None:
+    """Without the component, check-config still accepts the policy and says plainly that the
+    rule has no BMC to ask, which is what the README tells people to look for."""
+    report = _check_config(tmp_path)
+    assert report["bmc_inventory"] is None
+    assert "redfish" in report["fencing"]["default"]
+    assert "NO BMC INVENTORY SET" in report["fencing"]["default"]
+
+
+def test_check_config_shows_the_example_inventory_masked(tmp_path: Path) -> None:
+    inventory_file = tmp_path / KEY
+    inventory_file.write_text(_example_secret()["stringData"][KEY])
+    report = _check_config(tmp_path, NODEFENCE_BMC_INVENTORY=str(inventory_file))
+    assert "BMC inventory loaded" in report["fencing"]["default"]
+    nodes = report["bmc_inventory"]["nodes"]
+    assert {n["driver"] for n in nodes.values()} == {"redfish", "ipmi"}
+    assert all(n["password"] == "***" for n in nodes.values())
+    assert "replace-with-the-bmc-password" not in report["_stdout"]
+
+
+def _egress_rules_for(objs: list[Obj], template: Obj) -> list[Obj]:
+    labels = template["metadata"]["labels"].items()
+    rules: list[Obj] = []
+    for np in find(objs, "NetworkPolicy"):
+        spec = np["spec"]
+        if "Egress" in spec["policyTypes"] and spec["podSelector"]["matchLabels"].items() <= labels:
+            rules.extend(spec.get("egress", []))
+    return rules
+
+
+def test_every_pod_that_fences_may_reach_ipmi_and_redfish_bmcs(objs: list[Obj]) -> None:
+    """IPMI over LAN is UDP 623 and Redfish is HTTPS; BMC addresses differ per site, so the
+    shipped rules name no destination. Both the receiver and the reconcile pods get them."""
+    templates = pod_templates(objs)
+    assert len(templates) == 2
+    for label, template in templates:
+        reachable = {
+            (p["port"], p["protocol"])
+            for r in _egress_rules_for(objs, template)
+            if "to" not in r
+            for p in r["ports"]
+        }
+        assert (623, "UDP") in reachable, label
+        assert (443, "TCP") in reachable, label
