@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(BIN)/nodefence demo
+	$(BIN)/nodefence demo --fencing redfish
 
 test: venv
 	$(BIN)/pytest -q

@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the same story with a Slack approval round trip (against a local Slack stand-in)",
     )
+    demo.add_argument(
+        "--fencing",
+        choices=("none", "redfish"),
+        default="none",
+        help="how the machine is proven off: redfish powers it off through the simulated BMC "
+        "and reads back Off (action reboot); none fences on inference alone, and says so",
+    )
 
     plan = sub.add_parser(
         "plan", help="print the decisions for a webhook payload; makes no write to the cluster"

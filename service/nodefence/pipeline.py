@@ -260,10 +260,19 @@ class Pipeline:
             await self.approvals.request(decision, snapshot, deadline)
         if decision.verdict is Verdict.FENCE and _fenced(results):
             results.extend(await self._settle(event.node, decider, deadline))
+            if self._reboots(decision):
+                # The purge is done (or as done as this request can make it): one more turn of
+                # the loop powers the machine on again, once, through its BMC.
+                _again, more, _snapshot = await self._run(event.node, decider, deadline)
+                results.extend(more)
         decision, released = await self._release_volumes(decision, _uid(snapshot), deadline)
         results.extend(released)
-        await self._record(decision, results, _uid(snapshot), deadline)
-        return decision
+        return await self._record(decision, results, _uid(snapshot), deadline)
+
+    def _reboots(self, decision: Decision) -> bool:
+        rule = self.policy.rule_named(decision.rule)
+        fencing = rule.fencing if rule is not None else None
+        return fencing is not None and fencing.powers and fencing.action == "reboot"
 
     async def _run(
         self,
@@ -536,7 +545,9 @@ class Pipeline:
                     decision, _uid(snapshot) or entry.uid, deadline
                 )
                 results.extend(released)
-                await self._record(decision, results, _uid(snapshot) or entry.uid, deadline)
+                decision = await self._record(
+                    decision, results, _uid(snapshot) or entry.uid, deadline
+                )
             decisions.append(decision)
         handled = {entry.node for entry in held.entries}
         for event in await self._active_alerts():
@@ -564,7 +575,10 @@ class Pipeline:
     # ------------------------------------------------------------------ record
     async def _record(
         self, decision: Decision, results: list[ActionResult], node_uid: str, deadline: Deadline
-    ) -> None:
+    ) -> Decision:
+        """Log, notify, count and put an Event on the Node; the decision comes back with the
+        outcome of its actions."""
+        decision = dataclasses.replace(decision, results=tuple(r.as_dict() for r in results))
         self._log(decision, results)
         if self.notifier is not None:
             await self.notifier.notify(decision, results)
@@ -580,7 +594,7 @@ class Pipeline:
             self.metrics.pod_purged(purged)
         event = _node_event(decision, results, purged)
         if event is None or decision.node is None:
-            return
+            return decision
         reason, message, warning = event
         refusal = reason in REFUSAL_REASONS
         blocking = next((r.guard for r in decision.reasons if not r.passed), "")
@@ -593,6 +607,7 @@ class Pipeline:
             warning=warning,
             deadline=deadline,
         )
+        return decision
 
     def _log(self, decision: Decision, results: list[ActionResult] | None = None) -> None:
         blocking = next((r.guard for r in decision.reasons if not r.passed), "ok")
@@ -634,18 +649,26 @@ def _node_event(
     unfenced = any(r.action == "unfence" and r.outcome is Outcome.DONE for r in results)
     failed = [r for r in results if r.outcome is Outcome.FAILED]
     blocked = [r for r in decision.reasons if not r.passed]
+    powered_on = [r for r in results if r.action == "power-on"]
+    rebooted = f"; power-on sent through its BMC ({powered_on[0].detail})" if powered_on else ""
     if fenced:
         volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
+        verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
         return (
             "NodeFenced",
-            f"out-of-service taint applied; {purged} pods purged{volumes}. " + decision.summary,
+            f"out-of-service taint applied; {purged} pods purged{volumes}{rebooted}. {verdict}",
             True,
         )
+    if powered_on:
+        return ("NodePoweredOn", f"fenced node powered on again{rebooted}", False)
     if unfenced:
         return ("NodeUnfenced", "out-of-service taint removed: " + decision.summary, False)
+    let_go = [r for r in results if r.action == "release" and r.outcome is Outcome.DONE]
     if failed:
         details = "; ".join(f"{r.target}: {r.detail}" for r in failed[:5])
         return ("NodefenceActionFailed", details, True)
+    if let_go and not unfenced:
+        return ("FenceReleased", f"nodefence let go of its fence: {let_go[0].detail}", True)
     if purged:
         return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0", True)
     if released:

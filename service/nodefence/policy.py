@@ -86,6 +86,12 @@ class Fencing(_Model):
     annotation: str = "nodefence.io/power-state"
     url: str = ""
 
+    @field_validator("action", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare ``off`` as false; ``action: off`` means the action off."""
+        return "off" if value is False else value
+
     @model_validator(mode="after")
     def _consistent(self) -> Fencing:
         if self.driver == "http" and "://" not in self.url:
@@ -107,7 +113,7 @@ def _legacy_proof(rule: dict[str, Any]) -> dict[str, Any]:
     its mode ``none`` meant acting on inference alone, which is now an explicit choice."""
     proof = rule.pop("power_off_proof")
     if not isinstance(proof, dict):
-        raise ValueError("power_off_proof is replaced by fencing (see fencing.driver)")
+        raise TypeError("power_off_proof is replaced by fencing (see fencing.driver)")
     if "fencing" in rule:
         raise ValueError("power_off_proof is replaced by fencing; set only fencing")
     mode = proof.get("mode", "none")

@@ -4,11 +4,21 @@ a listener that watches every node write in the simulator for a broken invariant
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
 from typing import Any
+
+import aiohttp
 
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror as ledger
@@ -159,3 +169,81 @@ async def until(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s (last value {value!r})")
         await asyncio.sleep(interval)
+
+
+# The simulated machines have no BMC in these tests: the rule fences on inference alone.
+INFERENCE_POLICY = Path(__file__).with_name("inference-policy.yaml")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class ServeProcess:
+    """``python -m nodefence serve`` against the simulator, killed with SIGKILL when asked."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        token: str,
+        identity: str,
+        *,
+        clock_offset: str | None = None,
+        policy: Path = INFERENCE_POLICY,
+    ) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PORT": str(self.port),
+            "NODEFENCE_HOST": "127.0.0.1",
+            "NODEFENCE_ALERT_TOKEN": token,
+            "NODEFENCE_IDENTITY": identity,
+            "NODEFENCE_NAMESPACE": "nodefence",
+            "NODEFENCE_LOG_LEVEL": "warning",
+            "NODEFENCE_POLICY_FILE": str(policy),
+        }
+        command = [sys.executable, "-m", "nodefence", "serve"]
+        if clock_offset is not None:
+            # libfaketime: this process's wall clock is off by ``clock_offset`` (e.g. "+600s");
+            # its monotonic clock stays true, as NTP trouble leaves it.
+            faketime = shutil.which("faketime")
+            assert faketime is not None, "faketime is required (Debian package faketime)"
+            command = [faketime, "-f", clock_offset, *command]
+            env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        self.process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def wait_healthy(self, http: aiohttp.ClientSession) -> ServeProcess:
+        async def healthy() -> bool:
+            assert self.process.poll() is None, "nodefence serve exited during startup"
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(self.url + "/healthz") as response:
+                    return response.status == 200
+            return False
+
+        await until(healthy, within=20, interval=0.05)
+        return self
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill()

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import secrets
-import socket
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -28,6 +22,7 @@ from pipeline.harness import OOS, oos_taints, start_receiver
 
 from .support import (
     NODE_PATH,
+    ServeProcess,
     assert_fenced,
     firing,
     kill_node,
@@ -39,8 +34,6 @@ from .support import (
 
 NODE = "control02"
 IDENTITY = "replica-a"
-# The simulated machines have no BMC here: the rule fences on inference alone, by choice.
-INFERENCE_POLICY = Path(__file__).with_name("inference-policy.yaml")
 # Seeds for the kill points; each draws after how many API requests the receiver dies: before
 # the claim, between claim and taint, around the confirm, early and late in the purge; with
 # 30 ms per request the next request is usually in flight at the kill. The write order (claim,
@@ -49,64 +42,6 @@ INFERENCE_POLICY = Path(__file__).with_name("inference-policy.yaml")
 # claim is confirmed.
 CRASH_SEEDS = (2, 79, 21, 3, 29)
 MAX_KILL_POINT = 45
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class ServeProcess:
-    """``python -m nodefence serve`` against the simulator, killed with SIGKILL when asked."""
-
-    def __init__(self, kubeconfig: Path, token: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "PORT": str(self.port),
-            "NODEFENCE_HOST": "127.0.0.1",
-            "NODEFENCE_ALERT_TOKEN": token,
-            "NODEFENCE_IDENTITY": IDENTITY,
-            "NODEFENCE_NAMESPACE": "nodefence",
-            "NODEFENCE_LOG_LEVEL": "warning",
-            "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "nodefence", "serve"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    async def wait_healthy(self, http: aiohttp.ClientSession) -> ServeProcess:
-        async def healthy() -> bool:
-            assert self.process.poll() is None, "nodefence serve exited during startup"
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(self.url + "/healthz") as response:
-                    return response.status == 200
-            return False
-
-        await until(healthy, within=20, interval=0.05)
-        return self
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-    def __enter__(self) -> ServeProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.kill()
 
 
 class Cluster:
@@ -173,7 +108,7 @@ async def _crash_and_recover(seed: int) -> None:
             await cluster.post("/sim/v1/faults", {"latencySeconds": 0.03})
             cursor = await cluster.cursor()
 
-            with ServeProcess(sim.kubeconfig, token) as first:
+            with ServeProcess(sim.kubeconfig, token, IDENTITY) as first:
                 await first.wait_healthy(http)
                 delivery = asyncio.create_task(_deliver(http, first.url, token, "/alerts"))
                 while not delivery.done() and len(await cluster.requests(cursor)) < kill_after:
@@ -184,7 +119,7 @@ async def _crash_and_recover(seed: int) -> None:
                     await delivery
             assert orphans(await cluster.nodes()) == [], f"seed {seed}, killed at {kill_after}"
 
-            with ServeProcess(sim.kubeconfig, token) as second:
+            with ServeProcess(sim.kubeconfig, token, IDENTITY) as second:
                 await second.wait_healthy(http)
                 assert await _deliver(http, second.url, token, "/alerts") == 200
 

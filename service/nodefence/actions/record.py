@@ -83,7 +83,14 @@ class RecordWriter:
         return ActionResult("claim", node, Outcome.DONE, f"budget slot claimed ({token})")
 
     async def _change(
-        self, kind: str, node: str, uid: str, claimed_by: str, change: Change, deadline: Deadline
+        self,
+        kind: str,
+        node: str,
+        uid: str,
+        change: Change,
+        deadline: Deadline,
+        *,
+        claimed_by: str = "",
     ) -> ActionResult:
         while True:
             try:
@@ -130,7 +137,9 @@ class RecordWriter:
             return fence_record.with_entry(record, done)
 
         claim = action.claimed_by or token
-        return await self._change("confirm", action.node, action.node_uid, claim, fenced, deadline)
+        return await self._change(
+            "confirm", action.node, action.node_uid, fenced, deadline, claimed_by=claim
+        )
 
     async def release(self, action: ReleaseAction, deadline: Deadline) -> ActionResult:
         def released(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
@@ -140,7 +149,12 @@ class RecordWriter:
             return fence_record.prune_releases(dropped, now, self.keep_releases_seconds)
 
         result = await self._change(
-            "release", action.node, action.node_uid, action.claimed_by, released, deadline
+            "release",
+            action.node,
+            action.node_uid,
+            released,
+            deadline,
+            claimed_by=action.claimed_by,
         )
         return dataclasses.replace(result, detail=result.detail or action.why)
 
@@ -157,7 +171,9 @@ class RecordWriter:
                 marked = dataclasses.replace(entry, power_off_sent_at=now)
             return fence_record.with_entry(record, marked)
 
-        return await self._change(f"power-{operation}", node, uid, claimed_by, sent, deadline)
+        return await self._change(
+            f"power-{operation}", node, uid, sent, deadline, claimed_by=claimed_by
+        )
 
     async def observe(self, action: ObserveReadyAction, deadline: Deadline) -> ActionResult:
         def seen(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
@@ -166,4 +182,4 @@ class RecordWriter:
             )
             return fence_record.with_entry(record, observed)
 
-        return await self._change("observe-ready", action.node, action.node_uid, "", seen, deadline)
+        return await self._change("observe-ready", action.node, action.node_uid, seen, deadline)

@@ -1,10 +1,12 @@
 """The seed story, end to end, on the embedded simulated cluster.
 
-control02 dies; its StatefulSet and Deployment pods hang Terminating and the StatefulSet pods are
-not replaced; Alertmanager's KubeNodeNotReady webhook reaches nodefence, which verifies the node is
-really dead, fences it with the out-of-service taint and purges the stuck pods; the StatefulSet
-pods come back on other nodes; control02 reboots; the resolved webhook arrives and nodefence
-verifies the node before it removes the taint; the DaemonSet pods return. Every step is a check.
+control02 hangs; its StatefulSet and Deployment pods hang Terminating and the StatefulSet pods
+are not replaced; Alertmanager's KubeNodeNotReady webhook reaches nodefence, which verifies the
+kubelet is really silent. With ``--fencing redfish`` it then powers the machine off through its
+(simulated) BMC and reads back Off before the out-of-service taint, purges the stuck pods,
+powers the machine on again (``action: reboot``) and unfences once it is back with a new boot ID
+and healthy for the delay. Without it, the rule says explicitly that it fences on inference
+alone (``fencing.driver: none``) and every decision says "no proof". Every step is a check.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import asyncio
 import contextlib
 import secrets
 import shutil
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
@@ -26,9 +30,10 @@ from nodefence.demo.receiver import serving
 from nodefence.demo.timeline import StepFailedError, Timeline
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.observability.logging import configure_logging
-from nodefence.policy import parse_policy
+from nodefence.policy import Policy, parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
+from nodefence.sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence.sim.simulation import Simulation
 from nodefence.sim.testing import running_simulator
 
@@ -40,17 +45,26 @@ NAMESPACE = "openstack"
 # The healthy delay is scaled down from 5 minutes to 5 seconds so that the story fits a terminal;
 # it is counted on the API server's clock from the moment nodefence first sees the node Ready.
 HEALTHY_DELAY_SECONDS = 5
-DEMO_POLICY = parse_policy(
-    {
-        "rules": [
-            {
-                "name": "seed",
-                "volume_attachment_cleanup": True,
-                "healthy_delay_seconds": HEALTHY_DELAY_SECONDS,
-            }
-        ]
-    }
-)
+POWER_TIMEOUT_SECONDS = 10
+FENCING = {
+    "none": {"driver": "none"},
+    "redfish": {"driver": "redfish", "action": "reboot", "timeout_seconds": POWER_TIMEOUT_SECONDS},
+}
+
+
+def demo_policy(fencing: str) -> Policy:
+    return parse_policy(
+        {
+            "rules": [
+                {
+                    "name": "seed",
+                    "volume_attachment_cleanup": True,
+                    "healthy_delay_seconds": HEALTHY_DELAY_SECONDS,
+                    "fencing": FENCING[fencing],
+                }
+            ]
+        }
+    )
 
 
 def _table(pods: list[dict[str, Any]]) -> str:
@@ -70,12 +84,26 @@ class Story:
         token: str,
         timeline: Timeline,
         kubeconfig: str | None = None,
+        *,
+        bmc: tuple[str, SecretStr] | None = None,
     ) -> None:
         self.view = view
         self.receiver = receiver
         self.token = token
         self.t = timeline
         self.kubeconfig = kubeconfig
+        # The simulated BMC's login, when the story fences through Redfish.
+        self.bmc = bmc
+
+    async def power_state(self) -> str:
+        """control02's PowerState as its BMC reports it (Redfish, basic auth)."""
+        assert self.bmc is not None
+        user, password = self.bmc
+        auth = aiohttp.BasicAuth(user, password.get_secret_value())
+        url = f"{self.view.url}/redfish/v1/Systems/{NODE}"
+        async with self.view.session.get(url, auth=auth) as response:
+            body: dict[str, Any] = await response.json()
+        return str(body.get("PowerState", ""))
 
     async def kubectl_events(self) -> str | None:
         """The Events section of the real ``kubectl describe node``, where kubectl is installed."""
@@ -146,14 +174,33 @@ class Story:
         )
         t.detail(_table(await view.pods(node=NODE)))
 
-        t.heading(f"{NODE} dies (its kubelet stopped 20 minutes ago)")
+        if self.bmc is None:
+            t.say(
+                "inference mode: the rule chose fencing.driver none, so nodefence fences on the "
+                'guards alone and says "no proof" (run with --fencing redfish for power fencing)'
+            )
+            t.heading(f"{NODE} dies (its kubelet stopped 20 minutes ago)")
+        else:
+            t.say(
+                "power fencing: the rule's fencing is redfish with action reboot; every node has a "
+                "simulated BMC at /redfish/v1 (NODEFENCE_BMC_INVENTORY points at them)"
+            )
+            t.heading(f"{NODE} hangs (its kubelet stopped 20 minutes ago; the machine is still on)")
         await view.control(NODE, "down", {"sinceSeconds": 1200})
+        died = time.monotonic()
         down_since = datetime.now(UTC) - timedelta(seconds=1200)
+        boot_before = (await view.node(NODE))["status"]["nodeInfo"]["bootID"]
 
         async def not_ready() -> bool:
             return ready_status(await view.node(NODE)) == "Unknown"
 
         await t.expect(f"{NODE} is NotReady (Ready=Unknown, unreachable taints)", not_ready)
+        if self.bmc is not None:
+
+            async def still_on() -> bool:
+                return await self.power_state() == "On"
+
+            await t.expect(f"its BMC still reports {NODE} On: nobody has proven it off", still_on)
 
         async def hanging() -> list[dict[str, Any]]:
             stuck = await self.stuck_pods()
@@ -191,6 +238,16 @@ class Story:
 
         applied = await t.expect(f"{NODE} carries the out-of-service taint", fenced)
         t.detail(", ".join(applied))
+        if self.bmc is not None:
+            proof = [
+                r["message"]
+                for r in body["decisions"][0]["reasons"]
+                if r["guard"] == "power-off" and r["passed"]
+            ]
+            if not any("reports the machine is Off" in m for m in proof):
+                t.fail("the fence decision does not carry the BMC's Off as its proof")
+                raise StepFailedError("proof")
+            t.ok(f"the taint came after the BMC read back Off: {proof[-1]}")
 
         async def purged() -> bool:
             return not await self.stuck_pods()
@@ -213,14 +270,32 @@ class Story:
 
         placed = await t.expect("the StatefulSet pods run again on other nodes", moved, within=60)
         t.detail("\n".join(f"{name} -> {node}" for name, node in placed.items()))
-
-        t.heading(f"{NODE} is repaired and rebooted (Ready again for 10 minutes)")
-        await view.control(NODE, "up", {"sinceSeconds": 600, "reboot": True})
+        t.say(
+            f"{time.monotonic() - died:.1f}s in this timeline from the hang to the StatefulSet "
+            "pods Running elsewhere (the 20 minutes of silence are backdated, so the "
+            "NotReady and Lease waits are already over when the alert arrives)"
+        )
 
         async def ready() -> bool:
             return ready_status(await view.node(NODE)) == "True"
 
-        await t.expect(f"{NODE} is Ready", ready)
+        if self.bmc is None:
+            t.heading(f"{NODE} is repaired and rebooted (Ready again for 10 minutes)")
+            await view.control(NODE, "up", {"sinceSeconds": 600, "reboot": True})
+        else:
+            t.heading(f"nodefence powers {NODE} on again through its BMC (action: reboot)")
+
+            async def powered_on() -> bool:
+                return await self.power_state() == "On"
+
+            await t.expect(f"its BMC reports {NODE} On again", powered_on, within=30)
+
+        await t.expect(f"{NODE} is Ready", ready, within=30)
+        boot_after = (await view.node(NODE))["status"]["nodeInfo"]["bootID"]
+        if boot_after == boot_before:
+            t.fail(f"{NODE} came back with the boot ID it had before")
+            raise StepFailedError("reboot")
+        t.ok(f"{NODE} came back with a new boot ID ({boot_before[:8]}… → {boot_after[:8]}…)")
 
         async def still_fenced() -> bool:
             return bool(await fenced())
@@ -299,17 +374,27 @@ class Story:
             t.ok(f"kubectl describe node {NODE} shows them")
 
 
-async def run_demo(out: TextIO | None = None) -> int:
+async def run_demo(out: TextIO | None = None, *, fencing: str = "none") -> int:
     timeline = Timeline(out)
     configure_logging("json", "warning")
     sim = Simulation.from_scenario("seed")
     token = secrets.token_urlsafe(24)
     async with running_simulator(sim) as cluster:
+        workdir = Path(cluster.kubeconfig).parent
+        inventory = None
+        bmc: tuple[str, SecretStr] | None = None
+        if fencing == "redfish":
+            inventory = write_bmc_inventory(workdir / "bmc-inventory.yaml", cluster.url, sim)
+            bmcs = bmcs_of(sim)
+            bmc = (bmcs.username, bmcs.password)
         settings = Settings(
-            alert_token=SecretStr(token), namespace="nodefence", identity="nodefence-demo"
+            alert_token=SecretStr(token),
+            namespace="nodefence",
+            identity="nodefence-demo",
+            bmc_inventory=inventory,
         )
         pipeline = await build_pipeline(
-            settings, policy=DEMO_POLICY, kubeconfig=str(cluster.kubeconfig)
+            settings, policy=demo_policy(fencing), kubeconfig=str(cluster.kubeconfig)
         )
         async with serving(settings, pipeline) as receiver, aiohttp.ClientSession() as session:
             timeline.say(f"simulated cluster at {cluster.url}; nodefence listening at {receiver}")
@@ -323,11 +408,12 @@ async def run_demo(out: TextIO | None = None) -> int:
                 token,
                 timeline,
                 str(cluster.kubeconfig),
+                bmc=bmc,
             )
             with contextlib.suppress(StepFailedError):
                 await story.run()
     return timeline.verdict()
 
 
-def main(_args: argparse.Namespace) -> int:
-    return asyncio.run(run_demo())
+def main(args: argparse.Namespace) -> int:
+    return asyncio.run(run_demo(fencing=getattr(args, "fencing", "none")))

@@ -319,6 +319,9 @@ class Decision:
     # Set when S1 and S2 were checked on a node nodefence holds fenced and both showed it dead:
     # only then may its VolumeAttachments be deleted.
     node_confirmed_down: bool = False
+    # What the shell's writes did (action, target, outcome, detail), filled in after the
+    # commit so the webhook reply and the log carry the outcome, not only the plan.
+    results: tuple[dict[str, str], ...] = ()
 
     @property
     def summary(self) -> str:

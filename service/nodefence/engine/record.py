@@ -176,6 +176,29 @@ def entry_json(entry: FenceEntry) -> dict[str, Any]:
     return out
 
 
+def _object(raw: Any) -> Mapping[str, Any]:
+    if not isinstance(raw, dict):
+        raise TypeError("not an object")
+    return raw
+
+
+def _keyed_entry(key: str, raw: Any) -> FenceEntry:
+    entry = _entry(_object(raw))
+    if entry.node != key.removeprefix(FENCE_PREFIX):
+        raise ValueError("key and node name differ")
+    return entry
+
+
+def _release(key: str, raw: Any) -> Release:
+    fields = _object(raw)
+    return Release(
+        node=key.removeprefix(RELEASED_PREFIX),
+        uid=str(fields["uid"]),
+        at=_required_time(fields.get("at")),
+        why=str(fields.get("why", "")),
+    )
+
+
 def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord:
     """Read the ConfigMap's data; what cannot be read is kept aside, never silently dropped."""
     entries: list[FenceEntry] = []
@@ -184,22 +207,10 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
     for key, text in sorted((data or {}).items()):
         try:
             raw = json.loads(text)
-            if not isinstance(raw, dict):
-                raise TypeError("not an object")
             if key.startswith(FENCE_PREFIX):
-                entry = _entry(raw)
-                if entry.node != key.removeprefix(FENCE_PREFIX):
-                    raise ValueError("key and node name differ")
-                entries.append(entry)
+                entries.append(_keyed_entry(key, raw))
             elif key.startswith(RELEASED_PREFIX):
-                released.append(
-                    Release(
-                        node=key.removeprefix(RELEASED_PREFIX),
-                        uid=str(raw["uid"]),
-                        at=_required_time(raw.get("at")),
-                        why=str(raw.get("why", "")),
-                    )
-                )
+                released.append(_release(key, raw))
         except (ValueError, TypeError, KeyError):
             if key.startswith(FENCE_PREFIX):
                 unreadable.append(key)

@@ -105,6 +105,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
             {"guard": r.guard, "passed": r.passed, "message": r.message} for r in decision.reasons
         ],
         "actions": [action_to_dict(a) for a in decision.actions],
+        "results": [dict(r) for r in decision.results],
     }
 
 

@@ -146,8 +146,63 @@ _ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "node": {"type": "string"},
             "node_uid": {"type": "string"},
             "resource_version": {"type": "string"},
+            "effect": {"type": "string", "enum": ["NoExecute", "NoSchedule"]},
             "annotations": _ANNOTATIONS,
             "remove_annotations": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "ClaimAction": {
+        "type": "object",
+        "description": "Take a fence budget slot in the fence record (resourceVersion-checked).",
+        "required": ["type", "node", "record", "record_version", "entry"],
+        "properties": {
+            "type": {"const": "claim"},
+            "node": {"type": "string"},
+            "record": {"type": "string"},
+            "record_version": {"type": "string"},
+            "entry": {"type": "object"},
+        },
+    },
+    "ConfirmAction": {
+        "type": "object",
+        "required": ["type", "node", "node_uid", "proof"],
+        "properties": {
+            "type": {"const": "confirm"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "proof": {"type": "string"},
+        },
+    },
+    "PowerAction": {
+        "type": "object",
+        "required": ["type", "node", "node_uid", "driver", "operation", "send"],
+        "properties": {
+            "type": {"const": "power"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "driver": {"type": "string", "enum": ["redfish", "ipmi"]},
+            "operation": {"type": "string", "enum": ["off", "on", "status"]},
+            "send": {"type": "boolean"},
+        },
+    },
+    "ReleaseAction": {
+        "type": "object",
+        "required": ["type", "node", "node_uid", "why"],
+        "properties": {
+            "type": {"const": "release"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "why": {"type": "string"},
+        },
+    },
+    "ObserveReadyAction": {
+        "type": "object",
+        "required": ["type", "node", "node_uid", "seen_at"],
+        "properties": {
+            "type": {"const": "observe-ready"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "seen_at": {"type": "string"},
         },
     },
 }
@@ -166,6 +221,7 @@ _DECISION_SCHEMA: dict[str, Any] = {
         "summary",
         "reasons",
         "actions",
+        "results",
     ],
     "properties": {
         "verdict": {
@@ -197,6 +253,23 @@ _DECISION_SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {
                 "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in _ACTION_SCHEMAS]
+            },
+        },
+        "results": {
+            "type": "array",
+            "description": "What each write did: done, already, conflict, skipped or failed.",
+            "items": {
+                "type": "object",
+                "required": ["action", "target", "outcome", "detail"],
+                "properties": {
+                    "action": {"type": "string"},
+                    "target": {"type": "string"},
+                    "outcome": {
+                        "type": "string",
+                        "enum": ["done", "already", "conflict", "skipped", "failed"],
+                    },
+                    "detail": {"type": "string"},
+                },
             },
         },
     },

@@ -10,6 +10,7 @@ and Alertmanager retries.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -184,7 +185,7 @@ class KubeClient:
         items: list[Json] = []
         token: str | None = None
         while True:
-            body = await self._call(verb, lambda: page(token), deadline)
+            body = await self._call(verb, functools.partial(page, token), deadline)
             items.extend(body.get("items") or [])
             token = (body.get("metadata") or {}).get("continue") or None
             if token is None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import dataclasses
+import re
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
