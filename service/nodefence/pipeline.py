@@ -158,6 +158,7 @@ class Pipeline:
         if self._pause_refresher is not None:
             self._pause_refresher.cancel()
             await asyncio.wait({self._pause_refresher}, timeout=CLOSE_WAIT_SECONDS)
+        await self.reader.close()
         await self.kube.close()
 
     def _keep_pause_fresh(self) -> None:
@@ -199,8 +200,10 @@ class Pipeline:
         )
 
     async def ready(self) -> tuple[bool, str]:
-        """Reachable now, not once: the probe asks the API server every time it is called."""
+        """Reachable now, not once: the probe asks the API server every time it is called.
+        Only a serving receiver is probed, so this is also where the node index starts."""
         self._keep_pause_fresh()
+        self.reader.follow_nodes()
         try:
             info = await self.kube.version(Deadline(3.0))
         except (ClusterUnavailableError, KubeError) as exc:

@@ -69,6 +69,9 @@ def test_roles_grant_exactly_the_listed_calls(roles: tuple[Obj, Obj, list[Obj]])
 CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "version": {("cluster", "url", "/version", "get")},
     "list_nodes": {("cluster", "", "nodes", "list", "*")},
+    # The node index behind the cluster-wide counts: a paged list, then a watch.
+    "list_node_page": {("cluster", "", "nodes", "list", "*")},
+    "watch_nodes": {("cluster", "", "nodes", "watch", "*")},
     "get_node": {("cluster", "", "nodes", "get", "*")},
     "patch_node_json": {("cluster", "", "nodes", "patch", "*")},
     "replace_node": {("cluster", "", "nodes", "update", "*")},

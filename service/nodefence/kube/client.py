@@ -1,7 +1,11 @@
 """A thin kubernetes-asyncio wrapper: raw JSON in and out, retries and request accounting.
 
 Responses are read as plain dicts (``_preload_content=False``): model deserialisation of a
-thousand pods costs more than the purge itself, and the adapter needs only a few fields.
+thousand pods costs more than the purge itself, and the adapter needs only a few fields. For the
+same reason the calls go through ``ApiClient.call_api`` with their paths, as the generated API
+classes would send them (same auth settings, headers and query parameters), and those classes
+are never imported (``nodefence.kube.library``): the library is kept for what it is needed for,
+configuration, credentials and TLS.
 Transient failures (429, 5xx, connection errors, timeouts) are retried with backoff until the
 request deadline; what remains is raised as ``ClusterUnavailableError`` so the webhook answers 503
 and Alertmanager retries.
@@ -21,15 +25,28 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
 
 from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.library import defer_generated_modules
+
+defer_generated_modules()
+# After the deferral: these import the library's configuration and client, not its models.
+from kubernetes_asyncio import config  # noqa: E402
+from kubernetes_asyncio.client.api_client import ApiClient  # noqa: E402
+from kubernetes_asyncio.client.configuration import Configuration  # noqa: E402
 
 Json = dict[str, Any]
 RequestHook = Callable[[str, str], None]
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
+CONFIGMAP = "/api/v1/namespaces/{namespace}/configmaps/{name}"
+POD = "/api/v1/namespaces/{namespace}/pods/{name}"
+VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
+AUTH = ["BearerToken"]  # what every generated Kubernetes API method authenticates with
+JSON = "application/json"
+JSON_PATCH = "application/json-patch+json"
+Query = list[tuple[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -84,23 +101,33 @@ class Deadline:
         return self.remaining <= 0
 
 
-async def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+async def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     """KUBECONFIG (or an explicit file) first, in-cluster service account otherwise."""
     import os
 
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        configuration = client.Configuration()
+        configuration = Configuration()
         await config.load_kube_config(config_file=path, client_configuration=configuration)
     else:
-        configuration = client.Configuration()
+        configuration = Configuration()
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration=configuration)
+    return ApiClient(configuration=configuration)
 
 
-def _raw(body: Json) -> Any:
-    """Plain dicts are sent as they are; the generated signatures only name the model types."""
-    return body
+@dataclass
+class Stream:
+    """An open watch: its reply, read one event line at a time. ``close`` ends it."""
+
+    response: Any
+
+    async def next_line(self) -> bytes:
+        """The next line of the stream; ``b""`` once the server ended it."""
+        line: bytes = await self.response.content.readline()
+        return line
+
+    def close(self) -> None:
+        self.response.release()
 
 
 class KubeClient:
@@ -108,21 +135,42 @@ class KubeClient:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         *,
         on_request: RequestHook | None = None,
         call_timeout: float = 5.0,
     ) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.coordination = client.CoordinationV1Api(api)
-        self.storage = client.StorageV1Api(api)
-        self.version_api = client.VersionApi(api)
         self._on_request = on_request or (lambda _verb, _code: None)
         self.call_timeout = call_timeout
 
     async def close(self) -> None:
         await self.api.close()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: Any = None,
+        **names: str,
+    ) -> Awaitable[Any]:
+        """One request as a generated API method sends it; ``{name}``-style parts of ``path``
+        are filled from ``names`` and quoted, exactly as the generated methods do."""
+        return self.api.call_api(  # type: ignore[no-any-return]
+            path,
+            method,
+            path_params=names or None,
+            query_params=list(query or []),
+            header_params={"Accept": JSON, "Content-Type": content_type},
+            body=body,
+            auth_settings=AUTH,
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
 
     async def _call(
         self, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
@@ -173,9 +221,7 @@ class KubeClient:
 
     # -------------------------------------------------------------- reads
     async def version(self, deadline: Deadline | None = None) -> Json:
-        return await self._call(
-            "get", lambda: self.version_api.get_code(_preload_content=False), deadline
-        )
+        return await self._call("get", lambda: self._send("GET", "/version/"), deadline)
 
     async def _list_all(
         self, verb: str, page: Callable[[str | None], Awaitable[Any]], deadline: Deadline | None
@@ -194,37 +240,67 @@ class KubeClient:
     async def list_nodes(
         self, deadline: Deadline | None = None, *, label_selector: str = ""
     ) -> list[Json]:
+        selector = [("labelSelector", label_selector)] if label_selector else []
+
         def page(token: str | None) -> Awaitable[Any]:
-            extra: dict[str, Any] = {"_continue": token} if token else {}
-            if label_selector:
-                extra["label_selector"] = label_selector
-            return self.core.list_node(limit=PAGE_SIZE, _preload_content=False, **extra)
+            return self._send("GET", "/api/v1/nodes", query=[*selector, *_page(token)])
 
         return await self._list_all("list", page, deadline)
 
+    async def list_node_page(
+        self, token: str | None = None, deadline: Deadline | None = None, *, limit: int = PAGE_SIZE
+    ) -> Json:
+        """One page of the Node list: ``items``, and in ``metadata`` the ``continue`` token of
+        the next page (none on the last) and the list's ``resourceVersion`` (where a watch
+        resumes). For callers that keep only a summary of each page, never the whole list."""
+        query = [("limit", limit), *([("continue", token)] if token else [])]
+        return await self._call(
+            "list", lambda: self._send("GET", "/api/v1/nodes", query=query), deadline
+        )
+
+    async def watch_nodes(
+        self, resource_version: str, timeout_seconds: int, *, idle_seconds: float
+    ) -> Stream:
+        """A watch of every Node from ``resource_version`` (bookmarks asked for), which the
+        server ends after ``timeout_seconds``; a stream silent for ``idle_seconds`` fails the
+        next read. Any status but 200 raises ``KubeError`` (410: the version is too old)."""
+        query: Query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.call_timeout, sock_read=idle_seconds
+        )
+        response = await self._send("GET", "/api/v1/nodes", query=query, timeout=timeout)
+        status = int(response.status)
+        self._on_request("watch", str(status))
+        if status == 200:
+            return Stream(response)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        body = _json_or_empty(raw)
+        raise KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+
     async def get_node(self, name: str, deadline: Deadline | None = None) -> Dated:
         return await self._dated(
-            "get", lambda: self.core.read_node(name, _preload_content=False), deadline
+            "get", lambda: self._send("GET", "/api/v1/nodes/{name}", name=name), deadline
         )
 
     async def get_lease(self, namespace: str, name: str, deadline: Deadline | None = None) -> Dated:
+        path = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
         return await self._dated(
-            "get",
-            lambda: self.coordination.read_namespaced_lease(
-                name, namespace, _preload_content=False
-            ),
-            deadline,
+            "get", lambda: self._send("GET", path, namespace=namespace, name=name), deadline
         )
 
     async def list_pods_on_node(self, node: str, deadline: Deadline | None = None) -> list[Json]:
+        selector = ("fieldSelector", f"spec.nodeName={node}")
+
         def page(token: str | None) -> Awaitable[Any]:
-            extra: dict[str, Any] = {"_continue": token} if token else {}
-            return self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}",
-                limit=PAGE_SIZE,
-                _preload_content=False,
-                **extra,
-            )
+            return self._send("GET", "/api/v1/pods", query=[selector, *_page(token)])
 
         return await self._list_all("list", page, deadline)
 
@@ -238,18 +314,17 @@ class KubeClient:
     ) -> Dated:
         return await self._dated(
             "get",
-            lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False),
+            lambda: self._send("GET", CONFIGMAP, namespace=namespace, name=name),
             deadline,
         )
 
     async def create_configmap(
         self, namespace: str, configmap: Json, deadline: Deadline | None = None
     ) -> Dated:
+        path = "/api/v1/namespaces/{namespace}/configmaps"
         return await self._dated(
             "create",
-            lambda: self.core.create_namespaced_config_map(
-                namespace, _raw(configmap), _preload_content=False
-            ),
+            lambda: self._send("POST", path, body=configmap, namespace=namespace),
             deadline,
         )
 
@@ -259,18 +334,12 @@ class KubeClient:
         """PUT with the resourceVersion in ``configmap``: 409 if anyone wrote it since."""
         return await self._dated(
             "update",
-            lambda: self.core.replace_namespaced_config_map(
-                name, namespace, _raw(configmap), _preload_content=False
-            ),
+            lambda: self._send("PUT", CONFIGMAP, body=configmap, namespace=namespace, name=name),
             deadline,
         )
 
     async def list_volume_attachments(self, deadline: Deadline | None = None) -> list[Json]:
-        body = await self._call(
-            "list",
-            lambda: self.storage.list_volume_attachment(_preload_content=False),
-            deadline,
-        )
+        body = await self._call("list", lambda: self._send("GET", VOLUME_ATTACHMENTS), deadline)
         return list(body.get("items", []))
 
     # ------------------------------------------------------------- writes
@@ -279,7 +348,7 @@ class KubeClient:
         for an object the API server finds invalid (never confused with a lost race)."""
         return await self._dated(
             "update",
-            lambda: self.core.replace_node(name, _raw(node), _preload_content=False),
+            lambda: self._send("PUT", "/api/v1/nodes/{name}", body=node, name=name),
             deadline,
         )
 
@@ -288,20 +357,25 @@ class KubeClient:
     ) -> Json:
         return await self._call(
             "patch",
-            lambda: self.core.patch_node(name, operations, _preload_content=False),
+            lambda: self._send(
+                "PATCH", "/api/v1/nodes/{name}", body=operations, content_type=JSON_PATCH, name=name
+            ),
             deadline,
         )
 
     async def delete_pod(
         self, namespace: str, name: str, uid: str, deadline: Deadline | None = None
     ) -> Json:
-        options = client.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
-        )
+        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         return await self._call(
             "delete",
-            lambda: self.core.delete_namespaced_pod(
-                name, namespace, body=options, grace_period_seconds=0, _preload_content=False
+            lambda: self._send(
+                "DELETE",
+                POD,
+                query=[("gracePeriodSeconds", 0)],
+                body=options,
+                namespace=namespace,
+                name=name,
             ),
             deadline,
         )
@@ -311,8 +385,13 @@ class KubeClient:
     ) -> Json:
         return await self._call(
             "patch",
-            lambda: self.core.patch_namespaced_pod(
-                name, namespace, operations, _preload_content=False
+            lambda: self._send(
+                "PATCH",
+                POD,
+                body=operations,
+                content_type=JSON_PATCH,
+                namespace=namespace,
+                name=name,
             ),
             deadline,
         )
@@ -320,17 +399,26 @@ class KubeClient:
     async def create_event(
         self, namespace: str, event: Json, deadline: Deadline | None = None
     ) -> Json:
+        path = "/api/v1/namespaces/{namespace}/events"
         return await self._call(
-            "create",
-            lambda: self.core.create_namespaced_event(
-                namespace, _raw(event), _preload_content=False
-            ),
-            deadline,
+            "create", lambda: self._send("POST", path, body=event, namespace=namespace), deadline
         )
 
     async def delete_volume_attachment(self, name: str, deadline: Deadline | None = None) -> Json:
         return await self._call(
             "delete",
-            lambda: self.storage.delete_volume_attachment(name, _preload_content=False),
+            lambda: self._send("DELETE", VOLUME_ATTACHMENTS + "/{name}", name=name),
             deadline,
         )
+
+
+def _page(token: str | None) -> Query:
+    return [("limit", PAGE_SIZE), *([("continue", token)] if token else [])]
+
+
+def _json_or_empty(raw: bytes) -> Json:
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -11,9 +11,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from nodefence.engine import record as fence_record
-from nodefence.engine.model import API_SERVER_CLOCK, PREFIX, ClusterFacts, Facts, LeaseFacts
+from nodefence.engine.model import (
+    API_SERVER_CLOCK,
+    CONTROL_PLANE_LABELS,
+    PREFIX,
+    ClusterFacts,
+    Facts,
+    LeaseFacts,
+)
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import cluster_facts, lease_facts, node_facts, pod_facts
+from nodefence.kube.convert import lease_facts, node_facts, pod_facts
+from nodefence.kube.node_index import NodeIndex, count, list_summaries, summarize
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 CONTROL_CONFIGMAP = "nodefence-control"
@@ -57,6 +65,20 @@ class FactsReader:
         self.server_version = ""
         self._pause: tuple[float, str | None] | None = None
         self._cluster: tuple[float, asyncio.Future[ClusterFacts]] | None = None
+        self.nodes: NodeIndex | None = None
+        self._closed = False
+
+    def follow_nodes(self) -> None:
+        """From now on take the cluster counts from a watch-fed ``NodeIndex`` (a serving
+        receiver; one-shot commands list the nodes once instead)."""
+        if self.nodes is None and not self._closed:
+            self.nodes = NodeIndex(self.kube)
+            self.nodes.start()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self.nodes is not None:
+            await self.nodes.stop()
 
     async def server_version_string(self, deadline: Deadline | None = None) -> str:
         if not self.server_version:
@@ -90,8 +112,35 @@ class FactsReader:
         return reason
 
     async def cluster(self, deadline: Deadline | None = None) -> ClusterFacts:
-        """One paginated list of nodes, shared by concurrent requests for
-        ``CLUSTER_CACHE_SECONDS``."""
+        """The cluster counts: from the watch-fed ``NodeIndex`` while it heard from the API
+        server within ``node_index.MAX_AGE_SECONDS`` (30 s), otherwise (index not synced, watch
+        broken, one-shot command) from one paginated list of nodes, summarised a page at a
+        time and shared by concurrent requests for ``CLUSTER_CACHE_SECONDS``. Stale counts are
+        never served silently: past the bound the index is not used at all.
+
+        Why each guard is still safe on counts up to 30 s old:
+        - budget (max fenced nodes): not counted from these at all, but from the fence record,
+          read fresh for each decision and changed only with its resourceVersion;
+        - S1, S2 and every other guard about the node itself: read fresh, by name, per alert;
+        - storm (NotReady fraction) and ready fraction: the alerted node's own NotReady time
+          is read fresh and must exceed the policy's minimum (5 minutes by default); if its
+          outage is part of a storm, the other nodes of that storm have been NotReady about as
+          long, far longer than 30 s, so the index counts them; a storm that began within the
+          last 30 s did not cause this node's outage, and counts from a live list would not
+          show it either before the node monitor's 40 s grace;
+        - storm cooldown: it keys on when nodes became Ready (the Ready lastTransitionTime),
+          which the index keeps; a recovery of the last 30 s not seen yet leaves that node
+          counted NotReady, which weighs against fencing in the storm guard: stale in the
+          safe direction;
+        - control-plane quorum: not from the index; for an alert about a control-plane node
+          ``read`` lists the control-plane nodes live by label (a handful of objects).
+        """
+        indexed = self.nodes.fresh() if self.nodes is not None else None
+        if indexed is not None:
+            paused = await self.paused_reason(deadline)
+            return dataclasses.replace(
+                indexed.facts, server_version=self.server_version, paused_reason=paused
+            )
         now = time.monotonic()
         if self._cluster is not None and now - self._cluster[0] < CLUSTER_CACHE_SECONDS:
             return await self._cluster[1]
@@ -104,9 +153,12 @@ class FactsReader:
             raise
 
     async def _read_cluster(self, deadline: Deadline | None) -> ClusterFacts:
-        nodes = await self.kube.list_nodes(deadline)
+        nodes, _version = await list_summaries(self.kube, deadline)
         paused = await self.paused_reason(deadline)
-        return cluster_facts(nodes, self.server_version, paused)
+        counted = count(nodes.values())
+        return dataclasses.replace(
+            counted, server_version=self.server_version, paused_reason=paused
+        )
 
     async def record(self, deadline: Deadline | None = None) -> Dated:
         """The fence record's ConfigMap; an absent one is an empty record (nothing fenced)."""
@@ -141,6 +193,8 @@ class FactsReader:
         data = {str(k): str(v) for k, v in (record.body.get("data") or {}).items()}
         the_record = fence_record.decode(data, str(meta.get("resourceVersion") or ""))
         raw = node.body or None
+        if raw is not None and self.nodes is not None and node_facts(raw).is_control_plane:
+            cluster = await self._control_plane_live(cluster, deadline)
         lease_of: LeaseFacts | None = lease_facts(lease.body) if lease.body else None
         facts = Facts(
             node=node_facts(raw) if raw is not None else None,
@@ -153,6 +207,24 @@ class FactsReader:
             clock=API_SERVER_CLOCK if server_time is not None else LOCAL_CLOCK,
         )
         return Snapshot(facts, raw, data, server_time)
+
+    async def _control_plane_live(
+        self, cluster: ClusterFacts, deadline: Deadline | None
+    ) -> ClusterFacts:
+        """The control-plane counts from a live read, for the quorum guard: a peer that went
+        NotReady a moment ago must block fencing another control-plane node."""
+        lists = await asyncio.gather(
+            *(
+                self.kube.list_nodes(deadline, label_selector=label)
+                for label in CONTROL_PLANE_LABELS
+            )
+        )
+        peers = {str(n["metadata"]["name"]): summarize(n) for nodes in lists for n in nodes}
+        return dataclasses.replace(
+            cluster,
+            control_plane_total=len(peers),
+            control_plane_ready=sum(1 for p in peers.values() if p.ready),
+        )
 
     @staticmethod
     async def _optional(call: Awaitable[Dated]) -> Dated:

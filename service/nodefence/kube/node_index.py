@@ -1,0 +1,254 @@
+"""The cluster-wide node counts from a watch-fed index, so that an alert costs the same on 5
+nodes and on 5,000.
+
+A serving receiver lists the Nodes once, a page at a time, and then follows a watch from the
+list's resourceVersion, as an informer does. Of each Node it keeps only what ``ClusterFacts``
+counts (a ``NodeSummary``: Ready, able to take workloads, control plane, Ready since when), so
+its memory is a few hundred bytes per node whatever the size of the Node objects, and no page
+of the list is kept once summarised.
+
+Freshness is stated, not assumed: ``age`` is the time since the index last heard from the API
+server (a finished list, a watch event or bookmark, or a watch the server ended at its
+``timeoutSeconds``, which it sets short so that a quiet cluster still proves the stream alive),
+and ``fresh`` answers only while that age is within ``max_age``. A stream that breaks resumes
+from the last resourceVersion seen, the server replaying what was missed; a version the server
+can no longer replay (410 Gone) or any other error answer makes it list again, with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import structlog
+
+from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
+from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
+from nodefence.kube.convert import ready_condition
+
+log = structlog.get_logger(__name__)
+
+# Counts older than this are not served: the caller lists the nodes itself instead.
+MAX_AGE_SECONDS = 30.0
+# The server ends each watch after this long; the next one resumes where it stopped. Short, so
+# that a cluster whose nodes do not change still shows a live stream well within MAX_AGE.
+WATCH_SECONDS = 10
+# A stream that sends nothing for this long (not even its end) is treated as broken.
+IDLE_SECONDS = WATCH_SECONDS + 10.0
+LIST_DEADLINE_SECONDS = 60.0
+BACKOFF_SECONDS = (0.2, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """What the cluster counts need of one Node."""
+
+    ready: bool
+    # Ready, schedulable and without the out-of-service taint: can carry what a fence moves.
+    takes_workloads: bool
+    control_plane: bool
+    # The Ready condition's lastTransitionTime while Ready (the storm cooldown looks at it).
+    ready_since: datetime | None
+
+
+def summarize(node: Json) -> NodeSummary:
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    cond = ready_condition(node)
+    ready = cond is not None and cond.status == "True"
+    out_of_service = any(t.get("key") == OUT_OF_SERVICE_KEY for t in spec.get("taints") or [])
+    return NodeSummary(
+        ready=ready,
+        takes_workloads=ready and not spec.get("unschedulable") and not out_of_service,
+        control_plane=any(k in (meta.get("labels") or {}) for k in CONTROL_PLANE_LABELS),
+        ready_since=cond.last_transition if ready and cond is not None else None,
+    )
+
+
+def count(summaries: Iterable[NodeSummary]) -> ClusterFacts:
+    """The counts of ``convert.cluster_facts``, from summaries instead of whole Nodes."""
+    total = ready = control_plane = control_plane_ready = takes_workloads = 0
+    ready_since: list[datetime] = []
+    for node in summaries:
+        total += 1
+        ready += node.ready
+        takes_workloads += node.takes_workloads
+        control_plane += node.control_plane
+        control_plane_ready += node.control_plane and node.ready
+        if node.ready_since is not None:
+            ready_since.append(node.ready_since)
+    return ClusterFacts(
+        total_nodes=total,
+        ready_nodes=ready,
+        control_plane_total=control_plane,
+        control_plane_ready=control_plane_ready,
+        schedulable_ready=takes_workloads,
+        ready_since=tuple(ready_since),
+    )
+
+
+async def list_summaries(
+    kube: KubeClient, deadline: Deadline | None = None
+) -> tuple[dict[str, NodeSummary], str]:
+    """Every Node, summarised a page at a time (no more than one page of whole Nodes is ever
+    held), and the list's resourceVersion."""
+    nodes: dict[str, NodeSummary] = {}
+    token: str | None = None
+    while True:
+        page = await kube.list_node_page(token, deadline)
+        for node in page.get("items") or []:
+            nodes[_name(node)] = summarize(node)
+        meta = page.get("metadata") or {}
+        token = meta.get("continue") or None
+        if token is None:
+            return nodes, str(meta.get("resourceVersion") or "")
+
+
+def _name(node: Json) -> str:
+    # Interned: the same name is the key of this index for the life of the process.
+    return sys.intern(str((node.get("metadata") or {}).get("name", "")))
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The counts, and how old they may be: seconds since the index last heard from the API
+    server."""
+
+    facts: ClusterFacts
+    age: float
+
+
+class NodeIndex:
+    """Nodes by name, each as a ``NodeSummary``, kept current by a list and a watch."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        max_age: float = MAX_AGE_SECONDS,
+        watch_seconds: int = WATCH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.max_age = max_age
+        self.watch_seconds = watch_seconds
+        self.clock = clock
+        self.nodes: dict[str, NodeSummary] = {}
+        self.resource_version = ""
+        self.heard_at: float | None = None
+        self.relists = 0
+        self._counted: ClusterFacts | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------ serving
+    @property
+    def age(self) -> float | None:
+        """Seconds since the API server last confirmed the index; None before the first list."""
+        return None if self.heard_at is None else self.clock() - self.heard_at
+
+    def fresh(self) -> Counts | None:
+        """The counts if the index heard from the API server within ``max_age``, else None."""
+        age = self.age
+        if age is None or age > self.max_age:
+            return None
+        if self._counted is None:
+            self._counted = count(self.nodes.values())
+        return Counts(self._counted, age)
+
+    # ------------------------------------------------------------ following
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._follow(), name="node-index")
+
+    async def stop(self) -> None:
+        """Cancel the follower; the loop also checks ``_stopping``, so a cancel lost in a race
+        with a reply cannot keep it running (nor ``stop`` waiting on it for more than 5 s)."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5.0)
+
+    async def _follow(self) -> None:
+        failures = 0
+        while not self._stopping:
+            try:
+                if not self.resource_version:
+                    await self._list()
+                await self._watch()
+                failures = 0
+            except (ClusterUnavailableError, KubeError, aiohttp.ClientError, OSError) as exc:
+                # TimeoutError (a silent stream) is an OSError.
+                if isinstance(exc, KubeError):
+                    # 410: too old to replay; anything else the server refused: list afresh.
+                    self.resource_version = ""
+                failures += 1
+                pause = min(BACKOFF_SECONDS[1], BACKOFF_SECONDS[0] * 2 ** (failures - 1))
+                pause *= 0.5 + random.random()  # noqa: S311 - jitter, not security
+                log.warning(
+                    "node_index_interrupted",
+                    error=str(exc) or type(exc).__name__,
+                    relist=not self.resource_version,
+                    retry_in=round(pause, 2),
+                )
+                await asyncio.sleep(pause)
+
+    async def _list(self) -> None:
+        started = self.clock()
+        nodes, version = await list_summaries(self.kube, Deadline(LIST_DEADLINE_SECONDS))
+        self.nodes = nodes
+        self._counted = None
+        self.resource_version = version
+        self.relists += 1
+        # The list is a snapshot taken when its first page was served.
+        self.heard_at = started
+
+    async def _watch(self) -> None:
+        stream = await self.kube.watch_nodes(
+            self.resource_version, self.watch_seconds, idle_seconds=IDLE_SECONDS
+        )
+        try:
+            while line := await stream.next_line():
+                if line.strip():
+                    self._apply(json.loads(line))
+        except ValueError as exc:  # a cut or garbled line: resume from the last whole event
+            raise aiohttp.ClientPayloadError(f"unreadable watch event: {exc}") from exc
+        finally:
+            stream.close()
+        # The server ended the watch at its timeout: everything until then was delivered.
+        self.heard_at = self.clock()
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            raise KubeError(
+                int(obj.get("code") or 500),
+                str(obj.get("reason", "")),
+                str(obj.get("message", "")),
+                obj,
+            )
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if kind in ("ADDED", "MODIFIED"):
+            self._put(_name(obj), summarize(obj))
+        elif kind == "DELETED" and self.nodes.pop(_name(obj), None) is not None:
+            self._counted = None
+        if version:
+            self.resource_version = version
+        self.heard_at = self.clock()
+
+    def _put(self, name: str, summary: NodeSummary) -> None:
+        # Most events are heartbeats that change nothing counted: keep the counts then.
+        if self.nodes.get(name) != summary:
+            self.nodes[name] = summary
+            self._counted = None
