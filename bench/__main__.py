@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import fence, noop
+from bench import fence, noop, scale
 from bench.common import Row
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -78,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=50, help="pods timed with kubectl")
     parser.add_argument("--repeats", type=int, default=200, help="repeated alerts")
     parser.add_argument("--requests", type=int, default=3000, help="no-op load per path")
+    parser.add_argument(
+        "--scale-sizes",
+        default="5,500,2000",
+        help="cluster sizes (nodes) for the per-alert cost; 5000 adds several minutes",
+    )
+    parser.add_argument("--scale-alerts", type=int, default=30, help="alerts timed per size")
     parser.add_argument("--write", action="store_true", help="also write bench/RESULTS.md")
     args = parser.parse_args(argv)
     sizes = tuple(int(n) for n in args.sizes.split(","))
@@ -85,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = fence.rows(fence.run(sizes, sample=args.sample, repeats=args.repeats))
     print("no-op load", flush=True)
     rows += noop.run(count=args.requests)
+    print("per-alert cost against cluster size", flush=True)
+    sizes_of_clusters = tuple(int(n) for n in args.scale_sizes.split(","))
+    rows += scale.rows(scale.run(sizes_of_clusters, alerts=args.scale_alerts))
     print("cold start", flush=True)
     rows += _startup_rows()
     table = markdown(rows)
