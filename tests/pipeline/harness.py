@@ -89,6 +89,7 @@ async def start_receiver(
     identity: str = "replica-1",
     settle_seconds: float | None = None,
     deadline_seconds: float = 20,
+    alertmanager_url: str | None = None,
 ) -> AsyncIterator[Receiver]:
     if isinstance(policy, dict):
         policy = parse_policy(policy)
@@ -98,6 +99,7 @@ async def start_receiver(
         namespace="nodefence",
         identity=identity,
         request_deadline_seconds=deadline_seconds,
+        alertmanager_url=alertmanager_url,
     )
     metrics = Metrics()
     pipeline = await build_pipeline(

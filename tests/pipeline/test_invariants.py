@@ -37,7 +37,6 @@ from .harness import (
     writes_since,
 )
 
-
 INFERENCE_POLICY = Path(__file__).parents[1] / "reliability" / "inference-policy.yaml"
 
 

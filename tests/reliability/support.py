@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -214,11 +215,14 @@ class ServeProcess:
             assert faketime is not None, "faketime is required (Debian package faketime)"
             command = [faketime, "-f", clock_offset, *command]
             env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        # A process group of its own: faketime runs nodefence as its child, and a kill must
+        # reach both.
         self.process = subprocess.Popen(
             command,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
     async def wait_healthy(self, http: aiohttp.ClientSession) -> ServeProcess:
@@ -233,8 +237,8 @@ class ServeProcess:
         return self
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
     def __enter__(self) -> ServeProcess:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-import subprocess
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -21,7 +21,8 @@ import pytest
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.sim.resources import CONFIGMAPS, VOLUME_ATTACHMENTS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence.sim.simulation import Simulation
+from nodefence.sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import (
     NO_HEALTHY_DELAY,
     OOS,
@@ -61,13 +62,18 @@ def blocked(decision: dict[str, Any]) -> list[str]:
     return [r["guard"] for r in decision["reasons"] if not r["passed"]]
 
 
-def kubectl(cluster: SimulatorHandle, *args: str) -> None:
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(cluster.kubeconfig), *args],
-        check=True,
-        capture_output=True,
-        timeout=30,
+async def kubectl(cluster: SimulatorHandle, *args: str) -> None:
+    """Real kubectl against the simulator, which serves it from this test's event loop."""
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode == 0, out.decode(errors="replace")
 
 
 async def deliver(http: aiohttp.ClientSession, serve: ServeProcess, token: str, name: str) -> Any:
@@ -192,14 +198,23 @@ async def test_s2_nodefence_ten_minutes_slow_still_fences_a_node_dead_for_twenty
 # --- S4/S12: only the record says what nodefence owns, and only the exact taint --------------
 
 
+@pytest.fixture
+async def unwatched() -> AsyncIterator[SimulatorHandle]:
+    """The seed cluster without the node-write watch: a forged mirror, or an admin's taint
+    under nodefence's mirror, is by design the inconsistency that watch reports."""
+    async with running_simulator(Simulation.from_scenario("seed")) as handle:
+        yield handle
+
+
 async def test_s4_forged_mirror_annotations_never_remove_an_admins_taint(
-    cluster: SimulatorHandle,
+    unwatched: SimulatorHandle,
 ) -> None:
     """An admin fenced the node by hand; then something with the node's credentials wrote
     nodefence's mirror annotations onto it (NodeRestriction lets a kubelet edit its own
     annotations, not its taints). No resolve and no reconcile may remove the admin's taint."""
+    cluster = unwatched
     dead(cluster, NODE)
-    kubectl(cluster, "taint", "nodes", NODE, f"{OOS}=nodeshutdown:NoExecute")
+    await kubectl(cluster, "taint", "nodes", NODE, f"{OOS}=nodeshutdown:NoExecute")
     uid = node(cluster, NODE)["metadata"]["uid"]
     forged = {
         mirror.FENCED_BY: mirror.FENCED_BY_VALUE,
@@ -208,7 +223,7 @@ async def test_s4_forged_mirror_annotations_never_remove_an_admins_taint(
         mirror.FENCED_AT: "2020-01-01T00:00:00Z",
         mirror.RULE: "default",
     }
-    kubectl(
+    await kubectl(
         cluster, "annotate", "--overwrite", "nodes", NODE, *(f"{k}={v}" for k, v in forged.items())
     )
     cluster.sim.node_up(NODE, since_seconds=3600, reboot=True)
@@ -225,19 +240,20 @@ async def test_s4_forged_mirror_annotations_never_remove_an_admins_taint(
     "overwrite", ["admin-hold:NoExecute", "nodeshutdown:NoSchedule"], ids=["value", "effect"]
 )
 async def test_s4_a_taint_the_admin_took_over_is_let_go_untouched(
-    cluster: SimulatorHandle, overwrite: str
+    unwatched: SimulatorHandle, overwrite: str
 ) -> None:
     """nodefence fenced the node; an admin then overwrote the taint (same key, their own value
     or effect). At the unfence nodefence must see that it is no longer its taint: it lets go of
     its record entry, says so on the node, and leaves the admin's taint exactly as it is."""
+    cluster = unwatched
     dead(cluster, NODE)
     async with start_receiver(cluster, policy=inference(NO_HEALTHY_DELAY)) as receiver:
         [fence] = await receiver.alert(firing(NODE))
         assert fence["verdict"] == "fence", fence
         value, effect = overwrite.split(":")
         if effect != "NoExecute":
-            kubectl(cluster, "taint", "nodes", NODE, f"{OOS}:NoExecute-")
-        kubectl(cluster, "taint", "--overwrite", "nodes", NODE, f"{OOS}={overwrite}")
+            await kubectl(cluster, "taint", "nodes", NODE, f"{OOS}:NoExecute-")
+        await kubectl(cluster, "taint", "--overwrite", "nodes", NODE, f"{OOS}={overwrite}")
         cluster.sim.node_up(NODE, since_seconds=3600, reboot=True)
         [res] = await receiver.alert(resolved(NODE))
     assert res["verdict"] != "unfence", res
@@ -306,7 +322,7 @@ async def test_cordoned_and_out_of_service_nodes_are_not_counted_as_capacity(
     fencing the dead one would leave one node of five to carry everything."""
     dead(cluster, NODE)
     for name in ("control01", "control03", OTHER):
-        kubectl(cluster, "cordon", name)
+        await kubectl(cluster, "cordon", name)
     async with start_receiver(cluster) as receiver:
         [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "noop", decision
