@@ -13,7 +13,7 @@ COMMON_STEPS = (
     "carries the out-of-service taint",
     "purged with grace 0",
     "StatefulSet pods run again on other nodes",
-    "the healthy delay starts now",
+    "healthy delay starts now",
     "the out-of-service taint is removed",
     "DaemonSet pods run on control02 again",
 )

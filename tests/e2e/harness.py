@@ -259,7 +259,7 @@ def start_simulator(procs: Processes, *, within: float = 30.0) -> Simulator:
 # --------------------------------------------------------------------------- nodefence
 
 
-INFERENCE_POLICY = Path(__file__).parents[1] / "reliability" / "inference-policy.yaml"
+INFERENCE_POLICY = Path(__file__).with_name("policy.yaml")
 
 
 @dataclass

@@ -68,14 +68,15 @@ def start_chain(procs: Processes, alertmanagers: int) -> Chain:
 
 
 def node_writes(sim: Simulator, since: int, until: int) -> list[dict[str, Any]]:
-    """Successful PATCHes of the node between two cursors. Only nodefence and this test talk
+    """Successful writes (PUT with uid and resourceVersion) of the node between two cursors.
+    Only nodefence and this test talk
     to the simulated API over HTTP (the simulator's controllers and its ``/sim`` control
     surface are not logged), and this test only reads, so these writes are nodefence's."""
     return [
         r
         for r in sim.requests(since)
         if r["seq"] <= until
-        and r["method"] == "PATCH"
+        and r["method"] == "PUT"
         and r["path"] == NODE_PATH
         and 200 <= r["status"] < 300
     ]
