@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
+from engine_factories import NOW, event, facts
 
-from nodefence.policy import Policy, PolicyError, load_policy
+from nodefence.engine.decide import decide
+from nodefence.engine.model import Verdict
+from nodefence.policy import Policy, PolicyError, load_policy, parse_policy
 
 DATA = Path(__file__).parent / "data"
 DOCS_EXAMPLE = Path(__file__).parents[2] / "docs" / "policy.example.yaml"
@@ -120,3 +124,36 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("- a\n- b\n")
     with pytest.raises(PolicyError, match="must be a mapping"):
         load_policy(bad)
+
+
+def test_former_power_off_proof_keeps_working_or_names_its_replacement() -> None:
+    """The former key keeps its meaning where it had one (external proof), and where it meant
+    "no proof" (mode none) the check fails naming the explicit replacement."""
+    converted = parse_policy(
+        {"rules": [{"name": "r", "power_off_proof": {"mode": "http", "url": "http://x/{node}"}}]}
+    )
+    fencing = converted.rules[0].fencing
+    assert fencing is not None
+    assert (fencing.driver, fencing.url) == ("http", "http://x/{node}")
+    with pytest.raises(PolicyError, match=r"fencing\.driver: none"):
+        parse_policy({"rules": [{"name": "r", "power_off_proof": {"mode": "none"}}]})
+
+
+def test_yaml_off_is_the_action_off() -> None:
+    """YAML 1.1 reads a bare ``off`` as false; ``action: off`` must still mean power off."""
+    policy = parse_policy(
+        yaml.safe_load("rules:\n  - name: r\n    fencing: {driver: redfish, action: off}\n")
+    )
+    fencing = policy.rules[0].fencing
+    assert fencing is not None
+    assert fencing.action == "off"
+
+
+def test_a_rule_without_fencing_never_fences_on_inference() -> None:
+    """The safe default (S10): no fencing section means no proof, so no taint without a
+    person's approval; the decision says what to configure."""
+    decision = decide(event(), facts(), parse_policy({}), NOW)
+    assert decision.verdict is Verdict.NOOP
+    blocked = [r for r in decision.reasons if not r.passed]
+    assert [r.guard for r in blocked] == ["power-off"]
+    assert "fencing.driver" in blocked[0].message

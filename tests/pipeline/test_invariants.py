@@ -244,3 +244,50 @@ async def test_repeated_refusal_is_recorded_once(cluster: SimulatorHandle) -> No
         assert writes_since(cluster, cursor) == []
         refusals = [e for e in node_events(cluster, NODE) if e["reason"] == "FenceRefused"]
         assert len(refusals) == 1
+
+
+async def _nodefence(cluster: SimulatorHandle, *args: str) -> str:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "NODEFENCE_NAMESPACE": "nodefence",
+        "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
+    }
+    env.pop("NODEFENCE_ALERT_TOKEN", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodefence",
+        *args,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_status_reads_what_nodefence_holds_from_the_fence_record(
+    cluster: SimulatorHandle,
+) -> None:
+    """``nodefence status`` answers from the record, not from the node: forged mirror
+    annotations on another node do not make it a fenced one."""
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        [fence] = await receiver.alert(firing())
+    assert fence["verdict"] == "fence"
+    forged = node(cluster, "compute02")
+    forged["metadata"].setdefault("annotations", {})[ledger.FENCED_BY] = ledger.FENCED_BY_VALUE
+    cluster.sim.store.update(NODES, None, "compute02", forged)
+    status = json.loads(await _nodefence(cluster, "status", "-o", "json"))
+    [held] = status["fenced"]
+    assert held["node"] == NODE
+    assert held["nodeUID"] == node(cluster, NODE)["metadata"]["uid"]
+    assert held["rule"] == "default"
+    assert held["proof"].startswith("no proof")
+    assert held["taintEffect"] == "NoExecute"
+    assert status["halfWritten"] == []
+    text = await _nodefence(cluster, "status")
+    assert f"{NODE}  since {held['since']}" in text
+    assert "compute02" not in text
