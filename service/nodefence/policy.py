@@ -193,7 +193,7 @@ class Policy(_Model):
         names = [rule.name for rule in value]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            # The ledger records the rule by name, so names must identify a rule.
+            # The fence record names the rule that fenced a node, so names must identify a rule.
             raise ValueError(f"rule names must be unique; repeated: {', '.join(duplicates)}")
         return value
 

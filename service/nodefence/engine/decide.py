@@ -165,7 +165,9 @@ def _let_go(record: _Record, entry: FenceEntry, why: str) -> Decision:
     )
 
 
-def _ledger_rule(policy: Policy, entry: FenceEntry, fallback: Rule | None, record: _Record) -> Rule:
+def _governing_rule(
+    policy: Policy, entry: FenceEntry, fallback: Rule | None, record: _Record
+) -> Rule:
     """The rule that fenced the node also governs its release, so a later alert with other
     labels cannot loosen the conditions; defaults apply if that rule left the policy."""
     named = policy.rule_named(entry.rule)
@@ -237,7 +239,7 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
         _not_ours(record, node)
         return record.finish(Verdict.NOOP)
     fallback = next((r for r in policy.rules if selector_matches(r, node)), None)
-    rule = _ledger_rule(policy, entry, fallback, record)
+    rule = _governing_rule(policy, entry, fallback, record)
     half = _half_written(record, node, entry, "no firing alert asks for it any more")
     if half is not None:
         return half
@@ -606,7 +608,7 @@ def _resolved(
     if entry is None:
         _not_ours(record, node)
         return record.finish(Verdict.NOOP)
-    rule = _ledger_rule(record.policy, entry, match_rule(record.policy, event, node), record)
+    rule = _governing_rule(record.policy, entry, match_rule(record.policy, event, node), record)
     half = _half_written(record, node, entry, "the alert resolved")
     if half is not None:
         return half

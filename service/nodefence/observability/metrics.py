@@ -124,7 +124,7 @@ class Metrics:
             return
 
     def fenced_nodes_are(self, fenced_at_unix: dict[str, float]) -> None:
-        """Replace the gauge with what the cluster's ledgers say, dropping nodes since unfenced."""
+        """Replace the gauge with what the fence record says, dropping nodes since unfenced."""
         self.fenced_nodes.clear()
         for node, moment in fenced_at_unix.items():
             self.fenced_nodes.labels(node=node).set(moment)

@@ -1,6 +1,6 @@
-"""The approval request: one Slack message per node incident, recorded in the node's ledger.
+"""The approval request: one Slack message per node incident, recorded in the node's annotations.
 
-Alertmanager repeats a firing alert, and several replicas may receive the same one; the ledger
+Alertmanager repeats a firing alert, and several replicas may receive the same one; the record
 on the node is what makes them ask once. A replica first *claims* the request with a JSON patch
 that tests the node's resourceVersion (only one concurrent claim can win), then posts, then
 records where the message is. An incident is the NotReady period of one node object for one
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import structlog
 from pydantic import SecretStr
 
-from nodefence.engine import mirror as ledger
+from nodefence.engine import mirror
 from nodefence.engine.model import PREFIX, Approval, Decision, NodeFacts
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
@@ -35,8 +35,8 @@ log = structlog.get_logger(__name__)
 REQUESTED_AT = PREFIX + "approval-requested-at"
 EXPIRES_AT = PREFIX + "approval-expires-at"
 MESSAGE = PREFIX + "approval-message"
-REQUEST_NODE_UID = ledger.APPROVAL_NODE_UID
-REQUEST_FINGERPRINT = ledger.APPROVAL_FINGERPRINT
+REQUEST_NODE_UID = mirror.APPROVAL_NODE_UID
+REQUEST_FINGERPRINT = mirror.APPROVAL_FINGERPRINT
 REQUEST_NOT_READY_SINCE = PREFIX + "approval-not-ready-since"
 REQUEST_KEYS = (
     REQUESTED_AT,
@@ -71,7 +71,8 @@ class Incident:
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """The approval part of the ledger, read leniently: anything unreadable counts as absent."""
+    """The approval request as the node's annotations hold it, read leniently: anything
+    unreadable counts as absent (at worst a person is asked again; no fence follows from it)."""
 
     incident: Incident | None
     requested_at: datetime | None
@@ -96,7 +97,7 @@ class RequestRecord:
             expires_at=_time(annotations.get(EXPIRES_AT)),
             channel=channel or None,
             ts=ts or None,
-            answer=annotations.get(ledger.APPROVAL),
+            answer=annotations.get(mirror.APPROVAL),
         )
 
     def rejected(self, incident: Incident) -> bool:
@@ -228,7 +229,7 @@ class SlackApprovals:
                 REQUEST_NODE_UID: incident.node_uid,
                 REQUEST_FINGERPRINT: incident.fingerprint,
                 REQUEST_NOT_READY_SINCE: incident.not_ready_since,
-                ledger.APPROVAL: None,
+                mirror.APPROVAL: None,
             }
             return changes
 
@@ -315,14 +316,14 @@ class SlackApprovals:
             if meta.get("uid") != token.uid:
                 return None
             changes: dict[str, str | None] = {
-                ledger.APPROVAL: f"rejected by {approval.user} at {instant(approval.at)}",
+                mirror.APPROVAL: f"rejected by {approval.user} at {instant(approval.at)}",
                 REQUEST_NODE_UID: token.uid,
                 REQUEST_FINGERPRINT: token.fingerprint,
                 REQUEST_NOT_READY_SINCE: _since_text(token.since),
             }
-            # Without its own UID the engine would take the ledger for a re-created node's.
-            if ledger.NODE_UID not in _annotations(node):
-                changes[ledger.NODE_UID] = token.uid
+            # The rejection names the node object it was for, so a re-created node is asked anew.
+            if mirror.NODE_UID not in _annotations(node):
+                changes[mirror.NODE_UID] = token.uid
             return changes
 
         written = await self.ledger.update(name, reject, deadline)
