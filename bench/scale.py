@@ -35,7 +35,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import POLICY, ReceiverProcess, Row, firing, median, percentile, request, wait_for
+from bench.common import (
+    POLICY,
+    ReceiverProcess,
+    Row,
+    firing,
+    median,
+    percentile,
+    request,
+    stop,
+    wait_for,
+)
 from nodefence.kube.facts import CONTROL_CONFIGMAP
 from nodefence.sim.scale import node_name
 from nodefence.sim.server import LISTENING
@@ -92,12 +102,7 @@ class ScaleSimulator:
 
     def __exit__(self, *_: object) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop(self.process)
         self._tmp.cleanup()
 
     def cpu_seconds(self) -> float:

@@ -184,10 +184,7 @@ class Pipeline:
         self._pause_refresher = asyncio.create_task(refresh(), name="background-refresh")
 
     async def read_record(self, deadline: Deadline) -> fence_record.FenceRecord:
-        reply = await self.reader.record(deadline)
-        data = {str(k): str(v) for k, v in (reply.body.get("data") or {}).items()}
-        version = str((reply.body.get("metadata") or {}).get("resourceVersion") or "")
-        return fence_record.decode(data, version)
+        return fence_record.from_configmap((await self.reader.record(deadline)).body)[0]
 
     async def _publish_fenced(self, deadline: Deadline) -> None:
         held = await self.read_record(deadline)

@@ -101,9 +101,8 @@ class RecordWriter:
                 if exc.status == 404:
                     return ActionResult(kind, node, Outcome.SKIPPED, "no fence record")
                 return ActionResult(kind, node, Outcome.FAILED, str(exc))
-            raw = {str(k): str(v) for k, v in (reply.body.get("data") or {}).items()}
-            version = str((reply.body.get("metadata") or {}).get("resourceVersion") or "")
-            current = fence_record.decode(raw, version)
+            current, raw = fence_record.from_configmap(reply.body)
+            version = current.resource_version
             entry = current.entry(node)
             if entry is None or entry.uid != uid:
                 return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")

@@ -217,6 +217,14 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
     return FenceRecord(tuple(entries), tuple(released), tuple(unreadable), resource_version)
 
 
+def from_configmap(configmap: Mapping[str, Any]) -> tuple[FenceRecord, dict[str, str]]:
+    """The record held in a ConfigMap (``{}`` for an absent one) and its raw data, which a
+    write carries over for the keys it cannot read."""
+    raw = {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
+    version = str((configmap.get("metadata") or {}).get("resourceVersion") or "")
+    return decode(raw, version), raw
+
+
 def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[str, str]:
     """ConfigMap data for the record; unreadable keys are carried over untouched from ``raw``."""
     data: dict[str, str] = {}

@@ -189,9 +189,7 @@ class FactsReader:
         )
         dates = [d.server_time for d in (node, lease, record) if d.server_time is not None]
         server_time = max(dates) if dates else None
-        meta = record.body.get("metadata") or {}
-        data = {str(k): str(v) for k, v in (record.body.get("data") or {}).items()}
-        the_record = fence_record.decode(data, str(meta.get("resourceVersion") or ""))
+        the_record, data = fence_record.from_configmap(record.body)
         raw = node.body or None
         if raw is not None and self.nodes is not None and node_facts(raw).is_control_plane:
             cluster = await self._control_plane_live(cluster, deadline)

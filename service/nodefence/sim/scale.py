@@ -16,13 +16,11 @@ import argparse
 import asyncio
 import hashlib
 import json
-import signal
 from typing import Any
 
 from nodefence.sim.controllers.registry import all_controllers
-from nodefence.sim.kubeconfig import write_kubeconfig
 from nodefence.sim.resources import NODES
-from nodefence.sim.server import HOST, LISTENING, start_server, stop_server
+from nodefence.sim.server import serve_until_signalled
 from nodefence.sim.simulation import SimSettings, Simulation
 
 Obj = dict[str, Any]
@@ -134,23 +132,6 @@ def simulation(nodes: int, pods: int, **settings: Any) -> Simulation:
     return sim
 
 
-async def _serve(sim: Simulation, port: int, kubeconfig_out: str | None) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await sim.start()
-    runner, bound = await start_server(sim, port)
-    url = f"http://{HOST}:{bound}"
-    try:
-        if kubeconfig_out:
-            write_kubeconfig(kubeconfig_out, url)
-        print(LISTENING + url, flush=True)
-        await stop.wait()
-    finally:
-        await stop_server(sim, runner)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nodefence.sim.scale", description=__doc__)
     parser.add_argument("--nodes", type=int, required=True)
@@ -158,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--kubeconfig-out")
     args = parser.parse_args(argv)
-    asyncio.run(_serve(simulation(args.nodes, args.pods), args.port, args.kubeconfig_out))
-    return 0
+    sim = simulation(args.nodes, args.pods)
+    return asyncio.run(serve_until_signalled(sim, args.port, args.kubeconfig_out))
 
 
 if __name__ == "__main__":

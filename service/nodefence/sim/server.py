@@ -62,7 +62,7 @@ def simulation_from_scenario(scenario: str, k8s_version: str | None = None) -> S
         raise ScenarioError(f"cannot load scenario {scenario!r}: {exc}") from exc
 
 
-async def _serve_until_signalled(
+async def serve_until_signalled(
     sim: Simulation, port: int, kubeconfig_out: str | None, bmc_inventory_out: str | None = None
 ) -> int:
     stop = asyncio.Event()
@@ -91,5 +91,5 @@ def run_from_cli(args: argparse.Namespace) -> int:
         print(f"nodefence simulate: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(
-        _serve_until_signalled(sim, args.port, args.kubeconfig_out, args.bmc_inventory_out)
+        serve_until_signalled(sim, args.port, args.kubeconfig_out, args.bmc_inventory_out)
     )
