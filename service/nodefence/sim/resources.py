@@ -22,6 +22,7 @@ SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
     "scale": ("get", "patch", "update"),
     "eviction": ("create",),
     "binding": ("create",),
+    "finalize": ("update",),
     "log": ("get",),
     "exec": ("create", "get"),
     "attach": ("create", "get"),
@@ -56,7 +57,7 @@ class ResourceType:
 
 
 NAMESPACES = ResourceType(
-    "", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), ("status",)
+    "", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), ("status", "finalize")
 )
 NODES = ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), ("status",))
 PODS = ResourceType(

@@ -19,7 +19,7 @@ from typing import Any
 
 from nodefence.sim import managed
 from nodefence.sim.errors import ApiError, already_exists, conflict, invalid, not_found
-from nodefence.sim.resources import BY_KIND, NODES, PODS, ResourceType
+from nodefence.sim.resources import BY_KIND, NAMESPACES, NODES, PODS, ResourceType
 from nodefence.sim.selectors import parse_field_selector, parse_label_selector
 from nodefence.sim.validation import validate_node
 
@@ -361,6 +361,8 @@ class Store:
     def _may_finish_deletion(rt: ResourceType, obj: Obj) -> bool:
         """An object whose deletion is due goes once no finalizer holds it; a pod still in its
         graceful period waits for the kubelet instead."""
+        if rt.key == NAMESPACES.key:
+            return not (obj.get("spec") or {}).get("finalizers")
         if rt.key != PODS.key:
             return True
         return int(obj["metadata"].get("deletionGracePeriodSeconds") or 0) == 0
@@ -395,6 +397,8 @@ class Store:
         grace = self._grace_period(rt, old, options.grace_period_seconds)
         if options.dry_run:
             return copy.deepcopy(old), False
+        if rt.key == NAMESPACES.key and (old.get("spec") or {}).get("finalizers"):
+            return self._begin_namespace_deletion(key, old), False
         finalizers = list(meta.get("finalizers") or [])
         if (
             options.propagation_policy == "Foreground"
@@ -433,6 +437,25 @@ class Store:
         table[key] = new
         self._emit("MODIFIED", rt, new)
         return copy.deepcopy(new), False
+
+    def _begin_namespace_deletion(self, key: Key, old: Obj) -> Obj:
+        """The namespace registry's delete: a namespace its finalizers still hold is only
+        marked (Terminating from now); deleting it again while it is, is a conflict."""
+        if old["metadata"].get("deletionTimestamp"):
+            raise conflict(
+                NAMESPACES.plural,
+                old["metadata"]["name"],
+                "The system is ensuring all content is removed from this namespace.  Upon "
+                "completion, this namespace will automatically be purged by the system.",
+            )
+        new = copy.deepcopy(old)
+        new["metadata"]["deletionTimestamp"] = rfc3339(self.now())
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._table(NAMESPACES)[key] = new
+        self._emit("MODIFIED", NAMESPACES, new)
+        return copy.deepcopy(new)
 
     def force_delete_pod(self, pod: Mapping[str, Any]) -> bool:
         """Grace 0 with the pod's UID as precondition, as the kubelet and PodGC do, so a

@@ -18,6 +18,7 @@ from nodefence.sim.api.tables import format_selector, table, wants_table
 from nodefence.sim.api.watch import serve_watch
 from nodefence.sim.controllers.disruption import evict
 from nodefence.sim.errors import ApiError, already_exists, bad_request, conflict, not_found
+from nodefence.sim.immutability import check_create, registry_update
 from nodefence.sim.managed import manager_for
 from nodefence.sim.resources import (
     DAEMONSETS,
@@ -439,6 +440,8 @@ class ResourceHandlers:
     def _registry_update(self, target: Target, new: Obj) -> None:
         """What a type's registry does to every update: a Secret's ``stringData`` goes into
         ``data``; a Service keeps the IPs and node ports it was allocated."""
+        old = self.sim.store.peek(target.resource, target.namespace, target.name)
+        registry_update(target.resource, target.subresource, old, new, self.sim.settings.version)
         if target.subresource:
             return
         if target.resource.key == SECRETS.key:
@@ -559,6 +562,7 @@ class ResourceHandlers:
 def _prepare_for_create(rt: ResourceType, body: Obj, uid: str, existing: list[Obj]) -> Obj:
     """Defaults and status resets the real registries apply on create (``uid`` is the new
     object's, ``existing`` the stored objects of its type)."""
+    check_create(rt, body)
     obj = copy.deepcopy(body)
     obj.setdefault("metadata", {})["uid"] = uid
     defaults_on_create(rt, obj, existing)

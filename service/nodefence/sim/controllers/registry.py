@@ -3,7 +3,8 @@
 Each module exposes ``controllers(sim) -> list[Controller]``. The kubelets run first so that a
 pod bound during a step is seen by the volume controller (which may hold it back) before any
 kubelet starts it; the node controllers follow the kubelets so that a fresh Lease is never
-mistaken for a silent one.
+mistaken for a silent one. The namespace controller runs before the workload controllers so
+that a namespace being deleted refuses their new pods in the pass that marks it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from nodefence.sim.controllers import (
     disruption,
     garbage_collector,
     kubelet,
+    namespaces,
     node_lifecycle,
     podgc,
     scheduler,
@@ -36,6 +38,7 @@ def all_controllers(sim: Simulation) -> list[Controller]:
     return [
         *node_controllers(sim),
         *garbage_collector.controllers(sim),
+        *namespaces.controllers(sim),
         *workloads.controllers(sim),
         *scheduler.controllers(sim),
         *volumes.controllers(sim),
