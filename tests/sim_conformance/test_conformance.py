@@ -27,7 +27,6 @@ Still unsupported, with the error a user sees:
   can-i`` send protobuf bodies: ``Error from server (UnsupportedMediaType): the body of the
   request was in an unknown format - accepted media types include: application/json (the
   simulated API server does not decode application/vnd.kubernetes.protobuf bodies ...)``
-- ``kubectl apply --server-side``: 415 "apply patches are not supported"
 - ``kubectl explain``: the OpenAPI documents carry no schemas
 - Jobs and CronJobs are stored and defaulted, but no controller runs their pods
 """

@@ -7,8 +7,8 @@ liveness judge compares with the server's ``Date``. The bookkeeping here follows
 structured-merge-diff updater the real server runs for Update operations: the writer gains the
 fields it added or changed, every other manager loses the fields the writer changed or removed,
 and an empty entry disappears. Field sets are kept as the leaf paths of the object in the real
-``f:``/``k:``/``v:`` notation, without the schema's finer points (struct versus map, compound
-list keys).
+``f:``/``k:``/``v:`` notation, typed by the schema facts of ``fieldsets`` (the facts
+server-side apply merges by, so that an apply's conflicts are found against what updates own).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from nodefence.sim import fieldsets
 from nodefence.sim.errors import ApiError
 
 UNKNOWN_MANAGER = "unknown"
@@ -52,42 +53,7 @@ _STRIPPED_METADATA = frozenset(
         "deletionGracePeriodSeconds",
     }
 )
-# Lists merged by a key: each element is owned under ``k:{...}``.
-_LIST_KEYS: dict[str, str] = {
-    "conditions": "type",
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
-    "volumes": "name",
-    "env": "name",
-    "imagePullSecrets": "name",
-    "ports": "containerPort",
-    "volumeMounts": "mountPath",
-    "volumeDevices": "devicePath",
-    "ownerReferences": "uid",
-    "addresses": "type",
-    "hostAliases": "ip",
-}
-# Lists of scalars that are sets: each element is owned under ``v:...``.
-_SET_LISTS = frozenset({"finalizers"})
-# Maps (as opposed to structs) are owned themselves as well as their keys: the ``"."`` member.
-_MAP_FIELDS = frozenset(
-    {
-        "labels",
-        "annotations",
-        "nodeSelector",
-        "matchLabels",
-        "data",
-        "stringData",
-        "capacity",
-        "allocatable",
-        "requests",
-        "limits",
-    }
-)
-_SELF = "."
+_SELF = fieldsets.SELF
 
 
 def manager_for(field_manager: str | None, user_agent: str | None) -> str:
@@ -114,10 +80,14 @@ def manager_for(field_manager: str | None, user_agent: str | None) -> str:
     return prefix or UNKNOWN_MANAGER
 
 
-def leaf_values(obj: Mapping[str, Any], *, part: str) -> FieldValues:
+def leaf_values(obj: Mapping[str, Any], *, part: str, map_markers: bool = True) -> FieldValues:
     """The owned leaves of ``obj`` with their values. ``part`` is ``"main"`` (everything but
-    status), ``"status"`` (only status) or ``"all"`` (an object without a status subresource)."""
+    status), ``"status"`` (only status) or ``"all"`` (an object without a status subresource).
+
+    ``map_markers`` names a map itself (``.``) beside its keys, as an update that adds the map
+    owns it; the field set of an applied configuration owns only the keys."""
     values: FieldValues = {}
+    kind = str(obj.get("kind", ""))
     for key, value in obj.items():
         if key in ("apiVersion", "kind"):
             continue
@@ -130,31 +100,58 @@ def leaf_values(obj: Mapping[str, Any], *, part: str) -> FieldValues:
             owned = {k: v for k, v in value.items() if k not in _STRIPPED_METADATA}
             if not owned:
                 continue
-        _flatten(owned, (f"f:{key}",), key, values)
+        _Flattener(kind, map_markers, values).walk(owned, (f"f:{key}",), (str(key),))
     return values
 
 
-def _flatten(value: Any, path: Path, name: str, out: FieldValues) -> None:
-    if isinstance(value, Mapping) and value:
-        if name in _MAP_FIELDS:
-            out[(*path, _SELF)] = None
-        for key, child in value.items():
-            _flatten(child, (*path, f"f:{key}"), str(key), out)
-        return
-    if isinstance(value, list) and value:
-        key = _LIST_KEYS.get(name)
-        if key is not None and all(isinstance(item, Mapping) and key in item for item in value):
-            for item in value:
-                element = (*path, "k:" + json.dumps({key: item[key]}, separators=(",", ":")))
-                out[(*element, _SELF)] = None
+class _Flattener:
+    def __init__(self, kind: str, map_markers: bool, out: FieldValues) -> None:
+        self.kind = kind
+        self.map_markers = map_markers
+        self.out = out
+
+    def walk(self, value: Any, path: Path, names: fieldsets.Names) -> None:
+        kind = self.kind
+        if isinstance(value, Mapping) and value and not fieldsets.is_atomic(kind, names):
+            if self.map_markers and fieldsets.is_map(kind, names):
+                self.out[(*path, _SELF)] = None
+            for key, child in value.items():
+                self.walk(child, (*path, f"f:{key}"), (*names, str(key)))
+            return
+        if isinstance(value, list) and value and self._walk_list(value, path, names):
+            return
+        self.out[path] = copy.deepcopy(value)
+
+    def _walk_list(self, value: list[Any], path: Path, names: fieldsets.Names) -> bool:
+        """Descend into a keyed list or a set; ``False`` when the list is owned whole (atomic,
+        or not well-formed for its type: a missing or repeated key)."""
+        keys = fieldsets.list_keys(self.kind, names)
+        if keys is not None:
+            if not all(isinstance(item, Mapping) for item in value):
+                return False
+            try:
+                elements = [fieldsets.key_element(item, keys) for item in value]
+            except fieldsets.MissingKeyError:
+                return False
+            if len(set(elements)) != len(elements):
+                return False
+            for element, item in zip(elements, value, strict=True):
+                if fieldsets.atomic_elements(names):
+                    self.out[(*path, element)] = copy.deepcopy(item)
+                    continue
+                self.out[(*path, element, _SELF)] = None
                 for child_key, child in item.items():
-                    _flatten(child, (*element, f"f:{child_key}"), str(child_key), out)
-            return
-        if name in _SET_LISTS and all(isinstance(item, str | int | float) for item in value):
+                    self.walk(child, (*path, element, f"f:{child_key}"), (*names, str(child_key)))
+            return True
+        if fieldsets.is_set(self.kind, names):
+            if not all(isinstance(item, str | int | float) for item in value):
+                return False
+            if len({json.dumps(item) for item in value}) != len(value):
+                return False
             for item in value:
-                out[(*path, "v:" + json.dumps(item))] = None
-            return
-    out[path] = copy.deepcopy(value)
+                self.out[(*path, fieldsets.value_element(item))] = None
+            return True
+        return False
 
 
 def encode(paths: Iterable[Path]) -> dict[str, Any]:
@@ -196,6 +193,12 @@ def owner_time(obj: Mapping[str, Any], path: Path) -> datetime | None:
     return max(times, default=None)
 
 
+class ServerEntries(list[dict[str, Any]]):
+    """managedFields the server computed itself for an apply (ownership moved by the apply's
+    own rules). A write that carries them stores them as they are; a client cannot send this
+    type, only a JSON list."""
+
+
 def _identity(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """Entries are kept per manager, operation, subresource and (for updates) API version."""
     return (
@@ -229,6 +232,8 @@ def base_entries(
 
     A client may rearrange or drop entries but never date them: an entry that matches a stored
     one keeps the stored time, and one the server has never seen is dated by this write."""
+    if isinstance(sent, ServerEntries):
+        return ServerEntries(copy.deepcopy(list(sent)))
     if not client_may_set or sent is None:
         return copy.deepcopy(live)
     if _is_reset(sent):
@@ -275,7 +280,10 @@ def record_write(
 ) -> list[dict[str, Any]]:
     """``entries`` after ``manager`` turned ``old`` into ``new``: the writer takes what it
     added or changed and its entry is dated ``moment``; the others lose those fields and the
-    removed ones; empty entries go. Undated entries (a client's invention) get ``moment``."""
+    removed ones; empty entries go. Undated entries (a client's invention) get ``moment``.
+    Entries an apply computed are its record of the write already, and stay as they are."""
+    if isinstance(entries, ServerEntries):
+        return entries
     changed = {p for p, v in new.items() if p not in old or old[p] != v}
     removed = set(old) - set(new)
     identity = (manager, UPDATE, subresource, api_version)

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiMapping
 
+from nodefence.sim.api.apply import applied_config, apply_options, is_apply, server_side_apply
 from nodefence.sim.api.defaults import defaults_on_create, secret_data, service_update
 from nodefence.sim.api.paging import Page, Pager, parse_limit
 from nodefence.sim.api.patching import apply_patch
@@ -191,6 +192,8 @@ class ResourceHandlers:
             if method == "PUT":
                 return await self._update(request, target)
             if method == "PATCH":
+                if is_apply(request.content_type):
+                    return await self._apply(request, target)
                 return await self._patch(request, target)
             if method == "DELETE" and not target.subresource:
                 return await self._delete(request, target)
@@ -502,6 +505,41 @@ class ResourceHandlers:
             patched,
             subresource=target.subresource,
             manager=_manager(request),
+        )
+        return _json(updated)
+
+    async def _apply(self, request: web.Request, target: Target) -> web.Response:
+        """Server-side apply; on a missing object it is a create (201), defaulted as one."""
+        rt = target.resource
+        options = apply_options(request.query, target.subresource)
+        config = applied_config(await request.read(), rt, target.name, target.namespace)
+        moment = rfc3339(self.sim.store.now())
+        live = self.sim.store.peek(rt, target.namespace, target.name)
+        if live is None:
+            if target.subresource:
+                raise not_found(rt.plural, target.name, rt.group)
+            self._check_namespace(target)
+            uid = str(uuid.uuid4())
+            new = server_side_apply(rt, None, config, options, moment)
+            new["metadata"].update(name=target.name)
+            obj = _prepare_for_create(rt, new, uid, self.sim.store.items(rt))
+            if _is_dry_run(request.query):
+                return _json(self._dry_run_create(target, obj), 201)
+            created = self.sim.store.create(
+                rt, target.namespace, obj, manager=options.manager, uid=uid
+            )
+            return _json(created, 201)
+        applied = server_side_apply(rt, live, config, options, moment)
+        self._registry_update(target, applied)
+        if _is_dry_run(request.query):
+            return _json(self._dry_run_write(target, applied))
+        updated = self.sim.store.update(
+            rt,
+            target.namespace,
+            target.name,
+            applied,
+            subresource=target.subresource,
+            manager=options.manager,
         )
         return _json(updated)
 

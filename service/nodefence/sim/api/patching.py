@@ -55,7 +55,9 @@ def apply_patch(content_type: str, current: dict[str, Any], body: bytes) -> dict
             415,
             "UnsupportedMediaType",
             "the body of the request was in an unknown format - accepted media types include: "
-            f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH}",
+            f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_MERGE_PATCH} (the simulated API server "
+            "serves server-side apply on objects and their status, not on the scale "
+            "subresource)",
         )
     if media not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
         raise ApiError(
