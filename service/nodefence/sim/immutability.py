@@ -199,10 +199,14 @@ def check_update(
 def _pod_update(
     old: Mapping[str, Any], new: Mapping[str, Any], version: Version
 ) -> list[FieldError]:
-    """``ValidatePodUpdate``: the new spec with what may change put back as it was must be
-    the old spec."""
+    """``ValidatePodUpdate``: the new spec, defaulted as the server decodes it, with what may
+    change put back as it was must be the old spec."""
+    # Imported here: the API package imports this module for its handlers.
+    from nodefence.sim.api.defaults import pod_spec
+
     errors: list[FieldError] = []
     munged = copy.deepcopy(dict(new))
+    pod_spec(munged)
     for key in ("containers", "initContainers"):
         old_list = old.get(key) or []
         new_list = munged.get(key) or []

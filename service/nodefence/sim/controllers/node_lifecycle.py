@@ -1,8 +1,10 @@
 """The node lifecycle controller: notices a silent kubelet and says so on the Node.
 
 Its output is what both the runbook's operator and nodefence read: ``Ready=Unknown`` with the
-moment the node went silent, and the ``unreachable`` taints whose ``timeAdded`` starts the
-300-second toleration clock of every pod on the node. Everything is derived from when the API
+moment the node went silent, and the ``unreachable`` taints, dated when the controller added
+them, whose appearance starts the 300-second toleration clock of every pod on the node. The
+controller also records the ``NodeNotReady`` Events the real one does, on the Node and on each of
+its pods, once per transition. Everything is derived from when the API
 server last recorded a renewal of the Lease (its managedFields time), never from the renewTime the
 kubelet stamped: the real controller times renewals on its own clock too, so a kubelet whose clock
 is off stays Ready. A node whose kubelet was taken down "1200 s ago" gets the timestamps it would
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from nodefence.sim.controllers.events import NORMAL, WARNING, EventRecorder
 from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE, condition
 from nodefence.sim.errors import ApiError
 from nodefence.sim.managed import CONTROLLER_MANAGER, owner_time
@@ -36,6 +39,8 @@ UNKNOWN_REASON = "NodeStatusUnknown"
 UNKNOWN_MESSAGE = "Kubelet stopped posting node status."
 RENEW_TIME_FIELD = ("f:spec", "f:renewTime")
 READY_STATUS_FIELD = ("f:status", "f:conditions", 'k:{"type":"Ready"}', "f:status")
+COMPONENT = "node-controller"
+READINESS_TAINT_KEYS = (TAINT_UNREACHABLE, TAINT_NOT_READY)
 
 
 def node_ready_status(node: Mapping[str, Any]) -> str:
@@ -50,13 +55,14 @@ class NodeLifecycleController:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.events = EventRecorder(sim, COMPONENT)
 
     def reconcile(self, now: datetime) -> None:
         store = self.sim.store
         for node in list(store.items(NODES)):
             new = copy.deepcopy(node)
             noticed = self._monitor_health(new, now)
-            tainted = self._sync_taints(new, now)
+            tainted = self._sync_taints(new, noticed or now)
             if new != node:
                 try:
                     store.update(
@@ -132,10 +138,11 @@ class NodeLifecycleController:
                 changed = True
         return noticed if changed else None
 
-    @staticmethod
-    def _sync_taints(node: Obj, now: datetime) -> datetime | None:
-        """The readiness taints the Ready condition calls for. An unreachable taint is added
-        when the controller marked the node Unknown (and moves back with it); a not-ready
+    def _sync_taints(self, node: Obj, now: datetime) -> datetime | None:
+        """The readiness taints the Ready condition calls for, dated ``now``, when this pass's
+        write is dated. An unreachable taint is added when the controller marks the node
+        Unknown, or when it finds one missing (and moves back with a death moved back); a
+        not-ready
         taint when the server recorded the kubelet's NotReady post (the controller sees it
         within its monitor period; the transition the kubelet stamped is on the kubelet's
         clock, which may be off), moving back with a post backdated further; the
@@ -145,7 +152,7 @@ class NodeLifecycleController:
         ready = condition(node, "Ready")
         unknown = ready is not None and ready.get("status") == "Unknown"
         not_ready = ready is not None and ready.get("status") == "False"
-        since = (ready or {}).get("lastTransitionTime") if unknown else None
+        since = rfc3339(now) if unknown else None
         if not_ready:
             posted = owner_time(node, READY_STATUS_FIELD)
             since = rfc3339(min(posted, now)) if posted is not None else None
@@ -177,6 +184,17 @@ class NodeLifecycleController:
             spec["taints"] = taints
         else:
             spec.pop("taints", None)
+        if any(t["key"] in READINESS_TAINT_KEYS for t in added) and not any(
+            t.get("key") in READINESS_TAINT_KEYS for t in old
+        ):
+            meta = node["metadata"]
+            self.events.record(
+                {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]},
+                NORMAL,
+                "NodeNotReady",
+                f"Node {meta['name']} status is now: NodeNotReady",
+                at=parse_time(since),
+            )
         if not_ready and any(t["key"] == TAINT_NOT_READY for t in added):
             return parse_time(since)
         return None
@@ -214,6 +232,7 @@ class NodeLifecycleController:
                 )
             except ApiError:
                 continue
+            self.events.record(pod, WARNING, "NodeNotReady", "Node is not ready", at=since)
 
 
 def _not_ready_since(node: Mapping[str, Any]) -> datetime | None:

@@ -9,6 +9,10 @@ that placements are deterministic and tests can predict them.
 A pod may carry the annotation ``sim.nodefence.io/initial-node`` (set by the workload controllers
 on a replica's first placement): the scheduler binds it to that node if the node passes the
 filters, and spreads it like any other pod otherwise.
+
+Like the real one it records its decisions as ``events.k8s.io`` Events: ``Scheduled`` on a bind,
+``FailedScheduling`` with the filters' verdict when no node fits (once per verdict: the pass that
+finds the same verdict again writes nothing).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from nodefence.sim.controllers.events import NORMAL, WARNING, EventRecorder
 from nodefence.sim.controllers.tolerations import tolerates
 from nodefence.sim.errors import ApiError
 from nodefence.sim.managed import SCHEDULER
@@ -145,6 +150,7 @@ class Scheduler:
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.events = EventRecorder(sim, "default-scheduler", new_api=True, manager=SCHEDULER)
 
     def reconcile(self, now: datetime) -> None:
         store = self.sim.store
@@ -210,6 +216,15 @@ class Scheduler:
             )
         except ApiError:
             return
+        meta = pod["metadata"]
+        self.events.record(
+            pod,
+            NORMAL,
+            "Scheduled",
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name}",
+            at=now,
+            action="Binding",
+        )
 
     def _mark_unschedulable(
         self, pod: Obj, reasons: dict[str, int], total: int, now: datetime
@@ -233,6 +248,7 @@ class Scheduler:
             )
         except ApiError:
             return
+        self.events.record(pod, WARNING, "FailedScheduling", message, at=now, action="Scheduling")
 
 
 def set_condition(

@@ -5,6 +5,13 @@ Together they produce the seed's symptom: every ordinary pod tolerates ``unreach
 kubelet confirms the deletion, so the pod stays ``Terminating``. DaemonSet pods tolerate
 ``unreachable`` forever and stay ``Running``, until an ``out-of-service`` taint, which they do
 not tolerate, evicts them too.
+
+As the real taint manager does, a toleration's ``tolerationSeconds`` run from when the manager
+observed the taint, not from the taint's ``timeAdded``, which whoever wrote the taint chose: a
+taint written with a ``timeAdded`` an hour old still gives a pod its full toleration. The
+manager watches every Node write, so it observes a taint when the server recorded the write
+that added it; a write the simulation dates in the past (a node that died "20 minutes ago")
+stands for one the node lifecycle controller made then, and the manager saw it then.
 """
 
 from __future__ import annotations
@@ -14,11 +21,12 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from nodefence.sim.controllers.events import NORMAL, EventRecorder
 from nodefence.sim.controllers.tolerations import tolerates
 from nodefence.sim.errors import ApiError
-from nodefence.sim.managed import CONTROLLER_MANAGER
+from nodefence.sim.managed import CONTROLLER_MANAGER, owner_time
 from nodefence.sim.resources import NODES, PODS, ResourceType
-from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
+from nodefence.sim.store import DeleteOptions, Obj, rfc3339
 
 if TYPE_CHECKING:
     from nodefence.sim.simulation import Controller, SimSettings, Simulation
@@ -26,6 +34,9 @@ if TYPE_CHECKING:
 NOT_READY_KEY = "node.kubernetes.io/not-ready"
 UNREACHABLE_KEY = "node.kubernetes.io/unreachable"
 DISRUPTION_TARGET_FROM = (1, 26)
+TAINTS_FIELD = ("f:spec", "f:taints")
+# 1.29 moved the manager out of the node lifecycle controller, under a name of its own.
+OWN_CONTROLLER_FROM = (1, 29)
 
 
 def min_toleration_seconds(tolerations: Iterable[Mapping[str, Any]]) -> float | None:
@@ -72,11 +83,18 @@ def default_toleration_seconds(settings: SimSettings) -> Callable[[ResourceType,
 
 class TaintEvictionController:
     """Evicts pods from nodes with NoExecute taints they do not tolerate (at once) or tolerate
-    only for a while (once ``timeAdded + tolerationSeconds`` has passed)."""
+    only for a while (once ``tolerationSeconds`` have passed since it observed the taint)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self._first_seen: dict[tuple[str, str, str, str], datetime] = {}
+        self._read_at: dict[tuple[str, str, str, str], tuple[str, str]] = {}
+        component = (
+            "taint-eviction-controller"
+            if sim.settings.version[:2] >= OWN_CONTROLLER_FROM
+            else "taint-controller"
+        )
+        self.events = EventRecorder(sim, component)
 
     def reconcile(self, now: datetime) -> None:
         store = self.sim.store
@@ -93,8 +111,9 @@ class TaintEvictionController:
                 taints_by_node[name] = taints
             for taint in taints:
                 key = self._taint_key(node, taint)
-                seen[key] = self._first_seen.get(key, now)
+                seen[key] = self._observed(node, taint, key, now)
         self._first_seen = seen
+        self._read_at = {k: v for k, v in self._read_at.items() if k in seen}
         if not taints_by_node:
             return
         nodes = {str(n["metadata"]["name"]): n for n in store.items(NODES)}
@@ -108,6 +127,28 @@ class TaintEvictionController:
             due = self._eviction_time(pod, nodes[node_name], pod_taints, now)
             if due is not None and now >= due:
                 self._evict(pod, now)
+
+    def _observed(
+        self,
+        node: Mapping[str, Any],
+        taint: Mapping[str, Any],
+        key: tuple[str, str, str, str],
+        now: datetime,
+    ) -> datetime:
+        """When the manager saw the taint: when the server recorded the write of its Node's
+        taints, no later than the pass that found it. A taint written again (removed and put
+        back, or dated further back for a death moved back: its ``timeAdded`` changed) is
+        seen anew at that write. Only a changed Node is looked at again."""
+        rv = str(node["metadata"].get("resourceVersion", ""))
+        added = str(taint.get("timeAdded") or "")
+        known = self._first_seen.get(key)
+        read = self._read_at.get(key)
+        if known is not None and read is not None and (read[0] == rv or read[1] == added):
+            self._read_at[key] = (rv, added)
+            return known
+        self._read_at[key] = (rv, added)
+        recorded = owner_time(node, TAINTS_FIELD) or now
+        return min(recorded, now)
 
     @staticmethod
     def _taint_key(node: Mapping[str, Any], taint: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -134,10 +175,8 @@ class TaintEvictionController:
             seconds = min_toleration_seconds(matching)
             if seconds is None:
                 continue
-            added = parse_time(taint.get("timeAdded")) or self._first_seen.get(
-                self._taint_key(node, taint), now
-            )
-            moment = added + timedelta(seconds=seconds)
+            observed = self._first_seen.get(self._taint_key(node, taint), now)
+            moment = observed + timedelta(seconds=seconds)
             due = moment if due is None else min(due, moment)
         return due
 
@@ -165,6 +204,13 @@ class TaintEvictionController:
             store.delete(PODS, namespace, name, DeleteOptions(uid=uid))
         except ApiError:
             return
+        self.events.record(
+            {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace},
+            NORMAL,
+            "TaintManagerEviction",
+            f"Marking for deletion Pod {namespace}/{name}",
+            at=now,
+        )
 
 
 def controllers(sim: Simulation) -> list[Controller]:

@@ -19,6 +19,10 @@ First placement: a workload annotated ``sim.nodefence.io/initial-node`` with a J
 Deployments, which copy their annotations to their ReplicaSets; a ReplicaSet may carry it
 directly) passes the node to the scheduler on the first pod created for that ordinal or replica
 slot. Replacements are spread normally.
+
+Each controller records the Events its real counterpart does on what it creates and deletes
+(``SuccessfulCreate``/``SuccessfulDelete``/``FailedCreate`` with their messages, and the
+Deployment's ``ScalingReplicaSet``), so ``kubectl describe`` tells the same story.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from nodefence.sim.controllers.events import NORMAL, WARNING, EventRecorder
 from nodefence.sim.controllers.scheduler import (
     INITIAL_NODE_ANNOTATION,
     is_terminating,
@@ -176,17 +181,45 @@ def build_pod(
 
 
 class _Base:
+    component = ""
+
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.events = EventRecorder(sim, self.component)
 
-    def _create(self, rt: ResourceType, namespace: str, obj: Obj) -> bool:
+    def _create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        obj: Obj,
+        *,
+        owner: Obj | None = None,
+        reason: str = "SuccessfulCreate",
+        message: str = "",
+        failure: str = "",
+    ) -> bool:
+        """Create ``obj``; with an ``owner``, record ``message`` on it, or ``failure`` (where
+        ``{error}`` stands for the server's answer) when the create is refused."""
         try:
             self.sim.store.create(rt, namespace, obj, manager=CONTROLLER_MANAGER)
-        except ApiError:
+        except ApiError as exc:
+            if owner is not None and failure:
+                self.events.record(
+                    owner, WARNING, "FailedCreate", failure.format(error=exc.message)
+                )
             return False
+        if owner is not None:
+            self.events.record(owner, NORMAL, reason, message)
         return True
 
-    def _delete(self, rt: ResourceType, obj: Mapping[str, Any]) -> None:
+    def _delete(
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        *,
+        owner: Obj | None = None,
+        message: str = "",
+    ) -> None:
         meta = obj["metadata"]
         try:
             self.sim.store.delete(
@@ -194,6 +227,8 @@ class _Base:
             )
         except ApiError:
             return
+        if owner is not None:
+            self.events.record(owner, NORMAL, "SuccessfulDelete", message)
 
     def _write_status(self, rt: ResourceType, obj: Obj, status: dict[str, Any]) -> None:
         if obj.get("status") == status:
@@ -216,6 +251,8 @@ class _Base:
 
 
 class StatefulSetController(_Base):
+    component = "statefulset-controller"
+
     def __init__(self, sim: Simulation) -> None:
         super().__init__(sim)
         self._placed: set[tuple[str, int]] = set()
@@ -240,7 +277,12 @@ class StatefulSetController(_Base):
                 if existing.get("status", {}).get("phase") == "Failed" and not is_terminating(
                     existing
                 ):
-                    self._delete(PODS, existing)
+                    self._delete(
+                        PODS,
+                        existing,
+                        owner=sts,
+                        message=f"delete Pod {pod_name} in StatefulSet {name} successful",
+                    )
                 continue
             self._ensure_claims(sts, ordinal)
             pin = None
@@ -264,12 +306,26 @@ class StatefulSetController(_Base):
             if spec.get("serviceName"):
                 pod["spec"]["subdomain"] = spec["serviceName"]
             self._attach_claims(pod, spec, ordinal)
-            if self._create(PODS, namespace, pod):
+            created = self._create(
+                PODS,
+                namespace,
+                pod,
+                owner=sts,
+                message=f"create Pod {pod_name} in StatefulSet {name} successful",
+                failure=f"create Pod {pod_name} in StatefulSet {name} failed error: {{error}}",
+            )
+            if created:
                 self._placed.add((uid, ordinal))
         for pod in pods:
             index = _ordinal(name, pod["metadata"]["name"])
             if index is not None and index >= replicas and not is_terminating(pod):
-                self._delete(PODS, pod)
+                pod_name = pod["metadata"]["name"]
+                self._delete(
+                    PODS,
+                    pod,
+                    owner=sts,
+                    message=f"delete Pod {pod_name} in StatefulSet {name} successful",
+                )
         self._report(sts, pods, revision)
 
     def _ensure_claims(self, sts: Obj, ordinal: int) -> None:
@@ -294,7 +350,16 @@ class StatefulSetController(_Base):
             }
             if tmeta.get("annotations"):
                 claim["metadata"]["annotations"] = dict(tmeta["annotations"])
-            self._create(PVCS, meta["namespace"], claim)
+            pod_name = f"{meta['name']}-{ordinal}"
+            what = f"Claim {claim_name} Pod {pod_name} in StatefulSet {meta['name']}"
+            self._create(
+                PVCS,
+                meta["namespace"],
+                claim,
+                owner=sts,
+                message=f"create {what} success",
+                failure=f"create {what} failed error: {{error}}",
+            )
 
     @staticmethod
     def _attach_claims(pod: Obj, spec: Mapping[str, Any], ordinal: int) -> None:
@@ -340,6 +405,8 @@ def _ordinal(set_name: str, pod_name: str) -> int | None:
 
 
 class ReplicaSetController(_Base):
+    component = "replicaset-controller"
+
     def __init__(self, sim: Simulation) -> None:
         super().__init__(sim)
         self._created: dict[str, int] = {}
@@ -366,12 +433,20 @@ class ReplicaSetController(_Base):
                 labels={},
                 pin=pinned_node(meta.get("annotations"), slot),
             )
-            if self._create(PODS, namespace, pod):
+            created = self._create(
+                PODS,
+                namespace,
+                pod,
+                owner=rs,
+                message=f"Created pod: {pod['metadata']['name']}",
+                failure="Error creating: {error}",
+            )
+            if created:
                 self._created[uid] = slot + 1
                 active.append(pod)
         if len(active) > wanted:
             for pod in sorted(active, key=_deletion_rank)[: len(active) - wanted]:
-                self._delete(PODS, pod)
+                self._delete(PODS, pod, owner=rs, message=f"Deleted pod: {pod['metadata']['name']}")
             active = sorted(active, key=_deletion_rank)[len(active) - wanted :]
         ready = [p for p in active if pod_is_ready(p)]
         labels_wanted = (spec.get("selector") or {}).get("matchLabels") or {}
@@ -406,6 +481,8 @@ def _deletion_rank(pod: Obj) -> tuple[int, int, int, str]:
 
 
 class DeploymentController(_Base):
+    component = "deployment-controller"
+
     def reconcile(self, now: datetime) -> None:
         sets_by_owner: dict[str, list[Obj]] = {}
         for rs in self.sim.store.items(REPLICASETS):
@@ -460,16 +537,31 @@ class DeploymentController(_Base):
                 },
                 "spec": {"replicas": replicas, "selector": selector, "template": template},
             }
-            self._create(REPLICASETS, namespace, rs)
+            self._create(
+                REPLICASETS,
+                namespace,
+                rs,
+                owner=deploy,
+                reason="ScalingReplicaSet",
+                message=self._scaled(rs_name, 0, replicas),
+            )
         else:
-            self._scale(current, replicas)
+            self._scale(current, replicas, deploy)
         for old in sets:
             if old["metadata"]["name"] != rs_name:
-                self._scale(old, 0)
+                self._scale(old, 0, deploy)
         self._status(deploy, sets, rs_name, replicas, now)
 
-    def _scale(self, rs: Obj, replicas: int) -> None:
-        if int((rs.get("spec") or {}).get("replicas", 1)) == replicas:
+    def _scaled(self, rs_name: str, before: int, after: int) -> str:
+        """``ScalingReplicaSet``'s message; 1.28 added where the scaling started from."""
+        direction = "up" if after > before else "down"
+        if self.sim.settings.version[:2] >= (1, 28):
+            return f"Scaled {direction} replica set {rs_name} from {before} to {after}"
+        return f"Scaled {direction} replica set {rs_name} to {after}"
+
+    def _scale(self, rs: Obj, replicas: int, deploy: Obj) -> None:
+        before = int((rs.get("spec") or {}).get("replicas", 1))
+        if before == replicas:
             return
         new = copy.deepcopy(rs)
         new["spec"]["replicas"] = replicas
@@ -488,6 +580,8 @@ class DeploymentController(_Base):
             )
         except ApiError:
             return
+        message = self._scaled(rs["metadata"]["name"], before, replicas)
+        self.events.record(deploy, NORMAL, "ScalingReplicaSet", message)
 
     def _status(
         self, deploy: Obj, sets: list[Obj], rs_name: str, replicas: int, now: datetime
@@ -556,6 +650,8 @@ def daemon_tolerations(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 class DaemonSetController(_Base):
+    component = "daemonset-controller"
+
     def reconcile(self, now: datetime) -> None:
         owned = pods_by_controller(self.sim)
         nodes = sorted(self.sim.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
@@ -588,15 +684,15 @@ class DaemonSetController(_Base):
                 self._create_pod(ds, template, tolerations, node_name, revision)
             elif not should_continue:
                 for pod in live:
-                    self._delete(PODS, pod)
+                    self._delete_pod(ds, pod)
             else:
                 for pod in live:
                     if pod.get("status", {}).get("phase") == "Failed":
-                        self._delete(PODS, pod)
+                        self._delete_pod(ds, pod)
                 running = [p for p in live if p.get("status", {}).get("phase") != "Failed"]
                 running.sort(key=lambda p: str(p["metadata"].get("creationTimestamp")))
                 for surplus in running[1:]:
-                    self._delete(PODS, surplus)
+                    self._delete_pod(ds, surplus)
             if live:
                 scheduled += should_run
                 misscheduled += not should_run
@@ -652,7 +748,17 @@ class DaemonSetController(_Base):
                 ]
             }
         }
-        self._create(PODS, meta["namespace"], pod)
+        self._create(
+            PODS,
+            meta["namespace"],
+            pod,
+            owner=ds,
+            message=f"Created pod: {pod['metadata']['name']}",
+            failure="Error creating: {error}",
+        )
+
+    def _delete_pod(self, ds: Obj, pod: Obj) -> None:
+        self._delete(PODS, pod, owner=ds, message=f"Deleted pod: {pod['metadata']['name']}")
 
 
 def controllers(sim: Simulation) -> list[Controller]:
