@@ -13,11 +13,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import fence, noop, scale
+from bench import fence, noop, recovery, scale
 from bench.common import Row
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 ANALYSIS = "All figures come from"
+SECTIONS = ("fence", "noop", "scale", "startup", "recovery")
 COLUMNS = ("benchmark", "nodefence", "baseline", "ratio", "target", "met", "notes")
 
 
@@ -84,18 +85,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cluster sizes (nodes) for the per-alert cost; 5000 adds several minutes",
     )
     parser.add_argument("--scale-alerts", type=int, default=30, help="alerts timed per size")
+    parser.add_argument(
+        "--recovery-factor",
+        type=float,
+        default=recovery.DEFAULT_FACTOR,
+        help="time to recovery: every configured delay divided by this",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=SECTIONS,
+        help="leave a section out (repeatable); python -m bench.recovery runs that one alone",
+    )
     parser.add_argument("--write", action="store_true", help="also write bench/RESULTS.md")
     args = parser.parse_args(argv)
-    sizes = tuple(int(n) for n in args.sizes.split(","))
-    print("fence versus the kubectl runbook", flush=True)
-    rows = fence.rows(fence.run(sizes, sample=args.sample, repeats=args.repeats))
-    print("no-op load", flush=True)
-    rows += noop.run(count=args.requests)
-    print("per-alert cost against cluster size", flush=True)
-    sizes_of_clusters = tuple(int(n) for n in args.scale_sizes.split(","))
-    rows += scale.rows(scale.run(sizes_of_clusters, alerts=args.scale_alerts))
-    print("cold start", flush=True)
-    rows += _startup_rows()
+    skip = set(args.skip)
+    rows: list[Row] = []
+    if "fence" not in skip:
+        print("fence versus the kubectl runbook", flush=True)
+        sizes = tuple(int(n) for n in args.sizes.split(","))
+        rows += fence.rows(fence.run(sizes, sample=args.sample, repeats=args.repeats))
+    if "noop" not in skip:
+        print("no-op load", flush=True)
+        rows += noop.run(count=args.requests)
+    if "scale" not in skip:
+        print("per-alert cost against cluster size", flush=True)
+        sizes_of_clusters = tuple(int(n) for n in args.scale_sizes.split(","))
+        rows += scale.rows(scale.run(sizes_of_clusters, alerts=args.scale_alerts))
+    if "startup" not in skip:
+        print("cold start", flush=True)
+        rows += _startup_rows()
+    if "recovery" not in skip:
+        print("time to recovery, with real Prometheus and Alertmanager", flush=True)
+        rows += recovery.run(args.recovery_factor)
     table = markdown(rows)
     print()
     print(table)

@@ -1,0 +1,157 @@
+"""Real processes on loopback for the end-to-end benchmarks, handled as ``tests/e2e/harness.py``
+handles them (bench/ does not import tests/, so this is a small copy of its process helpers).
+
+Every process writes to a file in the run's directory, never to a pipe, so a chatty process
+cannot block on a full pipe buffer and its output is there to read when a run fails. Every wait
+has a deadline, and every process started is stopped (SIGTERM to its process group, then
+SIGKILL) however the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+TAIL_LINES = 60
+
+
+def free_port() -> int:
+    """A port for servers that must be told theirs up front (Prometheus, Alertmanager)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def eventually(
+    probe: Callable[[], T], *, within: float, interval: float = 0.2, what: str = "condition"
+) -> T:
+    """Poll ``probe`` until it returns something truthy; at the deadline fail with its last
+    value, so the failure says what was seen instead of only that time ran out."""
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not met within {within:.0f}s (last value {value!r})")
+        time.sleep(interval)
+
+
+def http(method: str, url: str, body: Any = None, *, timeout: float = 5.0) -> tuple[int, bytes]:
+    """One request; error statuses are returned, and a refused connection is status 0, so a
+    poller treats "not up yet" like any other unready answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, b""
+
+
+def get_json(url: str) -> Any:
+    status, body = http("GET", url)
+    if status != 200:
+        raise RuntimeError(f"GET {url} -> {status}: {body[:300]!r}")
+    return json.loads(body)
+
+
+@dataclass
+class Process:
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes]
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=grace)
+
+
+@dataclass
+class Processes:
+    """The processes of one run, stopped in reverse order of start by :meth:`stop_all`."""
+
+    workdir: Path
+    started: list[Process] = field(default_factory=list)
+
+    def start(
+        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+    ) -> Process:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as sink:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=self.workdir,
+                # Its own process group, so stopping it also stops anything it started.
+                start_new_session=True,
+            )
+        process = Process(name, list(argv), log, popen)
+        self.started.append(process)
+        return process
+
+    def wait_ready(self, process: Process, url: str, *, within: float = 60.0) -> None:
+        """Poll ``url`` until it answers 200; fail early if the process has exited."""
+
+        def ready() -> bool:
+            if not process.alive():
+                raise RuntimeError(
+                    f"{process.name} exited with {process.popen.returncode} during startup:\n"
+                    + tail(process.output())
+                )
+            return http("GET", url, timeout=2)[0] == 200
+
+        eventually(ready, within=within, what=f"{process.name} ready at {url}")
+
+    def stop_all(self) -> None:
+        for process in reversed(self.started):
+            process.stop()
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def processes(workdir: Path) -> Iterator[Processes]:
+    group = Processes(workdir)
+    try:
+        yield group
+    finally:
+        group.stop_all()
