@@ -17,7 +17,9 @@ Verified with kubectl:
 - two managers applying different containers, env entries, labels and finalizers to one object:
   each keeps its own (``k:{"name":...}``, ``v:"..."`` in managedFields)
 
-Verified with the ``kubernetes`` client: ``CoreV1Api.patch_namespaced_config_map(...,
+Verified with the ``kubernetes`` client: ``CoreV1Api.patch_node_status`` (an apply to the status
+subresource conflicting with the kubelet's status updates, then forced),
+``CoreV1Api.patch_namespaced_config_map(...,
 field_manager=, force=, _content_type="application/apply-patch+yaml")`` creating (201) and then
 updating, its 409 with ``FieldManagerConflict`` causes, and ``ApiClient.call_api`` of an apply
 without ``fieldManager``: 422 ``PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required
@@ -374,3 +376,52 @@ async def test_the_python_client_applies(seed: SimulatorHandle) -> None:
         'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
         "is required for apply patch"
     )
+
+
+def _status_apply(handle: SimulatorHandle) -> dict[str, Any]:
+    with api(handle) as api_client:
+        core = client.CoreV1Api(api_client)
+        node = core.list_node().items[0].metadata.name
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Probe"}]},
+        }
+        try:
+            core.patch_node_status(node, body, field_manager="prober", _content_type=APPLY)
+        except ApiException as exc:
+            conflict = (exc.status, json.loads(exc.body)["message"])
+        forced = core.patch_node_status(
+            node, body, field_manager="prober", force=True, _content_type=APPLY
+        )
+        return {
+            "conflict": conflict,
+            "ready": next(
+                (c.status, c.reason) for c in forced.status.conditions if c.type == "Ready"
+            ),
+            "entry": next(
+                e.fields_v1
+                for e in forced.metadata.managed_fields
+                if (e.manager, e.operation, e.subresource) == ("prober", "Apply", "status")
+            ),
+        }
+
+
+async def test_apply_to_the_status_subresource(seed: SimulatorHandle) -> None:
+    got = await asyncio.to_thread(_status_apply, seed)
+    status, message = got["conflict"]
+    assert status == 409
+    assert message == (
+        'Apply failed with 2 conflicts: conflicts with "kubelet" with subresource "status" '
+        'using v1:\n- .status.conditions[type="Ready"].reason\n'
+        '- .status.conditions[type="Ready"].status'
+    )
+    assert got["ready"] == ("False", "Probe")
+    assert got["entry"] == {
+        "f:status": {
+            "f:conditions": {
+                'k:{"type":"Ready"}': {".": {}, "f:reason": {}, "f:status": {}, "f:type": {}}
+            }
+        }
+    }
