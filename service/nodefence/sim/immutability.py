@@ -207,6 +207,10 @@ def _pod_update(
     errors: list[FieldError] = []
     munged = copy.deepcopy(dict(new))
     pod_spec(munged)
+    # The stored spec is defaulted too, as the server's decoding from storage defaults it.
+    stored = copy.deepcopy(dict(old))
+    pod_spec(stored)
+    old = stored
     for key in ("containers", "initContainers"):
         old_list = old.get(key) or []
         new_list = munged.get(key) or []

@@ -29,6 +29,9 @@ NAMESPACE = "workload"
 # The real kubelet's Lease renewal period: the seed's 2 s would be 2,500 writes a second at
 # 5,000 nodes, a load no real cluster of that size carries.
 LEASE_RENEW_SECONDS = 10.0
+# The real kubelet's nodeStatusReportFrequency when its Lease carries the heartbeat (5 minutes;
+# it posts status at once on any change).
+NODE_STATUS_REPORT_SECONDS = 300.0
 
 
 def _digest(*parts: str) -> str:
@@ -122,7 +125,13 @@ def objects(nodes: int, pods: int) -> list[Obj]:
 def simulation(nodes: int, pods: int, **settings: Any) -> Simulation:
     """A settled cluster, as ``Simulation.from_scenario`` builds one: Ready nodes with fresh
     Leases, running pods, up for a day."""
-    sim = Simulation(SimSettings(lease_renew_seconds=LEASE_RENEW_SECONDS, **settings))
+    sim = Simulation(
+        SimSettings(
+            lease_renew_seconds=LEASE_RENEW_SECONDS,
+            node_status_report_seconds=NODE_STATUS_REPORT_SECONDS,
+            **settings,
+        )
+    )
     sim.controllers.extend(all_controllers(sim))
     sim.load_objects(objects(nodes, pods))
     sim.settle()

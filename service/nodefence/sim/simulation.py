@@ -14,6 +14,7 @@ from nodefence.sim.controllers.taint_eviction import default_toleration_seconds
 from nodefence.sim.managed import CONTROLLER_MANAGER, KUBELET, SCENARIO_LOADER
 from nodefence.sim.resources import LEASES, NAMESPACES, NODES, PODS, ResourceType
 from nodefence.sim.store import Obj, Store, WatchEvent, utcnow
+from nodefence.sim.wakeup import significant
 
 NODE_OUT_OF_SERVICE_VOLUME_DETACH = "NodeOutOfServiceVolumeDetach"
 
@@ -192,8 +193,11 @@ class Simulation:
             )
         return created
 
-    def _on_change(self, _event: WatchEvent) -> None:
-        self._wake.set()
+    def _on_change(self, event: WatchEvent) -> None:
+        """A significant change runs the controllers at once; a Lease renewal or a heartbeat
+        waits for the next tick, which is soon enough for the timers that read them."""
+        if significant(event):
+            self._wake.set()
 
     def step(self) -> None:
         """Run every controller once (tests call this to advance deterministically)."""

@@ -23,6 +23,7 @@ from nodefence.sim.managed import CONTROLLER_MANAGER
 from nodefence.sim.resources import BY_KIND, RESOURCE_TYPES, ResourceType
 from nodefence.sim.simulation import Controller, Simulation
 from nodefence.sim.store import DeleteOptions, Obj
+from nodefence.sim.wakeup import Wakeup
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -31,8 +32,11 @@ ORPHAN = "orphan"
 class GarbageCollector:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.wakeup = Wakeup(sim.store)
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         store = self.sim.store
         objects: list[tuple[ResourceType, Obj]] = [
             (rt, obj) for rt in RESOURCE_TYPES for obj in store.items(rt)

@@ -14,7 +14,6 @@ running and writing to their volumes, and it cannot stop them, so an evicted pod
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import ipaddress
 import uuid
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from nodefence.sim.errors import ApiError, conflict, not_found
 from nodefence.sim.managed import KUBELET
 from nodefence.sim.resources import LEASES, NODES, PODS
-from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
+from nodefence.sim.store import DeleteOptions, Obj, WatchEvent, clone, parse_time, rfc3339
+from nodefence.sim.wakeup import Agenda
 
 if TYPE_CHECKING:
     from nodefence.sim.simulation import Controller, Simulation
@@ -120,6 +120,8 @@ class Kubelet:
     died_at: datetime | None = None
     last_renewed: datetime | None = None
     last_reported: datetime | None = None
+    # The Node's resourceVersion when this kubelet last compared it with what it reports.
+    posted_rv: str | None = None
 
     def clock(self, server_moment: datetime) -> datetime:
         """What this kubelet's clock reads at ``server_moment``."""
@@ -135,6 +137,24 @@ class KubeletFleet:
         # Pod uid -> (resourceVersion, host IP) last found in the state this kubelet wants:
         # an unchanged pod is not rebuilt on every pass.
         self._in_sync: dict[str, tuple[str, str]] = {}
+        # A kubelet acts when its Node, Lease or pods change, or when its renewal or report
+        # timer runs out; an idle cluster of thousands of nodes costs the few that are due.
+        self._agenda = Agenda()
+        self._started = False
+        sim.store.add_listener(self._heard)
+
+    def _heard(self, event: WatchEvent) -> None:
+        obj = event.object
+        if event.resource.key == PODS.key:
+            node = obj.get("spec", {}).get("nodeName")
+            if node:
+                self._agenda.mark(str(node))
+            if event.type == "DELETED":
+                self._in_sync.pop(str(obj["metadata"]["uid"]), None)
+        elif event.resource.key == NODES.key or (
+            event.resource.key == LEASES.key and obj["metadata"].get("namespace") == LEASE_NAMESPACE
+        ):
+            self._agenda.mark(str(obj["metadata"]["name"]))
 
     # ------------------------------------------------------------ bookkeeping
     def _kubelet_for(self, node: Mapping[str, Any]) -> Kubelet:
@@ -176,7 +196,7 @@ class KubeletFleet:
         kubelet.died_at = moment
         self._write_lease(node, kubelet, moment, force=True, written_at=moment)
         last_post = kubelet.clock(moment)
-        new = copy.deepcopy(node)
+        new = clone(node)
         for cond in new.get("status", {}).get("conditions") or []:
             heartbeat = parse_time(cond.get("lastHeartbeatTime"))
             if heartbeat is None or heartbeat > last_post:
@@ -248,6 +268,7 @@ class KubeletFleet:
         kubelet.skew = timedelta(seconds=skew_seconds)
         kubelet.last_renewed = None
         kubelet.last_reported = None
+        self._agenda.mark(name)
 
     def recreate(self, name: str) -> None:
         """Delete the Node and register it anew under the same name (new UID): it keeps what a
@@ -293,37 +314,65 @@ class KubeletFleet:
             "readyMessage": ready.get("message"),
             "leaseRenewTime": (lease or {}).get("spec", {}).get("renewTime"),
             "unschedulable": bool(node.get("spec", {}).get("unschedulable")),
-            "taints": copy.deepcopy(node.get("spec", {}).get("taints") or []),
+            "taints": clone(node.get("spec", {}).get("taints") or []),
         }
 
     # -------------------------------------------------------------- reconcile
     def reconcile(self, now: datetime) -> None:
         store = self.sim.store
-        nodes = list(store.items(NODES))
-        names = {str(n["metadata"]["name"]) for n in nodes}
-        for gone in set(self._kubelets) - names:
-            del self._kubelets[gone]
-        pods_by_node: dict[str, list[Obj]] = {}
-        live: set[str] = set()
-        for pod in store.items(PODS):
-            live.add(str(pod["metadata"]["uid"]))
-            node_name = pod.get("spec", {}).get("nodeName")
-            if node_name:
-                pods_by_node.setdefault(str(node_name), []).append(pod)
-        for uid in set(self._in_sync) - live:
-            del self._in_sync[uid]
-        for node in nodes:
+        if self._started:
+            names = self._agenda.due(now)
+        else:
+            self._started = True
+            names = sorted(str(n["metadata"]["name"]) for n in store.items(NODES))
+        for name in names:
+            node = store.peek(NODES, None, name)
+            if node is None:
+                self._kubelets.pop(name, None)
+                self._agenda.forget(name)
+                continue
             kubelet = self._kubelet_for(node)
             if not kubelet.up:
+                self._agenda.forget(name)
                 continue
-            name = str(node["metadata"]["name"])
             self._sync_node(node, kubelet, now)
             current = store.peek(NODES, None, name) or node
-            self._run_pods(current, kubelet, pods_by_node.get(name, []), now)
+            pods = store.pods_on(name)
+            self._run_pods(current, kubelet, pods, now)
+            self._agenda.visited(name, self._next_visit(kubelet, pods, now))
+
+    def _next_visit(self, kubelet: Kubelet, pods: list[Obj], now: datetime) -> datetime:
+        """When this kubelet must act again if nothing changes: its next Lease renewal or
+        status report, or the next pass while a pod of its is being deleted or a transition
+        is pending."""
+        if kubelet.ready_since is not None or any(
+            p["metadata"].get("deletionTimestamp") for p in pods
+        ):
+            return now
+        settings = self.sim.settings
+        renew = (kubelet.last_renewed or now) + timedelta(seconds=settings.lease_renew_seconds)
+        report = (kubelet.last_reported or now) + timedelta(
+            seconds=settings.node_status_report_seconds
+        )
+        return min(renew, report)
 
     def _sync_node(self, node: Obj, kubelet: Kubelet, now: datetime) -> None:
+        """Renew the Lease when due, and post status when the report is due or the Node
+        changed since the last post (a kubelet reposts what someone else overwrote)."""
         self._write_lease(node, kubelet, now, force=False)
-        self._post_status(node, kubelet, now)
+        report_due = (
+            kubelet.last_reported is None
+            or (now - kubelet.last_reported).total_seconds()
+            >= self.sim.settings.node_status_report_seconds
+        )
+        if (
+            report_due
+            or kubelet.ready_since is not None
+            or kubelet.posted_rv != node["metadata"]["resourceVersion"]
+        ):
+            self._post_status(node, kubelet, now)
+            posted = self.sim.store.peek(NODES, None, kubelet.node) or node
+            kubelet.posted_rv = str(posted["metadata"]["resourceVersion"])
 
     # ----------------------------------------------------------------- lease
     def _write_lease(
@@ -375,7 +424,7 @@ class KubeletFleet:
                 kubelet.last_renewed = moment
                 return
             old_spec = lease.get("spec", {})
-            new = copy.deepcopy(lease)
+            new = clone(lease)
             new["metadata"]["ownerReferences"] = [owner]
             new["spec"] = {**old_spec, **spec}
             if not renew:
@@ -402,7 +451,7 @@ class KubeletFleet:
         self, node: Obj, kubelet: Kubelet, now: datetime, written_at: datetime | None = None
     ) -> None:
         settings = self.sim.settings
-        new = copy.deepcopy(node)
+        new = clone(node)
         labels = new["metadata"].setdefault("labels", {})
         labels.setdefault("kubernetes.io/hostname", kubelet.node)
         labels.setdefault("kubernetes.io/os", "linux")
@@ -529,7 +578,7 @@ class KubeletFleet:
             if status == pod.get("status"):
                 self._in_sync[uid] = (meta["resourceVersion"], host_ip)
                 continue
-            new = copy.deepcopy(pod)
+            new = clone(pod)
             new["status"] = status
             try:
                 written = store.update(
@@ -600,9 +649,7 @@ def _pod_condition(
 def _conditions(old: Mapping[str, Any], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The kubelet's conditions, followed by the ones others own (DisruptionTarget...)."""
     mine = {c["type"] for c in wanted}
-    return wanted + [
-        copy.deepcopy(c) for c in old.get("conditions") or [] if c.get("type") not in mine
-    ]
+    return wanted + [clone(c) for c in old.get("conditions") or [] if c.get("type") not in mine]
 
 
 def _qos(spec: Mapping[str, Any]) -> str:
@@ -675,7 +722,7 @@ def _running_status(
             }
             running = None
         elif previous.get("lastState"):
-            entry["lastState"] = copy.deepcopy(previous["lastState"])
+            entry["lastState"] = clone(previous["lastState"])
         started_at = (running or {}).get("startedAt") or stamp
         entry["containerID"] = f"containerd://{_digest(uid, name, str(entry['restartCount']))}"
         entry["state"] = {"running": {"startedAt": started_at}}

@@ -14,7 +14,6 @@ them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,8 @@ from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE, condition
 from nodefence.sim.errors import ApiError
 from nodefence.sim.managed import CONTROLLER_MANAGER, owner_time
 from nodefence.sim.resources import LEASES, NODES, PODS
-from nodefence.sim.store import Obj, parse_time, rfc3339
+from nodefence.sim.store import Obj, WatchEvent, clone, parse_time, rfc3339
+from nodefence.sim.wakeup import Agenda
 
 if TYPE_CHECKING:
     from nodefence.sim.simulation import Controller, Simulation
@@ -56,19 +56,44 @@ class NodeLifecycleController:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.events = EventRecorder(sim, COMPONENT)
+        # A Ready node needs nothing until its Node or Lease changes or its grace runs out,
+        # so an idle cluster costs the nodes whose Lease was just renewed, and a visit copies
+        # a Node only when it is silent.
+        self._agenda = Agenda()
+        self._started = False
+        sim.store.add_listener(self._heard)
+
+    def _heard(self, event: WatchEvent) -> None:
+        key, meta = event.resource.key, event.object["metadata"]
+        if key == NODES.key or (key == LEASES.key and meta.get("namespace") == LEASE_NAMESPACE):
+            self._agenda.mark(str(meta["name"]))
 
     def reconcile(self, now: datetime) -> None:
         store = self.sim.store
-        for node in list(store.items(NODES)):
-            new = copy.deepcopy(node)
-            noticed = self._monitor_health(new, now)
+        if self._started:
+            names = self._agenda.due(now)
+        else:
+            self._started = True
+            names = sorted(str(n["metadata"]["name"]) for n in store.items(NODES))
+        grace = timedelta(seconds=self.sim.settings.node_monitor_grace_seconds)
+        for name in names:
+            node = store.peek(NODES, None, name)
+            if node is None:
+                self._agenda.forget(name)
+                continue
+            last = self._last_heartbeat(node)
+            silent = now - last > grace
+            # Only a silent node's conditions change here; otherwise a copy of the spec is
+            # all the taint check may write to.
+            new = clone(node) if silent else {**node, "spec": dict(node.get("spec") or {})}
+            noticed = self._monitor_health(new, now) if silent else None
             tainted = self._sync_taints(new, noticed or now)
             if new != node:
                 try:
                     store.update(
                         NODES,
                         None,
-                        node["metadata"]["name"],
+                        name,
                         new,
                         subresource="all",
                         check_rv=False,
@@ -76,10 +101,15 @@ class NodeLifecycleController:
                         written_at=noticed or tainted,
                     )
                 except ApiError:
+                    self._agenda.visited(name, now)
                     continue
             since = _not_ready_since(new)
             if since is not None:
-                self._mark_pods_not_ready(str(node["metadata"]["name"]), since)
+                self._mark_pods_not_ready(name, since)
+                # A node that is not Ready is looked at on every pass (its pods, its taints).
+                self._agenda.visited(name, now)
+            else:
+                self._agenda.visited(name, last + grace)
 
     def _last_heartbeat(self, node: Mapping[str, Any]) -> datetime:
         """The kubelet's latest sign of life on the server's clock: when the server recorded
@@ -205,16 +235,14 @@ class NodeLifecycleController:
         earlier transition; one marked after a death that has since moved back moves too)."""
         store = self.sim.store
         stamp = rfc3339(since)
-        for pod in list(store.items(PODS)):
-            if pod.get("spec", {}).get("nodeName") != node_name:
-                continue
+        for pod in store.pods_on(node_name):
             ready = condition(pod, "Ready")
             if ready is None:
                 continue
             marked = parse_time(ready.get("lastTransitionTime"))
             if ready.get("status") != "True" and (marked is None or marked <= since):
                 continue
-            new = copy.deepcopy(pod)
+            new = clone(pod)
             for cond in new["status"]["conditions"]:
                 if cond.get("type") == "Ready":
                     cond["status"] = "False"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from nodefence.sim.controllers.node_lifecycle import TAINT_OUT_OF_SERVICE, node_ready_status
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.simulation import NODE_OUT_OF_SERVICE_VOLUME_DETACH
+from nodefence.sim.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from nodefence.sim.simulation import Controller, Simulation
@@ -33,8 +34,13 @@ class PodGC:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self._orphaned_since: dict[str, datetime] = {}
+        self.wakeup = Wakeup(
+            sim.store, waiting=lambda: bool(self._orphaned_since), kinds=(NODES, PODS)
+        )
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         store = self.sim.store
         nodes = {str(n["metadata"]["name"]): n for n in store.items(NODES)}
         gate = self.sim.settings.gate_enabled(NODE_OUT_OF_SERVICE_VOLUME_DETACH)

@@ -29,6 +29,7 @@ from nodefence.sim.managed import SCHEDULER
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.simulation import Controller, Simulation
 from nodefence.sim.store import Obj, rfc3339
+from nodefence.sim.wakeup import Wakeup
 
 INITIAL_NODE_ANNOTATION = "sim.nodefence.io/initial-node"
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -151,8 +152,11 @@ class Scheduler:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.events = EventRecorder(sim, "default-scheduler", new_api=True, manager=SCHEDULER)
+        self.wakeup = Wakeup(sim.store, kinds=(NODES, PODS))
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         store = self.sim.store
         pending = [
             pod

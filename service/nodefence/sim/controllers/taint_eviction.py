@@ -27,6 +27,7 @@ from nodefence.sim.errors import ApiError
 from nodefence.sim.managed import CONTROLLER_MANAGER, owner_time
 from nodefence.sim.resources import NODES, PODS, ResourceType
 from nodefence.sim.store import DeleteOptions, Obj, rfc3339
+from nodefence.sim.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from nodefence.sim.simulation import Controller, SimSettings, Simulation
@@ -95,10 +96,13 @@ class TaintEvictionController:
             else "taint-controller"
         )
         self.events = EventRecorder(sim, component)
+        self.wakeup = Wakeup(sim.store, waiting=lambda: bool(self._first_seen), kinds=(NODES, PODS))
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         store = self.sim.store
-        taints_by_node: dict[str, list[Mapping[str, Any]]] = {}
+        taints_by_node: dict[str, tuple[Obj, list[Mapping[str, Any]]]] = {}
         seen: dict[tuple[str, str, str, str], datetime] = {}
         for node in store.items(NODES):
             name = str(node["metadata"]["name"])
@@ -108,7 +112,7 @@ class TaintEvictionController:
                 if t.get("effect") == "NoExecute"
             ]
             if taints:
-                taints_by_node[name] = taints
+                taints_by_node[name] = (node, taints)
             for taint in taints:
                 key = self._taint_key(node, taint)
                 seen[key] = self._observed(node, taint, key, now)
@@ -116,17 +120,15 @@ class TaintEvictionController:
         self._read_at = {k: v for k, v in self._read_at.items() if k in seen}
         if not taints_by_node:
             return
-        nodes = {str(n["metadata"]["name"]): n for n in store.items(NODES)}
-        for pod in list(store.items(PODS)):
-            node_name = str(pod.get("spec", {}).get("nodeName") or "")
-            pod_taints = taints_by_node.get(node_name)
-            if not pod_taints or pod["metadata"].get("deletionTimestamp"):
-                continue
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            due = self._eviction_time(pod, nodes[node_name], pod_taints, now)
-            if due is not None and now >= due:
-                self._evict(pod, now)
+        for node_name, (tainted, pod_taints) in taints_by_node.items():
+            for pod in store.pods_on(node_name):
+                if pod["metadata"].get("deletionTimestamp"):
+                    continue
+                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                due = self._eviction_time(pod, tainted, pod_taints, now)
+                if due is not None and now >= due:
+                    self._evict(pod, now)
 
     def _observed(
         self,

@@ -34,6 +34,7 @@ from nodefence.sim.managed import CONTROLLER_MANAGER, PROVISIONER
 from nodefence.sim.resources import EVENTS, NODES, PODS, PVCS, PVS, VOLUME_ATTACHMENTS
 from nodefence.sim.simulation import NODE_OUT_OF_SERVICE_VOLUME_DETACH, Controller, Simulation
 from nodefence.sim.store import DeleteOptions, Obj, rfc3339
+from nodefence.sim.wakeup import Wakeup
 
 CSI_DRIVER = "sim.csi.nodefence.io"
 VOLUME_BLOCKED_ANNOTATION = "sim.nodefence.io/volume-blocked"
@@ -66,8 +67,18 @@ class AttachDetachController:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self._unneeded_since: dict[str, datetime] = {}
+        self.wakeup = Wakeup(
+            sim.store,
+            waiting=lambda: (
+                bool(self._unneeded_since)
+                and self.sim.settings.force_detach_after_seconds is not None
+            ),
+            kinds=(NODES, PODS, PVCS, PVS, VOLUME_ATTACHMENTS),
+        )
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         pods = sorted(
             (p for p in self.sim.store.items(PODS) if occupies_node(p) and claim_names(p)),
             key=lambda p: (str(p["metadata"].get("creationTimestamp")), p["metadata"]["name"]),

@@ -48,6 +48,7 @@ from nodefence.sim.managed import CONTROLLER_MANAGER
 from nodefence.sim.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
+    NAMESPACES,
     NODES,
     PODS,
     PVCS,
@@ -57,6 +58,7 @@ from nodefence.sim.resources import (
 )
 from nodefence.sim.simulation import Controller, Simulation
 from nodefence.sim.store import DeleteOptions, Obj
+from nodefence.sim.wakeup import Wakeup
 
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -186,6 +188,19 @@ class _Base:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.events = EventRecorder(sim, self.component)
+        self.wakeup = Wakeup(
+            sim.store,
+            kinds=(
+                DAEMONSETS,
+                DEPLOYMENTS,
+                NAMESPACES,
+                NODES,
+                PODS,
+                PVCS,
+                REPLICASETS,
+                STATEFULSETS,
+            ),
+        )
 
     def _create(
         self,
@@ -258,6 +273,8 @@ class StatefulSetController(_Base):
         self._placed: set[tuple[str, int]] = set()
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         owned = pods_by_controller(self.sim)
         for sts in self.sim.store.items(STATEFULSETS):
             if not is_terminating(sts):
@@ -412,6 +429,8 @@ class ReplicaSetController(_Base):
         self._created: dict[str, int] = {}
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         owned = pods_by_controller(self.sim)
         for rs in self.sim.store.items(REPLICASETS):
             if not is_terminating(rs):
@@ -484,6 +503,8 @@ class DeploymentController(_Base):
     component = "deployment-controller"
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         sets_by_owner: dict[str, list[Obj]] = {}
         for rs in self.sim.store.items(REPLICASETS):
             uid = controller_uid(rs)
@@ -653,6 +674,8 @@ class DaemonSetController(_Base):
     component = "daemonset-controller"
 
     def reconcile(self, now: datetime) -> None:
+        if not self.wakeup.due(now):
+            return
         owned = pods_by_controller(self.sim)
         nodes = sorted(self.sim.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
         for ds in self.sim.store.items(DAEMONSETS):
