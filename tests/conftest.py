@@ -1,0 +1,33 @@
+"""The run's summary says which suites were skipped and for want of what.
+
+Several suites drive real tools (kubectl, promtool, amtool, Alertmanager, faketime,
+sushy-emulator). On a machine without one of them those tests skip, and a passing run would
+hide that the safety they check was never exercised there; so the end of every run lists each
+reason with the test files it skipped, and how to get the tool (``.ci/run`` installs them all).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+INSTALL_HINT = "as root, bash .ci/run installs every tool these suites need"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    by_reason: dict[str, set[str]] = defaultdict(set)
+    counts: dict[str, int] = defaultdict(int)
+    for report in terminalreporter.stats.get("skipped", []):
+        if not isinstance(report.longrepr, tuple):
+            continue
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        by_reason[reason].add(report.nodeid.split("::", 1)[0])
+        counts[reason] += 1
+    if not by_reason:
+        return
+    terminalreporter.section("skipped suites")
+    for reason in sorted(by_reason):
+        files = ", ".join(sorted(by_reason[reason]))
+        terminalreporter.write_line(f"{counts[reason]} skipped: {reason} ({files})")
+    terminalreporter.write_line(INSTALL_HINT)
