@@ -7,9 +7,10 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY service ./service
-RUN /opt/venv/bin/pip install --no-cache-dir . \
+# The tested versions of every dependency and of the build backend.
+RUN PIP_CONSTRAINT=/src/requirements.lock /opt/venv/bin/pip install --no-cache-dir . \
     && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
 
 FROM python:3.11-slim

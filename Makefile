@@ -1,13 +1,16 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
+LOCK := requirements.lock
+# Every pip run installs the tested versions, the build backend of the package included.
+PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv demo test lint format bench clean lock
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PINNED) $(BIN)/pip install --quiet --upgrade pip
+	$(PINNED) $(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -32,3 +35,14 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Re-resolve every dependency to the newest versions pyproject.toml allows, in a throwaway venv.
+lock:
+	rm -rf .lock-venv
+	python3 -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip setuptools wheel
+	.lock-venv/bin/pip install --quiet '.[dev]'
+	{ sed -n '/^#/p' $(LOCK); .lock-venv/bin/pip freeze --all --exclude-editable \
+		| grep -v '^nodefence' | sort -f; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	rm -rf .lock-venv

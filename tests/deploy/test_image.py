@@ -7,6 +7,7 @@ files copied, the same virtualenv and pip install, then the console script start
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -110,13 +111,21 @@ def test_builder_steps_produce_a_working_install(tmp_path: Path) -> None:
     builder, _ = stages()
     runs = " ".join(args_of(builder, "RUN"))
     assert "python -m venv /opt/venv" in runs
-    assert "/opt/venv/bin/pip install --no-cache-dir ." in runs
+    assert (
+        "PIP_CONSTRAINT=/src/requirements.lock /opt/venv/bin/pip install --no-cache-dir ." in runs
+    )
     workdir = _replay_copies(builder, REPO, tmp_path / "root")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    pinned = {**os.environ, "PIP_CONSTRAINT": str(workdir / "requirements.lock")}
     install = subprocess.run(
-        [*pip, "install", "--quiet", "."], cwd=workdir, capture_output=True, text=True, check=False
+        [*pip, "install", "--quiet", "."],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=pinned,
     )
     assert install.returncode == 0, install.stderr[-4000:]
     out = subprocess.run(

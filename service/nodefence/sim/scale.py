@@ -138,6 +138,7 @@ def simulation(nodes: int, pods: int, **settings: Any) -> Simulation:
     for node in sim.store.items(NODES):
         sim.kubelets.up(str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds)
     sim.settle()
+    sim.kubelets.spread_timers()
     return sim
 
 

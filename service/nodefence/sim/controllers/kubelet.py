@@ -296,6 +296,26 @@ class KubeletFleet:
         kubelet.ready_since = store.now()
         self._sync_node(store.peek(NODES, None, name) or node, kubelet, store.now())
 
+    def spread_timers(self) -> None:
+        """Spread the kubelets' renewals and status reports evenly over their periods, as on a
+        cluster whose nodes did not all start in the same instant: a large simulated cluster
+        built at once would otherwise renew every Lease in the same tick."""
+        settings = self.sim.settings
+        names = sorted(self._kubelets)
+        for index, name in enumerate(names):
+            kubelet = self._kubelets[name]
+            share = index / len(names)
+            if kubelet.last_renewed is not None:
+                kubelet.last_renewed -= timedelta(seconds=share * settings.lease_renew_seconds)
+            if kubelet.last_reported is not None:
+                kubelet.last_reported -= timedelta(
+                    seconds=share * settings.node_status_report_seconds
+                )
+            if kubelet.up:
+                now = self.sim.store.now()
+                pods = self.sim.store.pods_on(name)
+                self._agenda.visited(name, self._next_visit(kubelet, pods, now))
+
     def state(self, name: str) -> dict[str, Any]:
         """The node as the control surface reports it."""
         node = self._node(name)
