@@ -22,11 +22,10 @@ _continue=)``, ``create_namespaced_secret`` (stringData), ``create_namespaced_se
 .create_self_subject_access_review`` (JSON; allowed, with the reason saying why),
 ``BatchV1Api.create_namespaced_job``.
 
+Protobuf bodies (``kubectl create <kind>``, ``auth can-i``) are covered in test_protobuf.py,
+field validation in test_field_validation.py.
+
 Still unsupported, with the error a user sees:
-- ``kubectl create namespace|configmap|secret|deployment|job|service`` and ``kubectl auth
-  can-i`` send protobuf bodies: ``Error from server (UnsupportedMediaType): the body of the
-  request was in an unknown format - accepted media types include: application/json (the
-  simulated API server does not decode application/vnd.kubernetes.protobuf bodies ...)``
 - ``kubectl explain``: the OpenAPI documents carry no schemas
 - Jobs and CronJobs are stored and defaulted, but no controller runs their pods
 """
@@ -40,9 +39,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes import client, config
 
+from nodefence.sim.resources import CONFIGMAPS
 from nodefence.sim.testing import SimulatorHandle
 
 pytestmark = [
@@ -192,11 +193,29 @@ async def test_chunked_get_pages_through_every_pod(seed: SimulatorHandle) -> Non
     assert len(whole.split()) > 2
 
 
-async def test_protobuf_create_is_refused_with_a_clear_415(seed: SimulatorHandle) -> None:
-    code, out = await kubectl(seed, "create", "namespace", "demo")
-    assert code == 1
-    assert "UnsupportedMediaType" in out
-    assert "does not decode application/vnd.kubernetes.protobuf" in out
+async def test_protobuf_of_an_undecodable_kind_is_a_clear_415(seed: SimulatorHandle) -> None:
+    """A kind without a protobuf field table is refused naming it; bytes that are not
+    protobuf are a 400; neither stores anything."""
+    type_meta = b"\x0a\x02v1" + b"\x12\x09PodBinder"  # apiVersion (1), kind (2)
+    envelope = b"k8s\x00\x0a" + bytes([len(type_meta)]) + type_meta + b"\x12\x00"
+    garbage = b"k8s\x00\x0a\xff"
+    async with aiohttp.ClientSession() as session:
+        replies = []
+        for body in (envelope, garbage):
+            async with session.post(
+                seed.url + "/api/v1/namespaces/openstack/configmaps",
+                data=body,
+                headers={"Content-Type": "application/vnd.kubernetes.protobuf"},
+            ) as response:
+                replies.append((response.status, await response.json()))
+    (refused, status), (bad, garbled) = replies
+    assert (refused, status["reason"]) == (415, "UnsupportedMediaType")
+    assert "no protobuf field table for PodBinder in v1" in status["message"]
+    assert (bad, garbled["reason"]) == (400, "BadRequest")
+    assert "could not be decoded as protobuf" in garbled["message"]
+    code, out = await kubectl(seed, "get", "-n", "openstack", "configmaps", "-o", "name")
+    assert code == 0
+    assert len(out.split()) == len(seed.sim.store.items(CONFIGMAPS, "openstack"))
 
 
 def _client_calls(handle: SimulatorHandle) -> dict[str, Any]:

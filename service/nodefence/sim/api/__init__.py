@@ -15,6 +15,7 @@ from aiohttp.typedefs import Middleware
 
 from nodefence.sim.api.discovery import add_discovery_routes
 from nodefence.sim.api.fault_routes import add_fault_routes
+from nodefence.sim.api.fieldvalidation import add_warning_headers
 from nodefence.sim.api.handlers import ResourceHandlers
 from nodefence.sim.api.health import add_health_routes
 from nodefence.sim.api.openapi import add_openapi_routes
@@ -155,6 +156,7 @@ def add_api_routes(app: web.Application, sim: Simulation) -> None:
     middleware in front of them, the ``/sim/v1`` fault and request-log routes, and the
     server's ``Date`` on every response of the application."""
     add_date_header(app, sim)
+    add_warning_headers(app)
     faults = faults_of(sim)
     app.middlewares.append(_middleware(faults))
     add_fault_routes(app, faults)
