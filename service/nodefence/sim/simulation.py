@@ -265,8 +265,13 @@ class Simulation:
         while True:
             self._wake.clear()
             self.step()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.tick_seconds)
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+            # that arrives as the wake-up does, and the loop would then never stop.
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({woken}, timeout=self.settings.tick_seconds)
+            finally:
+                woken.cancel()
 
     async def start(self) -> None:
         """Start the simulated kubelets and controllers."""

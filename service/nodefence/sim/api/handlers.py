@@ -346,7 +346,7 @@ class ResourceHandlers:
         labels, fields = query.get("labelSelector") or "", query.get("fieldSelector") or ""
         page = self.pager.page(
             (target.resource.key, target.namespace or "", labels, fields),
-            lambda: self.sim.store.list_objects(target.resource, target.namespace, labels, fields),
+            lambda: self.sim.store.select(target.resource, target.namespace, labels, fields),
             limit=parse_limit(query.get("limit")),
             token=query.get("continue", ""),
             filtered=bool(labels or fields),
