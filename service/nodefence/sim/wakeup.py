@@ -68,7 +68,8 @@ class Wakeup:
     """When a controller's full pass is worth running: after a significant change since its
     last pass, or, for a controller with work that waits on time (a quarantine, a toleration,
     a detach timeout), every ``resync_seconds`` while ``waiting()`` says it has some. ``kinds``
-    are the resources it reads (all, if not given). An idle cluster of thousands of nodes then
+    are the resources it reads (all, if not given), ``cares`` which of their changes matter
+    (the significant ones, if not given). An idle cluster of thousands of nodes then
     costs these controllers nothing between changes."""
 
     def __init__(
@@ -78,7 +79,9 @@ class Wakeup:
         resync_seconds: float = 1.0,
         waiting: Callable[[], bool] = lambda: False,
         kinds: Iterable[ResourceType] | None = None,
+        cares: Callable[[WatchEvent], bool] = significant,
     ) -> None:
+        self._cares = cares
         self._kinds = None if kinds is None else frozenset(rt.key for rt in kinds)
         self._pending = True
         self._last: datetime | None = None
@@ -89,7 +92,7 @@ class Wakeup:
     def _heard(self, event: WatchEvent) -> None:
         if self._pending or (self._kinds is not None and event.resource.key not in self._kinds):
             return
-        if significant(event):
+        if self._cares(event):
             self._pending = True
 
     def due(self, now: datetime) -> bool:

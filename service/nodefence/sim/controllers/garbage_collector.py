@@ -22,7 +22,7 @@ from nodefence.sim.errors import ApiError
 from nodefence.sim.managed import CONTROLLER_MANAGER
 from nodefence.sim.resources import BY_KIND, RESOURCE_TYPES, ResourceType
 from nodefence.sim.simulation import Controller, Simulation
-from nodefence.sim.store import DeleteOptions, Obj
+from nodefence.sim.store import DeleteOptions, Obj, WatchEvent
 from nodefence.sim.wakeup import Wakeup
 
 FOREGROUND = "foregroundDeletion"
@@ -32,7 +32,7 @@ ORPHAN = "orphan"
 class GarbageCollector:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
-        self.wakeup = Wakeup(sim.store)
+        self.wakeup = Wakeup(sim.store, cares=ownership_changed)
 
     def reconcile(self, now: datetime) -> None:
         if not self.wakeup.due(now):
@@ -132,3 +132,16 @@ class GarbageCollector:
 
 def controllers(sim: Simulation) -> list[Controller]:
     return [GarbageCollector(sim)]
+
+
+def ownership_changed(event: WatchEvent) -> bool:
+    """What can give the collector work: an object gone (its dependents may now be orphans),
+    one created with owners (they may be gone already), or a change of owners, finalizers or
+    deletion. A label, spec or status change of a live object gives it none."""
+    if event.type != "MODIFIED" or event.previous is None:
+        return event.type == "DELETED" or bool(event.object["metadata"].get("ownerReferences"))
+    new, old = event.object["metadata"], event.previous["metadata"]
+    return any(new.get(k) != old.get(k) for k in _OWNERSHIP_FIELDS)
+
+
+_OWNERSHIP_FIELDS = ("ownerReferences", "finalizers", "deletionTimestamp")

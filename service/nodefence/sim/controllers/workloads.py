@@ -184,23 +184,13 @@ def build_pod(
 
 class _Base:
     component = ""
+    # What the controller's pass reads: a change to anything else does not wake it.
+    reads: tuple[ResourceType, ...] = ()
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.events = EventRecorder(sim, self.component)
-        self.wakeup = Wakeup(
-            sim.store,
-            kinds=(
-                DAEMONSETS,
-                DEPLOYMENTS,
-                NAMESPACES,
-                NODES,
-                PODS,
-                PVCS,
-                REPLICASETS,
-                STATEFULSETS,
-            ),
-        )
+        self.wakeup = Wakeup(sim.store, kinds=self.reads)
 
     def _create(
         self,
@@ -266,6 +256,7 @@ class _Base:
 
 
 class StatefulSetController(_Base):
+    reads = (STATEFULSETS, PODS, PVCS, NAMESPACES)
     component = "statefulset-controller"
 
     def __init__(self, sim: Simulation) -> None:
@@ -422,6 +413,7 @@ def _ordinal(set_name: str, pod_name: str) -> int | None:
 
 
 class ReplicaSetController(_Base):
+    reads = (REPLICASETS, PODS, NAMESPACES)
     component = "replicaset-controller"
 
     def __init__(self, sim: Simulation) -> None:
@@ -500,6 +492,7 @@ def _deletion_rank(pod: Obj) -> tuple[int, int, int, str]:
 
 
 class DeploymentController(_Base):
+    reads = (DEPLOYMENTS, REPLICASETS, NAMESPACES)
     component = "deployment-controller"
 
     def reconcile(self, now: datetime) -> None:
@@ -671,6 +664,7 @@ def daemon_tolerations(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 class DaemonSetController(_Base):
+    reads = (DAEMONSETS, PODS, NODES, NAMESPACES)
     component = "daemonset-controller"
 
     def reconcile(self, now: datetime) -> None:
