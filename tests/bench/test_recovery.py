@@ -65,7 +65,7 @@ def test_cron_period() -> None:
 def test_shipped_delays_come_from_the_shipped_files() -> None:
     delays = shipped_delays()
     assert delays.rule_for == 60
-    assert (delays.group_wait, delays.group_interval, delays.repeat_interval) == (0, 60, 300)
+    assert (delays.group_wait, delays.group_interval, delays.repeat_interval) == (0, 60, 120)
     assert (delays.min_not_ready, delays.lease_staleness) == (300, 120)
     assert delays.reconcile_period == 60
     assert delays.node_monitor_grace == SimSettings().node_monitor_grace_seconds
