@@ -179,13 +179,15 @@ class Simulation:
         """Create objects in dependency order (namespaces, nodes, leases, storage, workloads,
         pods), so that every controller sees a consistent cluster on its first pass, each as
         the component that would have created it."""
+        from nodefence.sim.api.defaults import workload_defaults
         from nodefence.sim.scenario import creation_order
 
         created: list[Obj] = []
-        for rt, obj in creation_order(objects):
-            name = obj["metadata"].get("name")
+        for rt, given in creation_order(objects):
+            name = given["metadata"].get("name")
             if rt.key == NAMESPACES.key and self.store.peek(rt, None, name) is not None:
                 continue
+            obj = workload_defaults(rt, given)
             created.append(
                 self.store.create(
                     rt, obj["metadata"].get("namespace"), obj, manager=_creator(rt, obj)

@@ -32,6 +32,7 @@ from nodefence.sim.store import Obj
 SERVICE_CIDR = ipaddress.IPv4Network("10.96.0.0/12")
 NODE_PORTS = range(30000, 32768)
 _APPS = frozenset({STATEFULSETS.key, DEPLOYMENTS.key, REPLICASETS.key, DAEMONSETS.key})
+_WITH_SPEC = _APPS | {PODS.key, JOBS.key, CRONJOBS.key, SERVICES.key}
 
 
 def _pull_policy(image: str) -> str:
@@ -160,7 +161,9 @@ def _service(spec: dict[str, Any], used_ips: set[str], used_ports: set[int]) -> 
 def defaults_on_create(rt: ResourceType, obj: Obj, existing: Iterable[Obj]) -> None:
     """Default ``obj`` (a new object of type ``rt``) in place; ``existing`` are the stored
     objects of that type (for what a Service allocates). Pods' own defaults come first."""
-    spec = obj.setdefault("spec", {}) if rt.key != SECRETS.key else {}
+    # Only kinds with a spec get one (a ConfigMap or a Role stored with "spec": {} would not
+    # round-trip through a typed client as the real server's objects do).
+    spec = obj.setdefault("spec", {}) if rt.key in _WITH_SPEC else {}
     if not isinstance(spec, dict):
         return
     if rt.key == PODS.key:
@@ -221,3 +224,13 @@ def service_update(old: Obj, new: Obj) -> None:
             node_port = allocated.get((port.get("port"), port.get("protocol", "TCP")))
             if node_port:
                 port["nodePort"] = node_port
+
+
+def workload_defaults(rt: ResourceType, obj: Obj) -> Obj:
+    """A workload that a scenario stores directly, defaulted (a copy) as if it had been created
+    through the API: ``kubectl rollout status`` reads its update strategy."""
+    if rt.key not in _APPS:
+        return obj
+    defaulted = copy.deepcopy(obj)
+    defaults_on_create(rt, defaulted, ())
+    return defaulted
