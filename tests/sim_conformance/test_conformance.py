@@ -25,8 +25,11 @@ _continue=)``, ``create_namespaced_secret`` (stringData), ``create_namespaced_se
 Protobuf bodies (``kubectl create <kind>``, ``auth can-i``) are covered in test_protobuf.py,
 field validation in test_field_validation.py.
 
+``kubectl explain`` is covered in test_explain.py.
+
 Still unsupported, with the error a user sees:
-- ``kubectl explain``: the OpenAPI documents carry no schemas
+- ``kubectl explain --output=plaintext-openapiv2``: ``Error from server (NotFound)`` (no
+  ``/openapi/v2``)
 - Jobs and CronJobs are stored and defaulted, but no controller runs their pods
 """
 

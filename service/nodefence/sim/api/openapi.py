@@ -5,16 +5,24 @@ kubectl validates manifests by default: it looks up the PATCH operation of each 
 parameter it leaves validation to the server and sends ``fieldValidation=Strict``. Declaring the
 parameter is what lets ``kubectl create -f`` work without ``--validate=false``; the simulator then
 accepts the fields it is given (it is not a schema validator).
+
+``kubectl explain`` reads the ``components.schemas`` of the same documents (``openapi_schemas``).
+The PATCH operations declare no request body, so ``kubectl apply`` keeps computing strategic
+merge patches from the Go types compiled into it rather than from these schemas. The documents
+are static, so each is serialized and hashed once; the index names each by that hash, and a
+request carrying the current hash may be cached for good, as the real server allows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from functools import cache
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
+from nodefence.sim.api.openapi_schemas import group_version_schemas
 from nodefence.sim.errors import ApiError
 from nodefence.sim.resources import RESOURCE_TYPES, SUBRESOURCE_VERBS, ResourceType
 
@@ -45,9 +53,8 @@ def _operation(rt: ResourceType, action: str, params: tuple[str, ...] = ()) -> d
 
 def group_version_document(group: str, version: str) -> dict[str, Any] | None:
     paths: dict[str, Any] = {}
-    for rt in RESOURCE_TYPES:
-        if rt.group != group or rt.version != version:
-            continue
+    rts = [rt for rt in RESOURCE_TYPES if rt.group == group and rt.version == version]
+    for rt in rts:
         base = "/" + _gv_path(group, version)
         collection = (
             f"{base}/namespaces/{{namespace}}/{rt.plural}"
@@ -84,43 +91,61 @@ def group_version_document(group: str, version: str) -> dict[str, Any] | None:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "unversioned"},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": group_version_schemas(rts)},
     }
 
 
-def _documents() -> dict[str, dict[str, Any]]:
-    docs: dict[str, dict[str, Any]] = {}
+class Served(NamedTuple):
+    body: bytes
+    hash: str
+
+
+@cache
+def served_documents() -> dict[str, Served]:
+    """Each group-version's document as served, by its path (``api/v1``, ``apis/apps/v1``)."""
+    served: dict[str, Served] = {}
     for rt in RESOURCE_TYPES:
         key = _gv_path(rt.group, rt.version)
-        if key not in docs:
-            doc = group_version_document(rt.group, rt.version)
-            if doc is not None:
-                docs[key] = doc
-    return docs
+        if key in served:
+            continue
+        doc = group_version_document(rt.group, rt.version)
+        if doc is not None:
+            body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+            served[key] = Served(body, hashlib.sha512(body).hexdigest().upper())
+    return served
+
+
+def _index() -> bytes:
+    paths = {
+        key: {"serverRelativeURL": f"/openapi/v3/{key}?hash={doc.hash}"}
+        for key, doc in served_documents().items()
+    }
+    return json.dumps({"paths": paths}).encode()
 
 
 def add_openapi_routes(app: web.Application) -> None:
-    documents = _documents()
-    hashes = {
-        key: hashlib.sha512(json.dumps(doc, sort_keys=True).encode()).hexdigest().upper()
-        for key, doc in documents.items()
-    }
+    documents = served_documents()
+    index = _index()
 
     async def root(_request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "paths": {
-                    key: {"serverRelativeURL": f"/openapi/v3/{key}?hash={hashes[key]}"}
-                    for key in documents
-                }
-            }
-        )
+        return web.Response(body=index, content_type="application/json")
 
     async def document(request: web.Request) -> web.Response:
-        doc = documents.get(request.match_info["path"].strip("/"))
+        key = request.match_info["path"].strip("/")
+        doc = documents.get(key)
         if doc is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return web.json_response(doc)
+        asked = request.query.get("hash")
+        if asked is not None and asked != doc.hash:
+            current = f"/openapi/v3/{key}?hash={doc.hash}"
+            return web.Response(status=301, headers={"Location": current})
+        headers = {
+            "ETag": f'"{doc.hash}"',
+            "Cache-Control": "public, immutable" if asked else "no-cache, private",
+        }
+        if request.headers.get("If-None-Match") == headers["ETag"]:
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=doc.body, content_type="application/json", headers=headers)
 
     app.router.add_get("/openapi/v3", root)
     app.router.add_get("/openapi/v3/", root)
