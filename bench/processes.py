@@ -1,5 +1,5 @@
-"""Real processes on loopback for the end-to-end benchmarks, handled as ``tests/e2e/harness.py``
-handles them (bench/ does not import tests/, so this is a small copy of its process helpers).
+"""Real processes on loopback for the end-to-end benchmarks and tests (``bench.recovery``,
+``tests/e2e``): the simulated cluster, ``nodefence serve``, Prometheus and Alertmanager.
 
 Every process writes to a file in the run's directory, never to a pipe, so a chatty process
 cannot block on a full pipe buffer and its output is there to read when a run fails. Every wait
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-TAIL_LINES = 60
+TAIL_LINES = 150
 
 
 def free_port() -> int:
@@ -50,12 +50,21 @@ def eventually(
         time.sleep(interval)
 
 
-def http(method: str, url: str, body: Any = None, *, timeout: float = 5.0) -> tuple[int, bytes]:
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 5.0,
+) -> tuple[int, bytes]:
     """One request; error statuses are returned, and a refused connection is status 0, so a
     poller treats "not up yet" like any other unready answer."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback
     request.add_header("Content-Type", "application/json")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return int(response.status), response.read()
@@ -108,7 +117,12 @@ class Processes:
     started: list[Process] = field(default_factory=list)
 
     def start(
-        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> Process:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as sink:
@@ -118,7 +132,7 @@ class Processes:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
-                cwd=self.workdir,
+                cwd=cwd or self.workdir,
                 # Its own process group, so stopping it also stops anything it started.
                 start_new_session=True,
             )
@@ -142,6 +156,15 @@ class Processes:
     def stop_all(self) -> None:
         for process in reversed(self.started):
             process.stop()
+
+    def report(self) -> str:
+        """Each process's state and the tail of its output, for a failure message."""
+        parts = []
+        for process in self.started:
+            state = "running" if process.alive() else f"exit {process.popen.returncode}"
+            header = f"===== {process.name} ({state}): {' '.join(process.argv)}"
+            parts.append(f"{header}\n{tail(process.output())}")
+        return "\n".join(parts)
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:

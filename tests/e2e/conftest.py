@@ -9,8 +9,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
-
-from .harness import Processes, processes
+from bench.processes import Processes, processes
 
 BINARIES = ("prometheus", "prometheus-alertmanager")
 LOGS_KEY = pytest.StashKey[Processes]()

@@ -1,31 +1,29 @@
-"""Real processes on loopback for the end-to-end tests: the simulated cluster, ``nodefence
-serve``, Prometheus and Alertmanager.
-
-Every process writes its output to a file in the test's temporary directory rather than to a
-pipe, so a chatty process can never block on a full pipe buffer, and the files are still there
-to show when a test fails. Every wait has a deadline, and every process started is stopped
-(SIGTERM, then SIGKILL) however the test ends.
+"""The end-to-end tests' processes: the simulated cluster, ``nodefence serve``, Prometheus and
+Alertmanager, started and stopped by the process helpers the benchmarks use too
+(``bench.processes``: output to files, every wait with a deadline, every process stopped however
+the test ends).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
+from bench.processes import (
+    Process,
+    Processes,
+    eventually,
+    free_port,
+    get_json,
+    http,
+    tail,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "alertrules" / "nodefence.rules.yaml"
@@ -33,153 +31,6 @@ AM_EXAMPLE = REPO / "deploy" / "alertmanager" / "alertmanager.example.yaml"
 AM_SNIPPET = REPO / "deploy" / "alertmanager" / "nodefence-route.yaml"
 OOS = "node.kubernetes.io/out-of-service"
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
-LOG_TAIL_LINES = 150
-
-T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1; for servers that must be told their
-    port up front (Prometheus and Alertmanager cannot report one they picked)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def eventually(
-    probe: Callable[[], T], *, within: float, interval: float = 0.2, what: str = "condition"
-) -> T:
-    """Poll ``probe`` until it returns something truthy; at the deadline fail with its last
-    value, so the failure says what was seen instead of only that time ran out."""
-    deadline = time.monotonic() + within
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not met within {within:.0f}s (last value {value!r})")
-        time.sleep(interval)
-
-
-def http(
-    method: str,
-    url: str,
-    body: Any = None,
-    *,
-    headers: Mapping[str, str] | None = None,
-    timeout: float = 5.0,
-) -> tuple[int, bytes]:
-    """One request; HTTP error statuses are returned, not raised, and a refused connection
-    is status 0, so pollers can treat "not up yet" like any other unready answer."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback
-    request.add_header("Content-Type", "application/json")
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0, b""
-
-
-def get_json(url: str) -> Any:
-    status, body = http("GET", url)
-    assert status == 200, f"GET {url} -> {status}: {body[:500]!r}"
-    return json.loads(body)
-
-
-@dataclass
-class Process:
-    name: str
-    argv: list[str]
-    log: Path
-    popen: subprocess.Popen[bytes]
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def output(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, grace: float = 10.0) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(timeout=grace)
-
-
-@dataclass
-class Processes:
-    """The processes of one test, stopped in reverse order of start by :meth:`stop_all`."""
-
-    workdir: Path
-    started: list[Process] = field(default_factory=list)
-
-    def start(
-        self,
-        name: str,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> Process:
-        log = self.workdir / f"{name}.log"
-        with log.open("wb") as sink:
-            popen = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-                cwd=cwd or self.workdir,
-                # Its own process group, so stopping it also stops anything it started.
-                start_new_session=True,
-            )
-        process = Process(name, list(argv), log, popen)
-        self.started.append(process)
-        return process
-
-    def wait_ready(self, process: Process, url: str, *, within: float = 30.0) -> None:
-        """Poll ``url`` until it answers 200; fail early if the process has exited."""
-
-        def ready() -> bool:
-            if not process.alive():
-                raise AssertionError(
-                    f"{process.name} exited with {process.popen.returncode} during startup:\n"
-                    + tail(process.output())
-                )
-            return http("GET", url, timeout=2)[0] == 200
-
-        eventually(ready, within=within, what=f"{process.name} ready at {url}")
-
-    def stop_all(self) -> None:
-        for process in reversed(self.started):
-            process.stop()
-
-    def report(self) -> str:
-        parts = []
-        for process in self.started:
-            state = "running" if process.alive() else f"exit {process.popen.returncode}"
-            header = f"===== {process.name} ({state}): {' '.join(process.argv)}"
-            parts.append(f"{header}\n{tail(process.output())}")
-        return "\n".join(parts)
-
-
-def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    kept = text.splitlines()[-lines:]
-    return "\n".join(kept)
 
 
 # --------------------------------------------------------------------------- the simulator
@@ -465,12 +316,3 @@ def start_alertmanager(
     url = f"http://127.0.0.1:{port}"
     procs.wait_ready(process, f"{url}/-/ready")
     return Alertmanager(url, process)
-
-
-@contextlib.contextmanager
-def processes(workdir: Path) -> Iterator[Processes]:
-    procs = Processes(workdir)
-    try:
-        yield procs
-    finally:
-        procs.stop_all()

@@ -11,14 +11,13 @@ from functools import partial
 from typing import Any
 
 import pytest
+from bench.processes import Processes, eventually
 
 from .harness import (
     OOS,
     Alertmanager,
-    Processes,
     Prometheus,
     Simulator,
-    eventually,
     start_alertmanager,
     start_nodefence,
     start_prometheus,
