@@ -141,7 +141,7 @@ class Store:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> tuple[list[Obj], str]:
-        """The matching stored objects themselves, in storage-key order, and the list's
+        """The matching stored objects themselves, by namespace and name, and the list's
         resourceVersion. Stored objects are never changed in place (every write stores a new
         one), so the result is a consistent snapshot that callers must only read."""
         predicate = self.predicate(rt, label_selector, field_selector)
