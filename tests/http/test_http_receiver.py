@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from conftest import ClientFactory
 from http_support import TOKEN, RecordingPipeline, bearer, load_payload
 
+from conftest import ClientFactory
 from nodefence.errors import ClusterUnavailableError
 
 Client = TestClient[Any, Any]
