@@ -25,8 +25,7 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
-
-from e2e.harness import Processes, eventually, free_port, processes, tail
+from bench.processes import Processes, eventually, free_port, processes, tail
 
 BINARY = "prometheus-alertmanager"
 USER = "nodefence"

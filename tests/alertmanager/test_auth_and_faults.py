@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from bench.processes import free_port
 
-from e2e.harness import free_port
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.policy import DEFAULT_ALERT_NAMES
