@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from bench.processes import eventually, free_port
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.sim.testing import SimulatorProcess
 
@@ -78,23 +77,6 @@ def request(
         return status, json.loads(text) if text else None
     except ValueError:
         return status, text.decode(errors="replace")
-
-
-def wait_for(probe: Any, *, within: float, interval: float = 0.05, what: str = "condition") -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {within}s")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scenario(pods: int, finalizer_every: int = 10) -> dict[str, Any]:
@@ -173,7 +155,7 @@ class Cluster:
             stuck = [p for p in items if p["metadata"].get("deletionTimestamp")]
             return len(stuck) == pods
 
-        wait_for(all_terminating, within=120, interval=0.2, what="eviction of every pod")
+        eventually(all_terminating, within=120, interval=0.2, what="eviction of every pod")
 
     def set_latency(self, seconds: float) -> None:
         request(f"{self.url}/sim/v1/faults", method="POST", body={"latencySeconds": seconds})
@@ -244,7 +226,7 @@ class ReceiverProcess:
             except OSError:
                 return False
 
-        wait_for(ready, within=60, what="receiver start")
+        eventually(ready, within=60, interval=0.05, what="receiver start")
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -30,8 +30,8 @@ from bench.common import (
     firing,
     median,
     percentile,
-    wait_for,
 )
+from bench.processes import eventually
 from nodefence.kube.facts import CONTROL_CONFIGMAP, PAUSE_REFRESH_SECONDS
 
 OOS = "node.kubernetes.io/out-of-service"
@@ -129,7 +129,7 @@ def nodefence_fence(
             assert status == 200, body
             verdicts = [d["verdict"] for d in body["decisions"]]
             assert verdicts == ["fence"], body
-            wait_for(lambda: not sim.pods_on_dead_node(), within=600, interval=0.02, what="purge")
+            eventually(lambda: not sim.pods_on_dead_node(), within=600, interval=0.02, what="purge")
             finished = time.perf_counter()
             api_requests = len(sim.requests_since(cursor))
             peak = receiver.status_kib("VmHWM")

@@ -27,12 +27,12 @@ T = TypeVar("T")
 TAIL_LINES = 150
 
 
-def free_port() -> int:
-    """A port for servers that must be told theirs up front (Prometheus, Alertmanager)."""
-    with socket.socket() as sock:
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port on 127.0.0.1 for servers that must be told theirs up front (Prometheus,
+    Alertmanager, BMCs; ``SOCK_DGRAM`` for IPMI's UDP)."""
+    with socket.socket(socket.AF_INET, kind) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        return int(sock.getsockname()[1])
 
 
 def eventually(

@@ -45,8 +45,8 @@ from bench.common import (
     percentile,
     request,
     stop,
-    wait_for,
 )
+from bench.processes import eventually
 from nodefence.kube.facts import CONTROL_CONFIGMAP
 from nodefence.sim.scale import node_name
 from nodefence.sim.server import LISTENING
@@ -223,8 +223,13 @@ def receiver_for(sim: ScaleSimulator) -> Iterator[ReceiverProcess]:
     with ReceiverProcess(sim.kubeconfig, policy=POLICY) as receiver:
         cursor = sim.cursor()
         # The readiness probe starts the node index; it is in use once its watch is open.
-        wait_for(lambda: request(receiver.url + "/readyz")[0] == 200, within=60, what="ready")
-        wait_for(
+        eventually(
+            lambda: request(receiver.url + "/readyz")[0] == 200,
+            within=60,
+            interval=0.05,
+            what="ready",
+        )
+        eventually(
             lambda: any(r["verb"] == "watch" for r in sim.requests_since(cursor)),
             within=300,
             interval=0.2,

@@ -19,7 +19,6 @@ import argparse
 import math
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.processes import free_port
 from nodefence.sim.testing import SimulatorProcess
 
 READY_TIMEOUT = 30.0
@@ -68,13 +68,6 @@ class Stats:
     def p90(self) -> float:
         ordered = sorted(self.samples)
         return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def answers_200(url: str) -> bool:

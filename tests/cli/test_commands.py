@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from bench.processes import free_port
 
 from nodefence.sim.testing import SimulatorProcess
 
@@ -70,13 +70,6 @@ def test_serve_refuses_to_start_without_credentials() -> None:
     assert "NODEFENCE_ALERT_TOKEN" in result.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.timeout(90)
 async def test_serve_becomes_ready_against_the_simulator_and_stops_on_sigterm(
     tmp_path: Path,
@@ -84,7 +77,7 @@ async def test_serve_becomes_ready_against_the_simulator_and_stops_on_sigterm(
     output = tmp_path / "serve.log"
     with SimulatorProcess() as sim, output.open("wb") as sink:
         kubeconfig = sim.kubeconfig
-        port = _free_port()
+        port = free_port()
         env = {
             **os.environ,
             "PORT": str(port),

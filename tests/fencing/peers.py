@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import bcrypt
+from bench.processes import free_port
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -31,12 +32,6 @@ IPMI_BMC_SCRIPT = Path(__file__).with_name("ipmi_bmc.py")
 
 def sushy_installed() -> bool:
     return importlib.util.find_spec("sushy_tools") is not None
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

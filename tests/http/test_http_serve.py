@@ -5,22 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
+from bench.processes import free_port
 from http_support import TOKEN, RecordingPipeline, bearer, load_payload
 
 from nodefence.http.app import run
 from nodefence.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:

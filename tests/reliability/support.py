@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+from bench.processes import free_port
 
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror as ledger
@@ -176,12 +176,6 @@ async def until(
 INFERENCE_POLICY = Path(__file__).with_name("inference-policy.yaml")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class ServeProcess:
     """``python -m nodefence serve`` against the simulator, killed with SIGKILL when asked."""
 
@@ -194,7 +188,7 @@ class ServeProcess:
         clock_offset: str | None = None,
         policy: Path = INFERENCE_POLICY,
     ) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
             **os.environ,

@@ -3,11 +3,15 @@ every pod a test makes stays exactly as the test made it unless those controller
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
+from nodefence.sim.control import add_control_routes
 from nodefence.sim.controllers import kubelet, node_lifecycle, podgc, taint_eviction
 from nodefence.sim.resources import NODES, PODS
 from nodefence.sim.simulation import SimSettings, Simulation
@@ -120,3 +124,15 @@ def sim(clock: FakeClock) -> Simulation:
     add_node(simulation, "control02")
     simulation.settle()
     return simulation
+
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def client(cluster: Simulation) -> AsyncIterator[Client]:
+    """The control API (``/sim/v1``) over the test module's own ``cluster``."""
+    app = web.Application()
+    add_control_routes(app, cluster)
+    async with TestClient(TestServer(app)) as test_client:
+        yield test_client

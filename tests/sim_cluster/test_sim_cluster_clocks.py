@@ -3,15 +3,13 @@ stamps managedFields on its own, and a backdated death is one consistent story o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from nodefence.sim.control import add_control_routes
 from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE
 from nodefence.sim.resources import LEASES
 from nodefence.sim.simulation import Simulation
@@ -30,14 +28,6 @@ def cluster(clock: FakeClock) -> Simulation:
     add_pod(sim, "ovs-db", "control02", daemonset=True)
     sim.settle()
     return sim
-
-
-@pytest.fixture
-async def client(cluster: Simulation) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    app = web.Application()
-    add_control_routes(app, cluster)
-    async with TestClient(TestServer(app)) as test_client:
-        yield test_client
 
 
 def lease(sim: Simulation) -> Obj:

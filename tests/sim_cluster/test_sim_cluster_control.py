@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from nodefence.sim.control import add_control_routes
 from nodefence.sim.simulation import Simulation
 from nodefence.sim.store import rfc3339
 
@@ -24,14 +22,6 @@ def cluster(clock: FakeClock) -> Simulation:
     add_pod(sim, "mariadb-server-1", "control02")
     sim.settle()
     return sim
-
-
-@pytest.fixture
-async def client(cluster: Simulation) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    app = web.Application()
-    add_control_routes(app, cluster)
-    async with TestClient(TestServer(app)) as test_client:
-        yield test_client
 
 
 async def test_list_nodes(client: TestClient[web.Request, web.Application]) -> None:

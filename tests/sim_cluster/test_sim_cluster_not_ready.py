@@ -4,15 +4,13 @@ running, the dangerous case nodefence must never fence on inference."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from nodefence.sim.control import add_control_routes
 from nodefence.sim.simulation import Simulation
 from nodefence.sim.store import rfc3339
 
@@ -30,14 +28,6 @@ def cluster(clock: FakeClock) -> Simulation:
     add_pod(sim, "ovs-db", "control02", daemonset=True)
     sim.settle()
     return sim
-
-
-@pytest.fixture
-async def client(cluster: Simulation) -> AsyncIterator[Client]:
-    app = web.Application()
-    add_control_routes(app, cluster)
-    async with TestClient(TestServer(app)) as test_client:
-        yield test_client
 
 
 def taints(sim: Simulation) -> dict[tuple[str, str], str]:

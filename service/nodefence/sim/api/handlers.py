@@ -425,16 +425,21 @@ class ResourceHandlers:
         body = await _read_json(request, rt)
         if not isinstance(body, dict):
             raise bad_request("the body of the request was empty or not an object")
-        self._registry_update(target, body)
+        return self._write(request, target, body, _manager(request))
+
+    def _write(self, request: web.Request, target: Target, new: Obj, manager: str) -> web.Response:
+        """How every update, patch and apply ends: the type's registry rules, then a dry run or
+        the stored write by ``manager``."""
+        self._registry_update(target, new)
         if _is_dry_run(request.query):
-            return _json(self._dry_run_write(target, body))
+            return _json(self._dry_run_write(target, new))
         updated = self.sim.store.update(
-            rt,
+            target.resource,
             target.namespace,
             target.name,
-            body,
+            new,
             subresource=target.subresource,
-            manager=_manager(request),
+            manager=manager,
         )
         return _json(updated)
 
@@ -495,18 +500,7 @@ class ResourceHandlers:
             raise bad_request("metadata must be an object")
         if meta.get("name", target.name) != target.name:
             raise bad_request("the name of the object does not match the name on the URL")
-        self._registry_update(target, patched)
-        if _is_dry_run(request.query):
-            return _json(self._dry_run_write(target, patched))
-        updated = self.sim.store.update(
-            rt,
-            target.namespace,
-            target.name,
-            patched,
-            subresource=target.subresource,
-            manager=_manager(request),
-        )
-        return _json(updated)
+        return self._write(request, target, patched, _manager(request))
 
     async def _apply(self, request: web.Request, target: Target) -> web.Response:
         """Server-side apply; on a missing object it is a create (201), defaulted as one."""
@@ -530,18 +524,7 @@ class ResourceHandlers:
             )
             return _json(created, 201)
         applied = server_side_apply(rt, live, config, options, moment)
-        self._registry_update(target, applied)
-        if _is_dry_run(request.query):
-            return _json(self._dry_run_write(target, applied))
-        updated = self.sim.store.update(
-            rt,
-            target.namespace,
-            target.name,
-            applied,
-            subresource=target.subresource,
-            manager=options.manager,
-        )
-        return _json(updated)
+        return self._write(request, target, applied, options.manager)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
         body = await _read_json(request)
