@@ -19,7 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from nodefence.engine.wording import instant
+from nodefence.engine.wording import instant, parse_instant
 
 CONFIGMAP = "nodefence-fences"
 FENCE_PREFIX = "fence."
@@ -105,18 +105,8 @@ class FenceRecord:
         return tuple(sorted(names))
 
 
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
 def _required_time(value: Any) -> datetime:
-    parsed = _time(value)
+    parsed = parse_instant(value)
     if parsed is None:
         raise ValueError("missing or unreadable timestamp")
     return parsed
@@ -135,13 +125,13 @@ def _entry(raw: Mapping[str, Any]) -> FenceEntry:
         effect=str(raw["effect"]),
         control_plane=bool(raw.get("controlPlane", False)),
         claimed_by=str(raw.get("claimedBy", "")),
-        fenced_at=_time(raw.get("fencedAt")),
+        fenced_at=parse_instant(raw.get("fencedAt")),
         proof=str(raw.get("proof", "")),
         approval=str(raw.get("approval", "")),
-        ready_seen_at=_time(raw.get("readySeenAt")),
-        ready_transition=_time(raw.get("readyTransition")),
-        power_off_sent_at=_time(raw.get("powerOffSentAt")),
-        power_on_sent_at=_time(raw.get("powerOnSentAt")),
+        ready_seen_at=parse_instant(raw.get("readySeenAt")),
+        ready_transition=parse_instant(raw.get("readyTransition")),
+        power_off_sent_at=parse_instant(raw.get("powerOffSentAt")),
+        power_on_sent_at=parse_instant(raw.get("powerOnSentAt")),
     )
 
 

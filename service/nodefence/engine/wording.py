@@ -19,6 +19,18 @@ def duration(value: timedelta | float) -> str:
     return f"{sign}{secs}s"
 
 
+def parse_instant(value: object) -> datetime | None:
+    """An RFC 3339 timestamp as the API writes them; ``None`` for anything else, a time without
+    an offset included (it could not be compared with the server's clock)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 def instant(value: datetime) -> str:
     """RFC 3339 in UTC with a ``Z`` suffix, as the Kubernetes API writes timestamps."""
     if value.tzinfo is None:

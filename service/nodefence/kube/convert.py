@@ -16,17 +16,9 @@ from nodefence.engine.model import (
     Taint,
 )
 from nodefence.engine.volumes import VolumeAttachmentFacts
+from nodefence.engine.wording import parse_instant
 
 Json = dict[str, Any]
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -41,8 +33,8 @@ def ready_condition(node: Json) -> Condition | None:
             return Condition(
                 type="Ready",
                 status=str(cond.get("status", "Unknown")),
-                last_transition=parse_time(cond.get("lastTransitionTime")),
-                last_heartbeat=parse_time(cond.get("lastHeartbeatTime")),
+                last_transition=parse_instant(cond.get("lastTransitionTime")),
+                last_heartbeat=parse_instant(cond.get("lastHeartbeatTime")),
                 reason=str(cond.get("reason") or ""),
                 message=str(cond.get("message") or ""),
             )
@@ -63,7 +55,7 @@ def node_facts(node: Json) -> NodeFacts:
             key=str(t.get("key", "")),
             effect=str(t.get("effect", "")),
             value=str(t.get("value") or ""),
-            time_added=parse_time(t.get("timeAdded")),
+            time_added=parse_instant(t.get("timeAdded")),
         )
         for t in spec.get("taints") or []
     )
@@ -84,7 +76,7 @@ def server_stamped(obj: Json) -> datetime | None:
     """The latest time the API server stamped on the object's managedFields: when anyone last
     changed it, on the API server's clock, whoever wrote it and whatever their own clock says."""
     times = [
-        parse_time(entry.get("time"))
+        parse_instant(entry.get("time"))
         for entry in (obj.get("metadata") or {}).get("managedFields") or []
         if isinstance(entry, dict)
     ]
@@ -96,7 +88,7 @@ def lease_facts(lease: Json) -> LeaseFacts:
     spec = lease.get("spec", {})
     duration = spec.get("leaseDurationSeconds")
     return LeaseFacts(
-        renew_time=parse_time(spec.get("renewTime")),
+        renew_time=parse_instant(spec.get("renewTime")),
         holder=str(spec.get("holderIdentity") or ""),
         duration_seconds=int(duration) if isinstance(duration, int) else None,
         server_renewed=server_stamped(lease),
@@ -116,7 +108,7 @@ def pod_facts(pod: Json) -> PodFacts:
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         node_name=str(spec.get("nodeName") or ""),
-        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        deletion_timestamp=parse_instant(meta.get("deletionTimestamp")),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or []),
         owner_kind=str(owner["kind"]) if owner else None,
         owner_name=str(owner["name"]) if owner else None,

@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from nodefence.engine import mirror
 from nodefence.engine.model import PREFIX, Approval, Decision, NodeFacts
-from nodefence.engine.wording import instant
+from nodefence.engine.wording import instant, parse_instant
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import node_facts
 from nodefence.kube.facts import Snapshot
@@ -93,8 +93,8 @@ class RequestRecord:
         channel, _, ts = (annotations.get(MESSAGE) or "").partition("/")
         return cls(
             incident=incident,
-            requested_at=_time(annotations.get(REQUESTED_AT)),
-            expires_at=_time(annotations.get(EXPIRES_AT)),
+            requested_at=parse_instant(annotations.get(REQUESTED_AT)),
+            expires_at=parse_instant(annotations.get(EXPIRES_AT)),
             channel=channel or None,
             ts=ts or None,
             answer=annotations.get(mirror.APPROVAL),
@@ -109,16 +109,6 @@ class RequestRecord:
         if now >= self.expires_at:
             return False
         return self.ts is not None or now - self.requested_at < CLAIM_GRACE
-
-
-def _time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 def _since_text(since: int) -> str:
