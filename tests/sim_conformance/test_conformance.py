@@ -275,10 +275,16 @@ def _client_calls(handle: SimulatorHandle) -> dict[str, Any]:
                 ),
             ),
         )
+        # A running pod: one the scale-up just created may not be bound yet, and an unbound pod
+        # is deleted at once, with no grace period to see.
         victim = next(
             p
             for p in core.list_namespaced_pod("openstack").items
-            if p.metadata.owner_references and p.metadata.owner_references[0].kind == "ReplicaSet"
+            if p.metadata.owner_references
+            and p.metadata.owner_references[0].kind == "ReplicaSet"
+            and p.spec.node_name
+            and p.status.phase == "Running"
+            and not p.metadata.deletion_timestamp
         )
         core.create_namespaced_pod_eviction(
             victim.metadata.name,
