@@ -44,7 +44,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from nodefence.sim.resources import CONFIGMAPS
 from nodefence.sim.testing import SimulatorHandle
@@ -277,9 +277,10 @@ def _client_calls(handle: SimulatorHandle) -> dict[str, Any]:
         )
         # A running pod: one the scale-up just created may not be bound yet, and an unbound pod
         # is deleted at once, with no grace period to see.
+        pods = core.list_namespaced_pod("openstack")
         victim = next(
             p
-            for p in core.list_namespaced_pod("openstack").items
+            for p in pods.items
             if p.metadata.owner_references
             and p.metadata.owner_references[0].kind == "ReplicaSet"
             and p.spec.node_name
@@ -294,7 +295,19 @@ def _client_calls(handle: SimulatorHandle) -> dict[str, Any]:
                 delete_options=client.V1DeleteOptions(grace_period_seconds=5),
             ),
         )
-        after = core.read_namespaced_pod(victim.metadata.name, "openstack")
+        # The kubelet confirms a graceful deletion about a second later, so a read after the
+        # eviction may find the pod gone; the watch from before it sees the graceful step.
+        after = next(
+            event["object"]
+            for event in watch.Watch().stream(
+                core.list_namespaced_pod,
+                "openstack",
+                field_selector=f"metadata.name={victim.metadata.name}",
+                resource_version=pods.metadata.resource_version,
+                timeout_seconds=30,
+            )
+            if event["object"].metadata.deletion_timestamp
+        )
         return {
             "pages": (len(first.items), first.metadata.remaining_item_count, len(rest.items)),
             "total": total,
