@@ -22,7 +22,7 @@ import yaml
 
 from bench.processes import eventually, free_port
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence.sim.testing import SimulatorProcess
+from nodefence_sim.testing import SimulatorProcess
 
 DEAD_NODE = "dead01"
 FINALIZER = "bench.nodefence.io/protect"

@@ -46,7 +46,7 @@ from bench.processes import (
 )
 from nodefence.demo.cluster_view import pod_status
 from nodefence.policy import parse_policy
-from nodefence.sim.simulation import SimSettings
+from nodefence_sim.simulation import SimSettings
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "alertrules" / "nodefence.rules.yaml"

@@ -1,6 +1,6 @@
 """Per-alert cost against cluster size: 5, 500, 2,000 and 5,000 nodes of realistic size.
 
-Each size is a simulated cluster built by ``nodefence.sim.scale`` (nodes of ~9 KB, ten bare
+Each size is a simulated cluster built by ``nodefence_sim.scale`` (nodes of ~9 KB, ten bare
 pods per worker) in its own process, and ``nodefence serve`` in another, probed on ``/readyz``
 as a kubelet would (which starts its node index). Per size:
 
@@ -48,8 +48,8 @@ from bench.common import (
 )
 from bench.processes import eventually
 from nodefence.kube.facts import CONTROL_CONFIGMAP
-from nodefence.sim.scale import node_name
-from nodefence.sim.server import LISTENING
+from nodefence_sim.scale import node_name
+from nodefence_sim.server import LISTENING
 
 SIZES = (5, 500, 2000, 5000)
 PODS_PER_NODE = 10
@@ -76,7 +76,7 @@ class SizeResult:
 
 
 class ScaleSimulator:
-    """``python -m nodefence.sim.scale`` in a subprocess."""
+    """``python -m nodefence_sim.scale`` in a subprocess."""
 
     def __init__(self, nodes: int, pods: int) -> None:
         self.nodes = nodes
@@ -87,7 +87,7 @@ class ScaleSimulator:
         self.process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> ScaleSimulator:
-        command = [sys.executable, "-m", "nodefence.sim.scale", "--nodes", str(self.nodes)]
+        command = [sys.executable, "-m", "nodefence_sim.scale", "--nodes", str(self.nodes)]
         command += ["--pods", str(self.pods), "--kubeconfig-out", str(self.kubeconfig)]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.processes import free_port
-from nodefence.sim.testing import SimulatorProcess
+from nodefence_sim.testing import SimulatorProcess
 
 READY_TIMEOUT = 30.0
 POLL_INTERVAL = 0.002

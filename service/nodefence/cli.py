@@ -231,7 +231,7 @@ def _check_config() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "simulate":
-        from nodefence.sim.server import run_from_cli
+        from nodefence_sim.server import run_from_cli
 
         return run_from_cli(args)
     if args.command == "demo":

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import running_simulator
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import running_simulator
 from pipeline.harness import inference, oos_taints, start_receiver
 
 from .conftest import Starter, alert, poll

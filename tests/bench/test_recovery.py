@@ -27,7 +27,7 @@ from bench.recovery import (
 )
 
 from bench import recovery
-from nodefence.sim.simulation import SimSettings
+from nodefence_sim.simulation import SimSettings
 
 CASE = {case.key: case for case in CASES}
 

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from bench.processes import free_port
 
-from nodefence.sim.testing import SimulatorProcess
+from nodefence_sim.testing import SimulatorProcess
 
 SECRET = "s3cr3t-token-value-never-printed"
 

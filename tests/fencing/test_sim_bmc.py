@@ -17,9 +17,9 @@ from pydantic import SecretStr
 
 from nodefence.fencing.inventory import Inventory, load_inventory
 from nodefence.fencing.redfish import RedfishDriver
-from nodefence.sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 NODE = "compute01"
 STARTUP_SECONDS = 30.0

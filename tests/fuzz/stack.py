@@ -21,9 +21,9 @@ from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
-from nodefence.sim.faults import WRITE_VERBS, RequestRecord
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.faults import WRITE_VERBS, RequestRecord
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 MAX_BODY_BYTES = 64 * 1024
 BASIC_USER = "alertmanager"

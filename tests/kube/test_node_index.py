@@ -17,12 +17,12 @@ from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.convert import cluster_facts
 from nodefence.kube.facts import FactsReader
 from nodefence.kube.node_index import NodeIndex
-from nodefence.sim import store as sim_store
-from nodefence.sim.resources import NODES
-from nodefence.sim.scale import realistic_node
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import DeleteOptions
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim import store as sim_store
+from nodefence_sim.resources import NODES
+from nodefence_sim.scale import realistic_node
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import DeleteOptions
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 T = TypeVar("T")
 WITHIN = 15.0

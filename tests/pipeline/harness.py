@@ -23,8 +23,8 @@ from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy, parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
-from nodefence.sim.faults import WRITE_VERBS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.faults import WRITE_VERBS
+from nodefence_sim.testing import SimulatorHandle
 
 T = TypeVar("T")
 OOS = "node.kubernetes.io/out-of-service"
@@ -147,7 +147,7 @@ def writes_since(cluster: SimulatorHandle, cursor: int) -> list[str]:
 
 
 def node(cluster: SimulatorHandle, name: str) -> dict[str, Any]:
-    from nodefence.sim.resources import NODES
+    from nodefence_sim.resources import NODES
 
     return cluster.sim.store.get(NODES, None, name)
 
@@ -157,7 +157,7 @@ def oos_taints(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
 
 
 def pods_on(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
-    from nodefence.sim.resources import PODS
+    from nodefence_sim.resources import PODS
 
     return [p for p in cluster.sim.store.items(PODS) if p["spec"].get("nodeName") == name]
 
@@ -167,7 +167,7 @@ def terminating_on(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
 
 
 def node_events(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
-    from nodefence.sim.resources import EVENTS
+    from nodefence_sim.resources import EVENTS
 
     return [
         e

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.testing import SimulatorHandle
 
 from .harness import eventually, inference, start_receiver, terminating_on
 

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from nodefence.sim.resources import CONFIGMAPS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import CONFIGMAPS
+from nodefence_sim.testing import SimulatorHandle
 
 from .harness import (
     NODE,

@@ -7,8 +7,8 @@ from typing import Any
 
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror as ledger
-from nodefence.sim.resources import PODS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import PODS
+from nodefence_sim.testing import SimulatorHandle
 
 from .harness import (
     NO_HEALTHY_DELAY,

@@ -18,8 +18,8 @@ from nodefence.actions.executor import Executor, Outcome
 from nodefence.engine import mirror as ledger
 from nodefence.engine.model import PurgePodAction
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.testing import SimulatorHandle
 
 from .harness import (
     NO_HEALTHY_DELAY,

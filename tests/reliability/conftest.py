@@ -4,8 +4,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 from .support import NodeWriteWatch
 

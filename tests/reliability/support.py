@@ -23,9 +23,9 @@ from bench.processes import free_port
 
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror as ledger
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.store import WatchEvent
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.store import WatchEvent
+from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import OOS, eventually, oos_taints, pods_on, terminating_on
 
 NODE_PATH = "/api/v1/nodes/{}"

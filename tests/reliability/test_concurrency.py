@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from nodefence.policy import parse_policy
-from nodefence.sim.resources import NODES
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.resources import NODES
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import Receiver, inference, node_events, start_receiver
 
 from .support import NODE_PATH, NodeWriteWatch, firing, orphans, ours, resolved, successful

@@ -16,8 +16,8 @@ import pytest
 from nodefence.engine import mirror as ledger
 from nodefence.engine import record as fence_record
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
-from nodefence.sim.resources import CONFIGMAPS, NODES
-from nodefence.sim.testing import SimulatorHandle, SimulatorProcess
+from nodefence_sim.resources import CONFIGMAPS, NODES
+from nodefence_sim.testing import SimulatorHandle, SimulatorProcess
 from pipeline.harness import OOS, oos_taints, start_receiver
 
 from .support import (

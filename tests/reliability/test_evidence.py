@@ -20,9 +20,9 @@ import pytest
 
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
-from nodefence.sim.resources import CONFIGMAPS, VOLUME_ATTACHMENTS
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.resources import CONFIGMAPS, VOLUME_ATTACHMENTS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import (
     NO_HEALTHY_DELAY,
     OOS,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.store import WatchEvent
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.store import WatchEvent
+from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import eventually, oos_taints, start_receiver, terminating_on
 
 from .support import (

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio import client, config
 
-from nodefence.sim.resources import NAMESPACES, NODES
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.resources import NAMESPACES, NODES
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 
 def _node(name: str, ready: str, role: str) -> dict[str, object]:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.testing import SimulatorHandle
 
 Obj = dict[str, object]
 

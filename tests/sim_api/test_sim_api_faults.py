@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from nodefence.sim.testing import SimulatorHandle, SimulatorProcess
+from nodefence_sim.testing import SimulatorHandle, SimulatorProcess
 
 
 async def test_latency_is_applied(sim_api: SimulatorHandle, api_client: client.ApiClient) -> None:

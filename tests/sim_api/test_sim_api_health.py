@@ -6,8 +6,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from nodefence.sim.resources import PODS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import PODS
+from nodefence_sim.testing import SimulatorHandle
 
 
 async def _fetch(handle: SimulatorHandle, path: str, method: str = "GET") -> tuple[int, str, str]:

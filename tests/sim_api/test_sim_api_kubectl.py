@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.testing import SimulatorHandle
 
 pytestmark = [
     pytest.mark.kubectl,

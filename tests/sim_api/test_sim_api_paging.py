@@ -9,10 +9,10 @@ from typing import Any
 
 import aiohttp
 
-from nodefence.sim.api.paging import KEPT_SNAPSHOTS
-from nodefence.sim.resources import CONFIGMAPS, PODS
-from nodefence.sim.store import DeleteOptions
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.api.paging import KEPT_SNAPSHOTS
+from nodefence_sim.resources import CONFIGMAPS, PODS
+from nodefence_sim.store import DeleteOptions
+from nodefence_sim.testing import SimulatorHandle
 
 
 async def _get(handle: SimulatorHandle, path: str, **query: str) -> tuple[int, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.testing import SimulatorHandle
 
 
 async def _call(

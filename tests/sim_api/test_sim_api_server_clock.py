@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.sim.resources import LEASES, NAMESPACES, NODES
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import rfc3339
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.resources import LEASES, NAMESPACES, NODES
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import rfc3339
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 NODE_URL = "/api/v1/nodes/worker1"
 LEASE_URL = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/worker1"

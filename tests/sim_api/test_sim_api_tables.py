@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodefence.sim.api.tables import human_duration, node_roles, node_status, pod_status
+from nodefence_sim.api.tables import human_duration, node_roles, node_status, pod_status
 
 
 def test_pod_status_terminating_init_and_waiting_reason() -> None:

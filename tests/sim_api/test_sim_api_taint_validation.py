@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.sim.resources import NODES
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import NODES
+from nodefence_sim.testing import SimulatorHandle
 
 NODE_URL = "/api/v1/nodes/worker1"
 OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown"}

@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from nodefence.sim.control import add_control_routes
-from nodefence.sim.controllers import kubelet, node_lifecycle, podgc, taint_eviction
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.simulation import SimSettings, Simulation
-from nodefence.sim.store import Obj
+from nodefence_sim.control import add_control_routes
+from nodefence_sim.controllers import kubelet, node_lifecycle, podgc, taint_eviction
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.simulation import SimSettings, Simulation
+from nodefence_sim.store import Obj
 
 
 class FakeClock:

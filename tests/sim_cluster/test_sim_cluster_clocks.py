@@ -10,10 +10,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE
-from nodefence.sim.resources import LEASES
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import Obj, parse_time, rfc3339
+from nodefence_sim.controllers.kubelet import LEASE_NAMESPACE
+from nodefence_sim.resources import LEASES
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import Obj, parse_time, rfc3339
 
 from .conftest import FakeClock, add_node, add_pod, cond, node, node_sim, pod
 

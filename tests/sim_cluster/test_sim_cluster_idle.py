@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE
-from nodefence.sim.resources import EVENTS, LEASES, NODES, PODS, ResourceType
-from nodefence.sim.store import DeleteOptions, Obj, WatchEvent
-from nodefence.sim.wakeup import Agenda, significant
+from nodefence_sim.controllers.kubelet import LEASE_NAMESPACE
+from nodefence_sim.resources import EVENTS, LEASES, NODES, PODS, ResourceType
+from nodefence_sim.store import DeleteOptions, Obj, WatchEvent
+from nodefence_sim.wakeup import Agenda, significant
 
 from .conftest import FakeClock, add_node, add_pod, node, node_sim
 

@@ -6,10 +6,10 @@ import ipaddress
 import re
 from datetime import timedelta
 
-from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE
-from nodefence.sim.resources import LEASES, PODS
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import DeleteOptions, Obj, parse_time, rfc3339
+from nodefence_sim.controllers.kubelet import LEASE_NAMESPACE
+from nodefence_sim.resources import LEASES, PODS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import DeleteOptions, Obj, parse_time, rfc3339
 
 from .conftest import FakeClock, add_pod, cond, node, pod
 

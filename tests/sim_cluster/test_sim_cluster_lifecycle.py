@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from nodefence.sim.resources import EVENTS, NODES
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import Obj, rfc3339
+from nodefence_sim.resources import EVENTS, NODES
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import Obj, rfc3339
 
 from .conftest import FakeClock, add_node, add_pod, node, node_sim, pod
 
@@ -124,7 +124,7 @@ def test_node_not_ready_events_once_per_transition(clock: FakeClock) -> None:
 
 
 def test_identical_events_are_counted_not_repeated(sim: Simulation, clock: FakeClock) -> None:
-    from nodefence.sim.controllers.events import EventRecorder
+    from nodefence_sim.controllers.events import EventRecorder
 
     recorder = EventRecorder(sim, "example-controller")
     target = node(sim, "control02")

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from nodefence.sim.controllers.kubelet import LEASE_NAMESPACE
-from nodefence.sim.resources import LEASES, NODES, PODS
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import parse_time, rfc3339
+from nodefence_sim.controllers.kubelet import LEASE_NAMESPACE
+from nodefence_sim.resources import LEASES, NODES, PODS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import parse_time, rfc3339
 
 from .conftest import FakeClock, add_node, add_pod, cond, node, node_sim, pod
 
@@ -235,7 +235,7 @@ def test_reboot_gives_new_boot_id_and_restarts_containers(sim: Simulation) -> No
 
 
 def test_unknown_node_is_an_api_not_found(sim: Simulation) -> None:
-    from nodefence.sim.errors import ApiError
+    from nodefence_sim.errors import ApiError
 
     with pytest.raises(ApiError) as caught:
         sim.node_down("control09")

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import rfc3339
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import rfc3339
 
 from .conftest import FakeClock, add_node, add_pod, cond, node, node_sim, pod
 from .test_sim_cluster_clocks import entry, lease, renew_time

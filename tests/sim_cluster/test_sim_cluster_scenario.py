@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodefence.sim.resources import (
+from nodefence_sim.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
     LEASES,
@@ -16,9 +16,9 @@ from nodefence.sim.resources import (
     PODS,
     STATEFULSETS,
 )
-from nodefence.sim.scenario import ScenarioError, creation_order, load_scenario, parse_scenario
-from nodefence.sim.simulation import SimSettings, Simulation, parse_version
-from nodefence.sim.store import Obj
+from nodefence_sim.scenario import ScenarioError, creation_order, load_scenario, parse_scenario
+from nodefence_sim.simulation import SimSettings, Simulation, parse_version
+from nodefence_sim.store import Obj
 
 from .conftest import FakeClock, cond, node_sim
 

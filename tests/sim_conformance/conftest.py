@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nodefence.sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 
 @pytest.fixture

@@ -46,8 +46,8 @@ import aiohttp
 import pytest
 from kubernetes import client, config, watch
 
-from nodefence.sim.resources import CONFIGMAPS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import CONFIGMAPS
+from nodefence_sim.testing import SimulatorHandle
 
 pytestmark = [
     pytest.mark.kubectl,

@@ -17,10 +17,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.sim.api.openapi import served_documents
-from nodefence.sim.api.openapi_schemas import REF_PREFIX, SUBRESOURCE_KINDS, refs
-from nodefence.sim.resources import RESOURCE_TYPES
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.api.openapi import served_documents
+from nodefence_sim.api.openapi_schemas import REF_PREFIX, SUBRESOURCE_KINDS, refs
+from nodefence_sim.resources import RESOURCE_TYPES
+from nodefence_sim.testing import SimulatorHandle
 
 from .test_conformance import kubectl
 

@@ -22,8 +22,8 @@ import aiohttp
 import pytest
 from kubernetes import client
 
-from nodefence.sim.resources import CONFIGMAPS, DEPLOYMENTS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.resources import CONFIGMAPS, DEPLOYMENTS
+from nodefence_sim.testing import SimulatorHandle
 
 from .test_conformance import api, kubectl
 

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.testing import SimulatorHandle
 
 from .test_conformance import kubectl, until
 

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from kubernetes import client
 
-from nodefence.sim.api.protobuf import (
+from nodefence_sim.api.protobuf import (
     MAGIC,
     WireError,
     decode_body,
@@ -34,12 +34,12 @@ from nodefence.sim.api.protobuf import (
     read_varint,
     signed,
 )
-from nodefence.sim.api.protobuf import (
+from nodefence_sim.api.protobuf import (
     MEDIA_TYPE as PROTOBUF,
 )
-from nodefence.sim.errors import ApiError
-from nodefence.sim.resources import CONFIGMAPS, PODS
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.errors import ApiError
+from nodefence_sim.resources import CONFIGMAPS, PODS
+from nodefence_sim.testing import SimulatorHandle
 
 from .test_conformance import api, kubectl
 

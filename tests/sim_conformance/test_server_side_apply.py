@@ -38,7 +38,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from nodefence.sim.testing import SimulatorHandle
+from nodefence_sim.testing import SimulatorHandle
 
 from .test_conformance import api, kubectl
 

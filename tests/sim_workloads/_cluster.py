@@ -12,12 +12,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nodefence.sim.controllers import garbage_collector, scheduler, volumes, workloads
-from nodefence.sim.controllers.scheduler import node_is_ready
-from nodefence.sim.controllers.volumes import VOLUME_BLOCKED_ANNOTATION
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.simulation import SimSettings, Simulation
-from nodefence.sim.store import DeleteOptions, Obj, rfc3339
+from nodefence_sim.controllers import garbage_collector, scheduler, volumes, workloads
+from nodefence_sim.controllers.scheduler import node_is_ready
+from nodefence_sim.controllers.volumes import VOLUME_BLOCKED_ANNOTATION
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.simulation import SimSettings, Simulation
+from nodefence_sim.store import DeleteOptions, Obj, rfc3339
 
 NS = "openstack"
 MAX_ROUNDS = 60

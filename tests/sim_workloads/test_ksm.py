@@ -12,10 +12,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodefence.sim.ksm import add_metrics_route
-from nodefence.sim.resources import PODS, STATEFULSETS
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import DeleteOptions, parse_time
+from nodefence_sim.ksm import add_metrics_route
+from nodefence_sim.resources import PODS, STATEFULSETS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import DeleteOptions, parse_time
 
 from ._cluster import NS, add_node, make_sim, modify_node, pods, set_ready, settle, statefulset
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nodefence.sim.resources import DEPLOYMENTS, PODS, REPLICASETS, STATEFULSETS
-from nodefence.sim.store import DeleteOptions, Obj
+from nodefence_sim.resources import DEPLOYMENTS, PODS, REPLICASETS, STATEFULSETS
+from nodefence_sim.store import DeleteOptions, Obj
 
 from ._cluster import (
     NS,

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from nodefence.sim.controllers.volumes import CSI_DRIVER, VOLUME_BLOCKED_ANNOTATION
-from nodefence.sim.resources import EVENTS, PODS, PVCS, PVS, STATEFULSETS, VOLUME_ATTACHMENTS
-from nodefence.sim.simulation import SimSettings, Simulation
-from nodefence.sim.store import DeleteOptions, Obj
+from nodefence_sim.controllers.volumes import CSI_DRIVER, VOLUME_BLOCKED_ANNOTATION
+from nodefence_sim.resources import EVENTS, PODS, PVCS, PVS, STATEFULSETS, VOLUME_ATTACHMENTS
+from nodefence_sim.simulation import SimSettings, Simulation
+from nodefence_sim.store import DeleteOptions, Obj
 
 from ._cluster import (
     NS,

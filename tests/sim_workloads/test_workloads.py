@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from nodefence.sim.resources import DAEMONSETS, DEPLOYMENTS, PODS, PVCS, REPLICASETS, STATEFULSETS
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.store import DeleteOptions
+from nodefence_sim.resources import DAEMONSETS, DEPLOYMENTS, PODS, PVCS, REPLICASETS, STATEFULSETS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import DeleteOptions
 
 from ._cluster import (
     NS,

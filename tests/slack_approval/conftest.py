@@ -20,9 +20,6 @@ from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
-from nodefence.sim.resources import NODES, PODS
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import SimulatorHandle, running_simulator
 from nodefence.slack.fake import (
     FakeSlack,
     button,
@@ -32,6 +29,9 @@ from nodefence.slack.fake import (
 )
 from nodefence.slack.messages import APPROVE_ACTION_ID
 from nodefence.slack.routes import SLACK, SlackIntegration
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 NODE = "control02"
 CHANNEL = "C0NODEFENCE"

@@ -28,8 +28,6 @@ from nodefence.observability.logging import configure_logging
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import running_simulator
 from nodefence.slack.fake import (
     FakeSlack,
     button,
@@ -38,6 +36,8 @@ from nodefence.slack.fake import (
     sign_request,
 )
 from nodefence.slack.messages import APPROVE_ACTION_ID
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import running_simulator
 
 NODE = "control02"
 CHANNEL = "C0NODEFENCE"

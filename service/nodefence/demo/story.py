@@ -33,9 +33,9 @@ from nodefence.observability.logging import configure_logging
 from nodefence.policy import Policy, parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
-from nodefence.sim.redfish import bmcs_of, write_bmc_inventory
-from nodefence.sim.simulation import Simulation
-from nodefence.sim.testing import running_simulator
+from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import running_simulator
 
 NODE = "control02"
 STATEFUL = ("mariadb-server-1", "rabbitmq-rabbitmq-2", "ingress-0")
