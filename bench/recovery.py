@@ -267,7 +267,7 @@ def prometheus_config(
 def seed_scenario(delays: Delays) -> dict[str, Any]:
     """The seed cluster on a current Kubernetes, its controllers' periods scaled like the rest:
     the kubelet's renewal, the node lifecycle controller's grace, the eviction toleration."""
-    text = resources.files("nodefence").joinpath("sim", "scenarios", "seed.yaml").read_text("utf-8")
+    text = resources.files("nodefence_sim").joinpath("scenarios", "seed.yaml").read_text("utf-8")
     scenario: dict[str, Any] = yaml.safe_load(text)
     defaults = SimSettings()
     factor = defaults.node_monitor_grace_seconds / delays.node_monitor_grace
