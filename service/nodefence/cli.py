@@ -178,7 +178,7 @@ def _status(output: str) -> int:
     return asyncio.run(main())
 
 
-def _fencing_summary(policy: Any, inventory: Any) -> dict[str, str]:
+def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, str]:
     """Per rule, in words: what proves a machine off before its taint (S10)."""
     summary: dict[str, str] = {}
     for rule in policy.rules:
@@ -199,8 +199,14 @@ def _fencing_summary(policy: Any, inventory: Any) -> dict[str, str]:
                 f"{fencing.driver}, action {fencing.action}, Off read back within "
                 f"{fencing.timeout_seconds:g}s ({where})"
             )
+        elif fencing.driver == "annotation":
+            summary[rule.name] = (
+                f"annotation: external proof, {fencing.annotation}=off on the ConfigMap "
+                f"{namespace}/nodefence-power.<node>, written after the node's last Lease "
+                "renewal (the Node's own annotations are not read)"
+            )
         else:
-            summary[rule.name] = f"{fencing.driver}: external proof"
+            summary[rule.name] = f"{fencing.driver}: external proof from {fencing.url}"
     return summary
 
 
@@ -220,7 +226,7 @@ def _check_config() -> int:
     report = {
         "settings": settings.masked(),
         "policy": policy.model_dump(mode="json"),
-        "fencing": _fencing_summary(policy, inventory),
+        "fencing": _fencing_summary(policy, inventory, settings.namespace),
         "bmc_inventory": inventory.describe() if inventory is not None else None,
         "alertmanager": alertmanager.describe() if alertmanager is not None else UNCONFIGURED,
     }

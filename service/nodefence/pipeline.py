@@ -237,7 +237,7 @@ class Pipeline:
         await self.reader.server_version_string(deadline)
 
         async def with_power(snapshot: Snapshot) -> Snapshot:
-            return await self._with_power(event, snapshot)
+            return await self._with_power(event, snapshot, deadline)
 
         token = self.records.new_token()
 
@@ -464,15 +464,22 @@ class Pipeline:
         detail = f"{said}: {reading.detail}" if reading.detail else said
         return ActionResult(kind, action.node, done, detail), evidence
 
-    async def _with_power(self, event: AlertEvent, snapshot: Snapshot) -> Snapshot:
+    async def _with_power(
+        self, event: AlertEvent, snapshot: Snapshot, deadline: Deadline
+    ) -> Snapshot:
+        """The external proof a firing alert's rule reads before deciding: the ``http``
+        endpoint's answer, or the proof written in nodefence's namespace (``annotation``)."""
         node = snapshot.facts.node
         if node is None or event.status is not AlertStatus.FIRING:
             return snapshot
         rule = match_rule(self.policy, event, node)
-        if rule is None or rule.fencing is None or rule.fencing.driver != "http":
+        proof = rule.fencing if rule is not None else None
+        if proof is None or proof.driver not in ("http", "annotation"):
             return snapshot
-        proof = rule.fencing
-        evidence = await probe_power(proof.url, node.name, proof.timeout_seconds)
+        if proof.driver == "annotation":
+            evidence = await self.reader.power_proof(node.name, proof.annotation, deadline)
+        else:
+            evidence = await probe_power(proof.url, node.name, proof.timeout_seconds)
         facts = dataclasses.replace(snapshot.facts, power=evidence)
         return dataclasses.replace(snapshot, facts=facts)
 

@@ -72,8 +72,10 @@ class Fencing(_Model):
 
     ``redfish`` and ``ipmi`` ask the node's BMC (from the BMC inventory): ``verify`` only reads
     its power state, ``off`` powers it off first and reads it back until it reports Off,
-    ``reboot`` does the same and powers it on again after the purge. ``annotation``: the node
-    must carry ``annotation`` = "off" (or "true"), set by external fencing. ``http``: GET ``url``
+    ``reboot`` does the same and powers it on again after the purge. ``annotation``: external
+    fencing writes ``annotation`` = "off" (or "true") on the ConfigMap ``nodefence-power.<node>``
+    in nodefence's namespace, after the machine went off; never on the Node, whose own
+    credentials could write it (S12). ``http``: GET ``url``
     (``{node}`` replaced by the node name) must answer "off" within ``timeout_seconds``.
     ``none`` is the explicit choice to fence on inference alone (NotReady, a Lease silent on the
     API server's clock), and every decision made so says "no proof". No answer, no fence.

@@ -296,6 +296,18 @@ def test_check_config_shows_the_example_inventory_masked(tmp_path: Path) -> None
     assert "replace-with-the-bmc-password" not in report["_stdout"]
 
 
+def test_check_config_says_where_a_written_proof_is_read(tmp_path: Path) -> None:
+    """The annotation driver's proof lives in nodefence's namespace, not on the Node."""
+    written = tmp_path / "policy.yaml"
+    written.write_text("rules:\n- name: agent\n  fencing: {driver: annotation}\n")
+    report = _check_config(
+        tmp_path, NODEFENCE_POLICY_FILE=str(written), NODEFENCE_NAMESPACE="fencing-ns"
+    )
+    said = report["fencing"]["agent"]
+    assert "ConfigMap fencing-ns/nodefence-power.<node>" in said
+    assert "the Node's own annotations are not read" in said
+
+
 def _egress_rules_for(objs: list[Obj], template: Obj) -> list[Obj]:
     labels = template["metadata"]["labels"].items()
     rules: list[Obj] = []

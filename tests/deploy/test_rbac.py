@@ -80,10 +80,12 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "patch_pod_json": {("cluster", "", "pods", "patch", "*")},
     # Node heartbeats in kube-node-lease.
     "get_lease": {("cluster", "coordination.k8s.io", "leases", "get", "*")},
-    "get_configmap": {("namespace", "", "configmaps", "get", "nodefence-control")},
-    # The fence record in nodefence's namespace.
+    # The pause switch and external fencing's written proofs (nodefence-power.<node>, names
+    # that follow the nodes), all in nodefence's namespace.
+    "get_configmap": {("namespace", "", "configmaps", "get", "*")},
+    # The fence record (and the pause switch) in nodefence's namespace.
     "get_configmap_dated": {
-        ("namespace", "", "configmaps", "get", "nodefence-control"),
+        ("namespace", "", "configmaps", "get", "*"),
         ("namespace", "", "configmaps", "get", "nodefence-fences"),
     },
     "create_configmap": {("namespace", "", "configmaps", "create", "*")},

@@ -47,19 +47,6 @@ def test_cluster_wide_pause_skips_with_its_reason() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "verdict"),
-    [("off", Verdict.FENCE), ("true", Verdict.FENCE), ("on", Verdict.NOOP), (None, Verdict.NOOP)],
-)
-def test_power_off_proof_by_annotation(value: str | None, verdict: Verdict) -> None:
-    rule = {"fencing": {"driver": "annotation", "annotation": "fencing.example/power"}}
-    notes = {"fencing.example/power": value} if value is not None else {}
-    decision = decide(event(), facts(node(annotations=notes)), policy(rule=rule), NOW)
-    assert decision.verdict is verdict
-    if verdict is Verdict.NOOP:
-        assert "power-off" in blocked_by(decision.reasons)
-
-
-@pytest.mark.parametrize(
     ("evidence", "verdict"),
     [
         (PowerEvidence("off", "bmc"), Verdict.FENCE),

@@ -13,14 +13,17 @@ import secrets
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
-from nodefence_sim.resources import CONFIGMAPS, VOLUME_ATTACHMENTS
+from nodefence_sim.resources import CONFIGMAPS, LEASES, VOLUME_ATTACHMENTS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import (
@@ -328,3 +331,112 @@ async def test_cordoned_and_out_of_service_nodes_are_not_counted_as_capacity(
     assert decision["verdict"] == "noop", decision
     assert "ready-fraction" in blocked(decision), decision
     assert not oos_taints(cluster, NODE)
+
+
+# --- S12: external fencing's proof is where a node cannot write it ---------------------------
+
+POWER_KEY = "nodefence.io/power-state"
+PROOF = f"nodefence-power.{NODE}"
+WRITTEN_PROOF = {"name": "default", "fencing": {"driver": "annotation"}}
+
+
+async def write_proof(cluster: SimulatorHandle, value: str) -> None:
+    """What external fencing does once the machine is off, with real kubectl."""
+    if cluster.sim.store.peek(CONFIGMAPS, "nodefence", PROOF) is None:
+        await kubectl(cluster, "-n", "nodefence", "create", "configmap", PROOF)
+    await kubectl(
+        cluster,
+        "-n",
+        "nodefence",
+        "annotate",
+        "--overwrite",
+        "configmap",
+        PROOF,
+        f"{POWER_KEY}={value}",
+    )
+
+
+def power_reason(decision: dict[str, Any]) -> str:
+    return next(str(r["message"]) for r in decision["reasons"] if r["guard"] == "power-off")
+
+
+async def test_s12_a_node_writing_off_on_itself_is_not_proof(unwatched: SimulatorHandle) -> None:
+    """Something with the node's credentials (NodeRestriction lets it edit its own annotations)
+    stops renewing the Lease and writes "off" on its Node: no taint. The same words written
+    by external fencing in nodefence's namespace are proof, and the record says where."""
+    cluster = unwatched
+    dead(cluster, NODE)
+    await kubectl(cluster, "annotate", "nodes", NODE, f"{POWER_KEY}=off")
+    policy = {"rules": [WRITTEN_PROOF]}
+    async with start_receiver(cluster, policy=policy) as receiver:
+        [forged] = await receiver.alert(firing(NODE))
+        assert forged["verdict"] == "noop", forged
+        assert blocked(forged) == ["power-off"]
+        assert "the Node's own annotation" in power_reason(forged)
+        assert f"ConfigMap nodefence/{PROOF} has no such ConfigMap" in power_reason(forged)
+        assert not oos_taints(cluster, NODE)
+        assert any(
+            "power-off" in e["message"] or "proof" in e["message"]
+            for e in node_events(cluster, NODE)
+        )
+
+        await write_proof(cluster, "off")
+        [fenced] = await receiver.alert(firing(NODE))
+    assert fenced["verdict"] == "fence", fenced
+    assert f"ConfigMap nodefence/{PROOF}" in power_reason(fenced)
+    [entry] = record_of(cluster).entries
+    assert f"ConfigMap nodefence/{PROOF} said {POWER_KEY}=off, written at" in entry.proof
+    assert oos_taints(cluster, NODE)
+
+
+@pytest.fixture
+async def quick_grace(tmp_path: Path) -> AsyncIterator[SimulatorHandle]:
+    """The seed cluster whose node lifecycle controller marks a silent node NotReady after five
+    seconds (kubelets renew every two), so a node can die after a proof was written without
+    backdating anything."""
+    seed = yaml.safe_load(
+        resources.files("nodefence_sim").joinpath("scenarios", "seed.yaml").read_text("utf-8")
+    )
+    seed["simulation"]["node_monitor_grace_seconds"] = 5
+    path = tmp_path / "quick-grace.yaml"
+    path.write_text(yaml.safe_dump(seed), encoding="utf-8")
+    async with running_simulator(Simulation.from_scenario(str(path))) as handle:
+        yield handle
+
+
+def _stamped(obj: dict[str, Any] | None) -> str:
+    times = [
+        str(e.get("time", "")) for e in (obj or {}).get("metadata", {}).get("managedFields") or []
+    ]
+    return max(times, default="")
+
+
+async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
+    quick_grace: SimulatorHandle,
+) -> None:
+    """External fencing wrote "off" (an earlier incident, or too early); the kubelet then kept
+    renewing its Lease, so the machine was running after the proof. When the node dies, that
+    proof is stale: no taint until external fencing writes it again."""
+    cluster = quick_grace
+    await write_proof(cluster, "off")
+    written = _stamped(cluster.sim.store.peek(CONFIGMAPS, "nodefence", PROOF))
+    await eventually(
+        lambda: _stamped(cluster.sim.store.peek(LEASES, "kube-node-lease", NODE)) > written,
+        within=20,
+    )
+    cluster.sim.node_down(NODE)
+    rule = {**WRITTEN_PROOF, "min_not_ready_seconds": 0, "lease_staleness_seconds": 1}
+    async with start_receiver(cluster, policy={"rules": [rule]}) as receiver:
+
+        async def refused_for_proof_alone() -> dict[str, Any] | None:
+            [decision] = await receiver.alert(firing(NODE))
+            return decision if blocked(decision) == ["power-off"] else None
+
+        stale = await eventually(refused_for_proof_alone, within=20, interval=0.5)
+        assert "write it again" in power_reason(stale), stale
+        assert not oos_taints(cluster, NODE)
+
+        await write_proof(cluster, "true")
+        [fenced] = await receiver.alert(firing(NODE))
+    assert fenced["verdict"] == "fence", fenced
+    assert oos_taints(cluster, NODE)

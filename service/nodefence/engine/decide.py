@@ -372,11 +372,12 @@ def _proof_text(facts: Facts, rule: Rule, approved: Approval | None) -> str:
         return f"no proof: {who}, in place of a power-off proof (the rule has no fencing)"
     if fencing.driver == "none":
         return f"{guards.NO_PROOF}: inference alone (fencing.driver none)"
-    if fencing.driver == "annotation":
-        return f"annotation {fencing.annotation} said off"
     power = facts.power
     if power is None:
         return ""
+    if fencing.driver == "annotation":
+        written = f", written at {instant(power.at)}" if power.at is not None else ""
+        return f"{power.source} said {power.detail}{written}"
     when = f" at {instant(power.at)}" if power.at is not None else ""
     sent = "after nodefence powered it off, " if power.action_sent else ""
     return f"{power.source} reported Off ({sent}read back{when})"
@@ -445,7 +446,7 @@ def _fresh(
     ask_bmc = fencing is not None and fencing.powers and facts.power is None
     # Without any fencing, a person's approval is the proof S10 accepts instead.
     by_approval = fencing is None and rule.approval == "slack"
-    power = None if ask_bmc else guards.powered_off(node, facts.power, rule)
+    power = None if ask_bmc else guards.powered_off(node, facts.lease, facts.power, rule)
     if power is not None and not (by_approval and not power.passed):
         record.extend(power)
     flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, record.now)

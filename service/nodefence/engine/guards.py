@@ -229,7 +229,9 @@ def storm_cooled_down(cluster: ClusterFacts, policy: ClusterPolicy, now: datetim
 NO_PROOF = "no proof"
 
 
-def powered_off(node: NodeFacts, power: PowerEvidence | None, rule: Rule) -> Reason:
+def powered_off(
+    node: NodeFacts, lease: LeaseFacts | None, power: PowerEvidence | None, rule: Rule
+) -> Reason:
     """S10: a taint needs positive proof that the machine is off. A node that only lost its
     network still runs its pods and writes to its volumes, and nothing the API server shows
     can tell it from a dead one; only the rule's explicit ``fencing.driver: none`` waives it."""
@@ -250,19 +252,7 @@ def powered_off(node: NodeFacts, power: PowerEvidence | None, rule: Rule) -> Rea
             "still be running",
         )
     if fencing.driver == "annotation":
-        value = node.annotations.get(fencing.annotation, "").strip().lower()
-        if value in ("off", "true"):
-            return _pass(
-                POWER_OFF,
-                f"external fencing says the machine is off ({fencing.annotation}={value}); "
-                "an annotation is only as trustworthy as whoever may write it",
-            )
-        shown = value or "absent"
-        return _block(
-            POWER_OFF,
-            f"the rule requires proof the machine is off: annotation {fencing.annotation} is "
-            f"{shown}, not off",
-        )
+        return _written_proof(node, lease, power, fencing.annotation)
     if power is None:
         return _block(POWER_OFF, "the rule requires proof the machine is off; none was obtained")
     when = f" at {instant(power.at)}" if power.at is not None else ""
@@ -274,6 +264,70 @@ def powered_off(node: NodeFacts, power: PowerEvidence | None, rule: Rule) -> Rea
         POWER_OFF,
         f"the rule requires proof the machine is off; {power.source} answered "
         f"{power.state}{detail}{when}: no proof, no taint",
+    )
+
+
+def _last_sign_of_life(node: NodeFacts, lease: LeaseFacts | None) -> tuple[datetime, str] | None:
+    """When the API server last heard from the kubelet, on its own clock: the Lease's latest
+    stamped renewal, or for a node without a Lease the latest write of its status."""
+    if lease is not None and lease.server_renewed is not None:
+        return lease.server_renewed, f"renew kubelet Lease kube-node-lease/{node.name}"
+    if lease is None and node.status_written is not None:
+        return node.status_written, "write the node's status"
+    return None
+
+
+def _written_proof(
+    node: NodeFacts, lease: LeaseFacts | None, power: PowerEvidence | None, annotation: str
+) -> Reason:
+    """S12: the proof is read from nodefence's namespace, never from the Node, whose own
+    credentials could write "off" on a machine that is running. A proof counts only if the
+    API server stamped its write after the node's last sign of life: an "off" left from an
+    earlier incident says nothing about the machine that has renewed its Lease since."""
+    if power is None:
+        return _block(POWER_OFF, "the rule requires proof the machine is off; none was read")
+    own = node.annotations.get(annotation, "").strip().lower()
+    unheeded = (
+        f"; the Node's own annotation {annotation}={own} is not proof, since the node's "
+        "credentials can write it"
+        if own
+        else ""
+    )
+    if power.state != "off":
+        return _block(
+            POWER_OFF,
+            f"the rule requires proof the machine is off: {power.source} has {power.detail}"
+            f"{unheeded}",
+        )
+    if power.at is None:
+        return _block(
+            POWER_OFF,
+            f"{power.source} says {power.detail} but carries no time stamped by the API server, "
+            f"so it cannot be shown to postdate the node's last sign of life{unheeded}",
+        )
+    written = instant(power.at)
+    life = _last_sign_of_life(node, lease)
+    if life is None:
+        return _block(
+            POWER_OFF,
+            f"{power.source} says {power.detail} (written {written}), but the node's last sign "
+            "of life carries no time stamped by the API server to compare it with",
+        )
+    last, what = life
+    if power.at <= last:
+        return _block(
+            POWER_OFF,
+            f"{power.source} says {power.detail}, but it was written at {written}, not after "
+            f"the API server last saw the node {what} at {instant(last)}: a proof from before "
+            "the machine went silent is not proof it is off now; external fencing must write "
+            "it again",
+        )
+    return _pass(
+        POWER_OFF,
+        f"external fencing says the machine is off ({power.source} has {power.detail}, "
+        f"written at {written}, after the API server last saw the node {what} at "
+        f"{instant(last)}); it is only as trustworthy as whoever may write ConfigMaps in "
+        "nodefence's namespace",
     )
 
 

@@ -67,6 +67,9 @@ class NodeFacts:
     ready: Condition | None = None
     boot_id: str = ""
     unschedulable: bool = False
+    # The latest time the API server stamped on a write of the node's status (by the kubelet or
+    # the node lifecycle controller): the last the API server heard of the node, on its clock.
+    status_written: datetime | None = None
 
     @property
     def is_control_plane(self) -> bool:
@@ -129,13 +132,15 @@ class ClusterFacts:
 @dataclass(frozen=True)
 class PowerEvidence:
     """Evidence that the machine behind a node is powered off (from its BMC, a power-status
-    service, or an annotation set by external fencing). Only ``state == "off"`` counts as proof,
-    and for a BMC only a state read back after any power action."""
+    service, or a proof external fencing wrote in nodefence's namespace). Only ``state ==
+    "off"`` counts as proof, for a BMC only a state read back after any power action, and for a
+    written proof only one written after the node's last sign of life."""
 
     state: str  # "off", "on" or "unknown"
     source: str
     detail: str = ""
-    # When it was read, on the API server's clock (the first reply after the reading).
+    # When it was read (the first reply after the reading) or, for a written proof, when it was
+    # written; on the API server's clock either way.
     at: datetime | None = None
     # Whether nodefence sent the power action itself in this incident.
     action_sent: bool = False

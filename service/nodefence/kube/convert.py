@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from nodefence.engine.model import (
     LeaseFacts,
     NodeFacts,
     PodFacts,
+    PowerEvidence,
     Taint,
 )
 from nodefence.engine.volumes import VolumeAttachmentFacts
@@ -69,19 +71,57 @@ def node_facts(node: Json) -> NodeFacts:
         ready=ready_condition(node),
         boot_id=str(node.get("status", {}).get("nodeInfo", {}).get("bootID") or ""),
         unschedulable=bool(spec.get("unschedulable", False)),
+        status_written=_latest(
+            entry
+            for entry in _managed(node)
+            if entry.get("subresource") == "status" or _owns(entry, ("f:status",))
+        ),
     )
+
+
+def _managed(obj: Json) -> list[Json]:
+    entries = (obj.get("metadata") or {}).get("managedFields") or []
+    return [e for e in entries if isinstance(e, dict)]
+
+
+def _owns(entry: Json, path: tuple[str, ...]) -> bool:
+    fields = entry.get("fieldsV1")
+    for step in path:
+        if not isinstance(fields, dict) or step not in fields:
+            return False
+        fields = fields[step]
+    return True
+
+
+def _latest(entries: Iterable[Json]) -> datetime | None:
+    times = [parse_instant(entry.get("time")) for entry in entries]
+    stamped = [t for t in times if t is not None and t.tzinfo is not None]
+    return max(stamped) if stamped else None
 
 
 def server_stamped(obj: Json) -> datetime | None:
     """The latest time the API server stamped on the object's managedFields: when anyone last
     changed it, on the API server's clock, whoever wrote it and whatever their own clock says."""
-    times = [
-        parse_instant(entry.get("time"))
-        for entry in (obj.get("metadata") or {}).get("managedFields") or []
-        if isinstance(entry, dict)
-    ]
-    stamped = [t for t in times if t is not None and t.tzinfo is not None]
-    return max(stamped) if stamped else None
+    return _latest(_managed(obj))
+
+
+def power_proof(configmap: Json, annotation: str, source: str) -> PowerEvidence:
+    """External fencing's written proof: ``annotation`` on the node's proof ConfigMap, "off" (or
+    "true"). It is dated by the API server's stamp on the managedFields entry that owns the
+    annotation (when its writer last changed it), else by the object's creation, which is never
+    later than the write; what the writer says about time is not read."""
+    notes = _str_map((configmap.get("metadata") or {}).get("annotations"))
+    value = notes.get(annotation, "").strip().lower()
+    path = ("f:metadata", "f:annotations", f"f:{annotation}")
+    written = _latest(e for e in _managed(configmap) if _owns(e, path))
+    created = parse_instant((configmap.get("metadata") or {}).get("creationTimestamp"))
+    at = written or (created if created is not None and created.tzinfo is not None else None)
+    if value in ("off", "true"):
+        return PowerEvidence("off", source, f"{annotation}={value}", at=at)
+    if value in ("on", "false"):
+        return PowerEvidence("on", source, f"{annotation}={value}", at=at)
+    detail = f"{annotation}={value}, not off" if value else f"no annotation {annotation}"
+    return PowerEvidence("unknown", source, detail, at=at)
 
 
 def lease_facts(lease: Json) -> LeaseFacts:

@@ -18,9 +18,10 @@ from nodefence.engine.model import (
     ClusterFacts,
     Facts,
     LeaseFacts,
+    PowerEvidence,
 )
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import lease_facts, node_facts, pod_facts
+from nodefence.kube.convert import lease_facts, node_facts, pod_facts, power_proof
 from nodefence.kube.node_index import NodeIndex, count, list_summaries, summarize
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -37,6 +38,10 @@ PAUSE_REFRESH_SECONDS = 4.0
 # seconds. They steer only guards whose inputs move on that scale anyway; the budget is counted
 # from the fence record read fresh each time, and every write carries its own precondition.
 CLUSTER_CACHE_SECONDS = 5.0
+# External fencing's written proof that a node's machine is off: one ConfigMap per node in
+# nodefence's namespace, where a node's credentials cannot write (S12), so each proof carries its
+# own server-stamped write time.
+POWER_PROOF_PREFIX = "nodefence-power."
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_NODE_NAME = 253
 LOCAL_CLOCK = "nodefence's own clock (no Date header from the API server)"
@@ -170,6 +175,23 @@ class FactsReader:
             if exc.status != 404:
                 raise
             return Dated({}, None)
+
+    async def power_proof(
+        self, node_name: str, annotation: str, deadline: Deadline | None = None
+    ) -> PowerEvidence:
+        """The proof external fencing wrote for this node (driver ``annotation``). An absent
+        ConfigMap, or one whose name cannot exist, is no proof."""
+        name = POWER_PROOF_PREFIX + node_name
+        source = f"ConfigMap {self.namespace}/{name}"
+        if len(name) > MAX_NODE_NAME:
+            return PowerEvidence("unknown", source, "the node's name is too long for a ConfigMap")
+        try:
+            configmap = await self.kube.get_configmap(self.namespace, name, deadline)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            return PowerEvidence("unknown", source, "no such ConfigMap")
+        return power_proof(configmap, annotation, source)
 
     async def read(self, node_name: str, deadline: Deadline | None = None) -> Snapshot:
         """The node, its Lease, its pods (by ``spec.nodeName``, so only this node's are ever
