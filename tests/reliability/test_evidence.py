@@ -373,7 +373,7 @@ async def test_s12_a_node_writing_off_on_itself_is_not_proof(unwatched: Simulato
         assert forged["verdict"] == "noop", forged
         assert blocked(forged) == ["power-off"]
         assert "the Node's own annotation" in power_reason(forged)
-        assert f"ConfigMap nodefence/{PROOF} has no such ConfigMap" in power_reason(forged)
+        assert f"ConfigMap nodefence/{PROOF}: no such ConfigMap" in power_reason(forged)
         assert not oos_taints(cluster, NODE)
         assert any(
             "power-off" in e["message"] or "proof" in e["message"]

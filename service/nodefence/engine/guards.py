@@ -296,8 +296,7 @@ def _written_proof(
     if power.state != "off":
         return _block(
             POWER_OFF,
-            f"the rule requires proof the machine is off: {power.source} has {power.detail}"
-            f"{unheeded}",
+            f"the rule requires proof the machine is off; {power.source}: {power.detail}{unheeded}",
         )
     if power.at is None:
         return _block(
@@ -324,7 +323,7 @@ def _written_proof(
         )
     return _pass(
         POWER_OFF,
-        f"external fencing says the machine is off ({power.source} has {power.detail}, "
+        f"external fencing says the machine is off ({power.source}: {power.detail}, "
         f"written at {written}, after the API server last saw the node {what} at "
         f"{instant(last)}); it is only as trustworthy as whoever may write ConfigMaps in "
         "nodefence's namespace",

@@ -190,7 +190,11 @@ class FactsReader:
         except KubeError as exc:
             if exc.status != 404:
                 raise
-            return PowerEvidence("unknown", source, "no such ConfigMap")
+            return PowerEvidence(
+                "unknown",
+                source,
+                "no such ConfigMap (external fencing writes it once the machine is off)",
+            )
         return power_proof(configmap, annotation, source)
 
     async def read(self, node_name: str, deadline: Deadline | None = None) -> Snapshot:
