@@ -164,6 +164,28 @@ async def test_s2_a_live_kubelet_whose_clock_is_ten_minutes_behind_is_never_fenc
     assert record_of(cluster).entries == ()
 
 
+async def test_s11_kubelets_whose_clocks_are_behind_cannot_hide_a_storm_that_just_ended(
+    cluster: SimulatorHandle,
+) -> None:
+    """The three control-plane nodes were down and came back a moment ago, but their kubelets'
+    clocks run half an hour behind, so their Ready lastTransitionTime says they recovered half
+    an hour ago, outside the ten-minute storm cooldown. Each kubelet's offset shows on its own
+    Node (the heartbeat it wrote against the API server's stamp on that write): the storm that
+    just ended is seen, and the compute node that is still down is not fenced."""
+    storm = ("control01", "control02", "control03")
+    for name in storm:
+        cluster.sim.node_clock(name, -3 * TEN_MINUTES)
+        cluster.sim.node_down(name, since_seconds=TEN_MINUTES)
+    for name in storm:
+        cluster.sim.node_up(name)
+    dead(cluster, NODE)
+    async with start_receiver(cluster) as receiver:
+        [decision] = await receiver.alert(firing(NODE))
+    assert decision["verdict"] == "noop", decision
+    assert blocked(decision) == ["storm-cooldown"], decision
+    assert not oos_taints(cluster, NODE)
+
+
 @needs_faketime
 async def test_s2_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceable(
     cluster: SimulatorHandle,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodefence.engine.model import (
@@ -41,6 +42,47 @@ def ready_condition(node: Json) -> Condition | None:
                 message=str(cond.get("message") or ""),
             )
     return None
+
+
+def ready_since(node: Json) -> datetime | None:
+    """When a Ready node became Ready, on the API server's clock (the storm cooldown counts
+    recent recoveries by it). The kubelet stamps the condition's lastTransitionTime with its
+    own clock; a clock minutes behind would date a recovery of a moment ago outside the
+    cooldown. Its offset is read from the same object: the heartbeat it wrote against the API
+    server's stamp on that write (``managedFields``). That stamp is never earlier than the
+    write, so the corrected time is never earlier than the true one: at worst a recovery
+    counts a little longer."""
+    cond = ready_condition(node)
+    if cond is None or cond.status != "True" or cond.last_transition is None:
+        return None
+    offset = _kubelet_clock_offset(node, cond.last_heartbeat)
+    return cond.last_transition - offset if offset is not None else cond.last_transition
+
+
+def _kubelet_clock_offset(node: Json, heartbeat: datetime | None) -> timedelta | None:
+    if heartbeat is None or heartbeat.tzinfo is None:
+        return None
+    written = _latest(e for e in _managed(node) if _owns_ready_heartbeat(e))
+    return heartbeat - written if written is not None else None
+
+
+def _owns_ready_heartbeat(entry: Json) -> bool:
+    fields = entry.get("fieldsV1")
+    conditions = (
+        (fields or {}).get("f:status", {}).get("f:conditions") if isinstance(fields, dict) else None
+    )
+    if not isinstance(conditions, dict):
+        return False
+    for key, owned in conditions.items():
+        if not key.startswith("k:") or not isinstance(owned, dict):
+            continue
+        try:
+            element = json.loads(key[2:])
+        except ValueError:
+            continue
+        if isinstance(element, dict) and element.get("type") == "Ready":
+            return "f:lastHeartbeatTime" in owned
+    return False
 
 
 def is_ready(node: Json) -> bool:
@@ -174,11 +216,7 @@ def cluster_facts(
         for n in nodes
         if any(k in (n["metadata"].get("labels") or {}) for k in CONTROL_PLANE_LABELS)
     ]
-    ready_since = tuple(
-        cond.last_transition
-        for cond in map(ready_condition, nodes)
-        if cond is not None and cond.status == "True" and cond.last_transition is not None
-    )
+    recovered = tuple(since for since in map(ready_since, nodes) if since is not None)
     return ClusterFacts(
         total_nodes=len(nodes),
         ready_nodes=sum(1 for n in nodes if is_ready(n)),
@@ -186,7 +224,7 @@ def cluster_facts(
         control_plane_ready=sum(1 for n in control_plane if is_ready(n)),
         schedulable_ready=sum(1 for n in nodes if _takes_workloads(n)),
         server_version=server_version,
-        ready_since=ready_since,
+        ready_since=recovered,
         paused_reason=paused_reason,
     )
 

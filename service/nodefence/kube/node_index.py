@@ -33,7 +33,7 @@ import structlog
 from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import ready_condition
+from nodefence.kube.convert import ready_condition, ready_since
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +60,8 @@ class NodeSummary:
     # Ready, schedulable and without the out-of-service taint: can carry what a fence moves.
     takes_workloads: bool
     control_plane: bool
-    # The Ready condition's lastTransitionTime while Ready (the storm cooldown looks at it).
+    # When it became Ready, on the API server's clock, while Ready (the storm cooldown looks at
+    # it; ``convert.ready_since``).
     ready_since: datetime | None
 
 
@@ -74,7 +75,7 @@ def summarize(node: Json) -> NodeSummary:
         ready=ready,
         takes_workloads=ready and not spec.get("unschedulable") and not out_of_service,
         control_plane=any(k in (meta.get("labels") or {}) for k in CONTROL_PLANE_LABELS),
-        ready_since=cond.last_transition if ready and cond is not None else None,
+        ready_since=ready_since(node),
     )
 
 
