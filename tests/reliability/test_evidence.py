@@ -462,3 +462,21 @@ async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
         [fenced] = await receiver.alert(firing(NODE))
     assert fenced["verdict"] == "fence", fenced
     assert oos_taints(cluster, NODE)
+
+
+async def test_s12_a_proof_nodefence_may_not_read_is_a_clear_refusal(
+    cluster: SimulatorHandle,
+) -> None:
+    """An install whose Role cannot read the proof ConfigMaps: every alert is refused, saying
+    which permission is missing, instead of a 5xx that Alertmanager would retry for ever."""
+    dead(cluster, NODE)
+    await write_proof(cluster, "off")
+    cluster.faults.fail(
+        None, status=403, verbs=("get",), path=f"/api/v1/namespaces/nodefence/configmaps/{PROOF}"
+    )
+    async with start_receiver(cluster, policy={"rules": [WRITTEN_PROOF]}) as receiver:
+        [refused] = await receiver.alert(firing(NODE))
+    assert refused["verdict"] == "noop", refused
+    assert blocked(refused) == ["power-off"]
+    assert "needs get on configmaps in namespace nodefence" in power_reason(refused)
+    assert not oos_taints(cluster, NODE)

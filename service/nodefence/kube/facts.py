@@ -189,6 +189,15 @@ class FactsReader:
         try:
             configmap = await self.kube.get_configmap(self.namespace, name, deadline)
         except KubeError as exc:
+            if exc.status == 403:
+                # An install whose Role predates the written proof: a clear refusal on every
+                # alert, not an error Alertmanager would retry in vain.
+                return PowerEvidence(
+                    "unknown",
+                    source,
+                    f"nodefence may not read it (403): its Role needs get on configmaps in "
+                    f"namespace {self.namespace}",
+                )
             if exc.status != 404:
                 raise
             return PowerEvidence(
