@@ -319,7 +319,8 @@ def _written_proof(
             f"{power.source} says {power.detail}, but it was written at {written}, not after "
             f"the API server last saw the node {what} at {instant(last)}: a proof from before "
             "the machine went silent is not proof it is off now; external fencing must write "
-            "it again",
+            "it again (re-create the ConfigMap: writing the same value again changes nothing, "
+            "so the API server does not stamp it anew)",
         )
     return _pass(
         POWER_OFF,
