@@ -606,7 +606,9 @@ class Pipeline:
         refusal = reason in REFUSAL_REASONS
         blocking = next((r.guard for r in decision.reasons if not r.passed), "")
         await self.events.node_event(
-            dedupe_key=f"{decision.status}:{blocking}" if refusal else None,
+            # The guard that blocked, not the path it came by: a resolved alert's deferral and
+            # the reconcile pass's a moment later say the same thing.
+            dedupe_key=blocking if refusal else None,
             node=decision.node,
             node_uid=node_uid,
             reason=reason,

@@ -189,3 +189,23 @@ async def test_fenced_nodes_gauge_comes_from_the_ledger_on_any_replica(
             return f'nodefence_fenced_nodes{{node="{NODE}"}}' in text
 
         await eventually(gauge, within=10, interval=0.2)
+
+
+async def test_a_deferral_said_by_the_alert_and_by_reconcile_is_one_event(
+    cluster: SimulatorHandle,
+) -> None:
+    """The resolved alert defers the unfence (the healthy delay has not passed), and the
+    reconcile pass a moment later defers it for the same reason: the node's Events say it
+    once, not once per path."""
+    await kill(cluster)
+    async with start_receiver(cluster, policy=inference()) as receiver:
+        [fenced] = await receiver.alert(firing())
+        assert fenced["verdict"] == "fence", fenced
+        cluster.sim.node_up(NODE)
+        [deferred] = await receiver.alert(resolved())
+        status, body = await receiver.post("/reconcile", {})
+    assert status == 200, body
+    again = next(d for d in body["decisions"] if d["node"] == NODE)
+    assert (deferred["verdict"], again["verdict"]) == ("deferred", "deferred"), (deferred, again)
+    deferrals = [e for e in node_events(cluster, NODE) if e["reason"] == "UnfenceDeferred"]
+    assert len(deferrals) == 1, deferrals
