@@ -135,9 +135,8 @@ class FactsReader:
           show it either before the node monitor's 40 s grace;
         - storm cooldown: it keys on when nodes became Ready (the Ready lastTransitionTime,
           corrected by each kubelet's clock offset: ``convert.ready_since``), which the index
-          keeps; a recovery of the last 30 s not seen yet leaves that node
-          counted NotReady, which weighs against fencing in the storm guard: stale in the
-          safe direction;
+          keeps; a recovery of the last 30 s not seen yet leaves that node counted NotReady,
+          which weighs against fencing in the storm guard: stale in the safe direction;
         - control-plane quorum: not from the index; for an alert about a control-plane node
           ``read`` lists the control-plane nodes live by label (a handful of objects).
         """
