@@ -180,6 +180,8 @@ def _status(output: str) -> int:
 
 def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, str]:
     """Per rule, in words: what proves a machine off before its taint (S10)."""
+    from nodefence.kube.facts import POWER_PROOF_PREFIX
+
     summary: dict[str, str] = {}
     for rule in policy.rules:
         fencing = rule.fencing
@@ -202,7 +204,7 @@ def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, s
         elif fencing.driver == "annotation":
             summary[rule.name] = (
                 f"annotation: external proof, {fencing.annotation}=off on the ConfigMap "
-                f"{namespace}/nodefence-power.<node>, written after the node's last Lease "
+                f"{namespace}/{POWER_PROOF_PREFIX}<node>, written after the node's last Lease "
                 "renewal (the Node's own annotations are not read)"
             )
         else:

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodefence.kube.convert import ready_since
+from nodefence.kube.convert import ready_condition, ready_since
 
 SERVER_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 READY_KEY = 'k:{"type":"Ready"}'
@@ -51,16 +51,17 @@ def ready_node(
 def test_a_kubelet_half_an_hour_behind_is_corrected() -> None:
     behind = timedelta(minutes=30)
     node = ready_node(SERVER_NOW - behind, SERVER_NOW - behind, SERVER_NOW)
-    assert ready_since(node) == SERVER_NOW
+    assert ready_since(node, ready_condition(node)) == SERVER_NOW
 
 
 def test_without_a_stamp_the_transition_is_taken_as_written() -> None:
     node = ready_node(SERVER_NOW - timedelta(hours=1), SERVER_NOW, None)
-    assert ready_since(node) == SERVER_NOW - timedelta(hours=1)
+    assert ready_since(node, ready_condition(node)) == SERVER_NOW - timedelta(hours=1)
 
 
 def test_a_node_that_is_not_ready_has_no_ready_since() -> None:
-    assert ready_since(ready_node(SERVER_NOW, SERVER_NOW, SERVER_NOW, status="Unknown")) is None
+    unknown = ready_node(SERVER_NOW, SERVER_NOW, SERVER_NOW, status="Unknown")
+    assert ready_since(unknown, ready_condition(unknown)) is None
 
 
 @given(
@@ -79,6 +80,6 @@ def test_the_corrected_time_is_never_earlier_than_the_true_one(
     true_beat = true_transition + timedelta(seconds=beat_after)
     off = timedelta(seconds=skew)
     node = ready_node(true_transition + off, true_beat + off, true_beat + timedelta(seconds=delay))
-    corrected = ready_since(node)
+    corrected = ready_since(node, ready_condition(node))
     assert corrected is not None
     assert true_transition <= corrected <= true_transition + timedelta(seconds=delay)

@@ -23,6 +23,7 @@ import yaml
 
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
+from nodefence.kube.convert import server_stamped
 from nodefence_sim.resources import CONFIGMAPS, LEASES, VOLUME_ATTACHMENTS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
@@ -426,13 +427,6 @@ async def quick_grace(tmp_path: Path) -> AsyncIterator[SimulatorHandle]:
         yield handle
 
 
-def _stamped(obj: dict[str, Any] | None) -> str:
-    times = [
-        str(e.get("time", "")) for e in (obj or {}).get("metadata", {}).get("managedFields") or []
-    ]
-    return max(times, default="")
-
-
 async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
     quick_grace: SimulatorHandle,
 ) -> None:
@@ -441,11 +435,14 @@ async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
     proof is stale: no taint until external fencing writes it again."""
     cluster = quick_grace
     await write_proof(cluster, "off")
-    written = _stamped(cluster.sim.store.peek(CONFIGMAPS, "nodefence", PROOF))
-    await eventually(
-        lambda: _stamped(cluster.sim.store.peek(LEASES, "kube-node-lease", NODE)) > written,
-        within=20,
-    )
+    written = server_stamped(cluster.sim.store.peek(CONFIGMAPS, "nodefence", PROOF) or {})
+    assert written is not None
+
+    def renewed_since() -> bool:
+        renewed = server_stamped(cluster.sim.store.peek(LEASES, "kube-node-lease", NODE) or {})
+        return renewed is not None and renewed > written
+
+    await eventually(renewed_since, within=20)
     cluster.sim.node_down(NODE)
     rule = {**WRITTEN_PROOF, "min_not_ready_seconds": 0, "lease_staleness_seconds": 1}
     async with start_receiver(cluster, policy={"rules": [rule]}) as receiver:

@@ -44,15 +44,14 @@ def ready_condition(node: Json) -> Condition | None:
     return None
 
 
-def ready_since(node: Json) -> datetime | None:
+def ready_since(node: Json, cond: Condition | None) -> datetime | None:
     """When a Ready node became Ready, on the API server's clock (the storm cooldown counts
     recent recoveries by it). The kubelet stamps the condition's lastTransitionTime with its
     own clock; a clock minutes behind would date a recovery of a moment ago outside the
     cooldown. Its offset is read from the same object: the heartbeat it wrote against the API
     server's stamp on that write (``managedFields``). That stamp is never earlier than the
     write, so the corrected time is never earlier than the true one: at worst a recovery
-    counts a little longer."""
-    cond = ready_condition(node)
+    counts a little longer. ``cond`` is the node's Ready condition, already parsed."""
     if cond is None or cond.status != "True" or cond.last_transition is None:
         return None
     offset = _kubelet_clock_offset(node, cond.last_heartbeat)
@@ -60,17 +59,14 @@ def ready_since(node: Json) -> datetime | None:
 
 
 def _kubelet_clock_offset(node: Json, heartbeat: datetime | None) -> timedelta | None:
-    if heartbeat is None or heartbeat.tzinfo is None:
+    if heartbeat is None:
         return None
     written = _latest(e for e in _managed(node) if _owns_ready_heartbeat(e))
     return heartbeat - written if written is not None else None
 
 
 def _owns_ready_heartbeat(entry: Json) -> bool:
-    fields = entry.get("fieldsV1")
-    conditions = (
-        (fields or {}).get("f:status", {}).get("f:conditions") if isinstance(fields, dict) else None
-    )
+    conditions = _owned(entry, ("f:status", "f:conditions"))
     if not isinstance(conditions, dict):
         return False
     for key, owned in conditions.items():
@@ -126,18 +122,24 @@ def _managed(obj: Json) -> list[Json]:
     return [e for e in entries if isinstance(e, dict)]
 
 
-def _owns(entry: Json, path: tuple[str, ...]) -> bool:
+def _owned(entry: Json, path: tuple[str, ...]) -> Any:
+    """What a managedFields entry owns at ``path`` in its FieldsV1 set, or None."""
     fields = entry.get("fieldsV1")
     for step in path:
         if not isinstance(fields, dict) or step not in fields:
-            return False
+            return None
         fields = fields[step]
-    return True
+    return fields
+
+
+def _owns(entry: Json, path: tuple[str, ...]) -> bool:
+    return _owned(entry, path) is not None
 
 
 def _latest(entries: Iterable[Json]) -> datetime | None:
-    times = [parse_instant(entry.get("time")) for entry in entries]
-    stamped = [t for t in times if t is not None and t.tzinfo is not None]
+    """The latest time the API server stamped on these entries (``parse_instant`` takes only
+    times with an offset)."""
+    stamped = [t for t in (parse_instant(e.get("time")) for e in entries) if t is not None]
     return max(stamped) if stamped else None
 
 
@@ -156,8 +158,7 @@ def power_proof(configmap: Json, annotation: str, source: str) -> PowerEvidence:
     value = notes.get(annotation, "").strip().lower()
     path = ("f:metadata", "f:annotations", f"f:{annotation}")
     written = _latest(e for e in _managed(configmap) if _owns(e, path))
-    created = parse_instant((configmap.get("metadata") or {}).get("creationTimestamp"))
-    at = written or (created if created is not None and created.tzinfo is not None else None)
+    at = written or parse_instant((configmap.get("metadata") or {}).get("creationTimestamp"))
     if value in ("off", "true"):
         return PowerEvidence("off", source, f"{annotation}={value}", at=at)
     if value in ("on", "false"):
@@ -216,7 +217,9 @@ def cluster_facts(
         for n in nodes
         if any(k in (n["metadata"].get("labels") or {}) for k in CONTROL_PLANE_LABELS)
     ]
-    recovered = tuple(since for since in map(ready_since, nodes) if since is not None)
+    recovered = tuple(
+        since for n in nodes if (since := ready_since(n, ready_condition(n))) is not None
+    )
     return ClusterFacts(
         total_nodes=len(nodes),
         ready_nodes=sum(1 for n in nodes if is_ready(n)),

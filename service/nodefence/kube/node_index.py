@@ -75,7 +75,7 @@ def summarize(node: Json) -> NodeSummary:
         ready=ready,
         takes_workloads=ready and not spec.get("unschedulable") and not out_of_service,
         control_plane=any(k in (meta.get("labels") or {}) for k in CONTROL_PLANE_LABELS),
-        ready_since=ready_since(node),
+        ready_since=ready_since(node, cond),
     )
 
 
