@@ -17,6 +17,21 @@ It is a YAML file mounted from a Secret (``NODEFENCE_BMC_INVENTORY``)::
         port: 623
         username: fencer
         password: s3cret
+      worker3:
+        driver: fence-agent                # a ClusterLabs fence agent
+        agent: fence_openstack             # on PATH, or an absolute path
+        parameters: {plug: 5f0c..., auth-url: https://keystone:5000/v3, password: s3cret}
+
+Many nodes often share one BMC model or one cloud account: ``defaults.<driver>`` holds the
+fields (and fence agent ``parameters``) every entry of that driver starts from, an entry's own
+values win, and ``{node}`` in a default's string value is the node's name::
+
+    defaults:
+      fence-agent:
+        agent: fence_redfish
+        parameters: {username: fencer, password: s3cret, systems_uri: /redfish/v1/Systems/{node}}
+    nodes:
+      worker4: {driver: fence-agent, parameters: {ip: 10.0.0.14}}
 
 A mistake here would surface only when a node dies, which is the worst moment to learn of it, so
 loading is strict: unknown keys, missing fields, an unknown driver or a CA file that is not there
@@ -26,12 +41,16 @@ message and no description.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue, is_secret_key
 from nodefence.fencing.ipmi import DEFAULT_PORT, IpmiDriver
 from nodefence.fencing.model import PowerDriver
 from nodefence.fencing.redfish import RedfishDriver, base_url
@@ -85,7 +104,75 @@ class IpmiBmc(_Strict):
     password: SecretStr
 
 
-Bmc = Annotated[RedfishBmc | IpmiBmc, Field(discriminator="driver")]
+_PARAMETER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# nodefence chooses the action; the others would make an agent write its exchange (with the
+# credentials) to a file or the output, or act on another machine than the entry's.
+_RESERVED_PARAMETERS = frozenset({"action", "debug", "debug_file", "verbose", "verbose_level"})
+MAX_PARAMETERS_BYTES = 16 * 1024
+
+
+class FenceAgentBmc(_Strict):
+    """A ClusterLabs fence agent and the ``key=value`` lines it reads on stdin. Values whose key
+    names a credential (``password``, ``secret_key``, ...) are ``SecretStr``."""
+
+    driver: Literal["fence-agent"]
+    agent: str = Field(min_length=1)
+    parameters: dict[str, ParameterValue] = {}
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_runs(cls, value: str) -> str:
+        return resolve_agent(value)
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _parameters(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError("parameters must be a mapping of the agent's keys to strings")  # noqa: TRY004 - pydantic reports ValueError
+        checked: dict[str, ParameterValue] = {}
+        size = 0
+        for key, item in value.items():
+            if not isinstance(key, str) or not _PARAMETER_KEY.match(key):
+                raise ValueError(f"parameter name {key!r} is not a fence agent option name")
+            if key in _RESERVED_PARAMETERS:
+                raise ValueError(f"parameter {key} is not allowed (nodefence sets the action)")
+            secret = is_secret_key(key)
+            text = item.get_secret_value() if isinstance(item, SecretStr) else item
+            if not isinstance(text, str):
+                shown = "a value" if secret else repr(item)
+                raise ValueError(f"parameter {key}: values are strings (quote {shown})")  # noqa: TRY004 - pydantic reports ValueError
+            if any(c in text for c in "\n\r\0"):
+                # A line break would smuggle another key (action=...) into the agent's input.
+                raise ValueError(f"parameter {key}: a value may not contain a line break")
+            size += len(key) + len(text) + 2
+            checked[key] = SecretStr(text) if secret else text
+        if size > MAX_PARAMETERS_BYTES:
+            raise ValueError(f"parameters longer than {MAX_PARAMETERS_BYTES} bytes")
+        return checked
+
+
+def resolve_agent(agent: str) -> str:
+    """The agent's absolute path: a configuration error now rather than during an outage."""
+    if os.path.isabs(agent):
+        if not (os.path.isfile(agent) and os.access(agent, os.X_OK)):
+            raise ValueError(f"fence agent {agent} does not exist or is not executable")
+        return agent
+    if "/" in agent:
+        raise ValueError(f"fence agent {agent!r}: give a name on PATH or an absolute path")
+    found = shutil.which(agent, path=_agent_path())
+    if found is None:
+        raise ValueError(
+            f"fence agent {agent} is not installed (not on PATH; Debian package fence-agents)"
+        )
+    return found
+
+
+def _agent_path() -> str:
+    # Debian installs the agents in /usr/sbin, which a non-root PATH often lacks.
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
+
+
+Bmc = Annotated[RedfishBmc | IpmiBmc | FenceAgentBmc, Field(discriminator="driver")]
 
 
 class Inventory(_Strict):
@@ -109,6 +196,8 @@ class Inventory(_Strict):
             return IpmiDriver(
                 bmc.address, username=bmc.username, password=bmc.password, port=bmc.port
             )
+        if isinstance(bmc, FenceAgentBmc):
+            return FenceAgentDriver(bmc.agent, bmc.parameters)
         return None
 
     def describe(self) -> dict[str, Any]:
@@ -116,7 +205,13 @@ class Inventory(_Strict):
         described: dict[str, Any] = {}
         for node, bmc in sorted(self.nodes.items()):
             entry = bmc.model_dump(mode="json", exclude={"password"})
-            entry["password"] = MASK
+            if isinstance(bmc, FenceAgentBmc):
+                entry["parameters"] = {
+                    key: MASK if isinstance(value, SecretStr) else value
+                    for key, value in bmc.parameters.items()
+                }
+            else:
+                entry["password"] = MASK
             described[node] = entry
         return {"nodes": described}
 
@@ -125,7 +220,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
     # The discriminated union adds the driver name as a path step (nodes.<node>.<driver>.field);
     # people think in keys.
     parts = [str(p) for p in loc]
-    if len(parts) > 2 and parts[0] == "nodes" and parts[2] in ("redfish", "ipmi"):
+    if len(parts) > 2 and parts[0] == "nodes" and parts[2] in ("redfish", "ipmi", "fence-agent"):
         del parts[2]
     return ".".join(parts) or "(top level)"
 
@@ -137,9 +232,9 @@ def _explain(error: Any) -> str:
     if kind == "missing":
         return "required field missing"
     if kind == "union_tag_invalid":
-        return "unknown driver (use redfish or ipmi)"
+        return "unknown driver (use redfish, ipmi or fence-agent)"
     if kind == "union_tag_not_found":
-        return "driver missing (redfish or ipmi)"
+        return "driver missing (redfish, ipmi or fence-agent)"
     # Pydantic's own messages quote the input only for the types listed above, which never
     # see a password; these carry the rule that failed.
     return str(error["msg"]).removeprefix("Value error, ")
@@ -167,7 +262,69 @@ def load_inventory(path: str | Path) -> Inventory:
     if not isinstance(data, dict):
         raise InventoryError(f"{where}: the BMC inventory must be a mapping with a 'nodes' key")
     try:
+        data = with_defaults(data)
+    except ValueError as exc:
+        raise InventoryError(f"{where}: {exc}") from None
+    try:
         return Inventory.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{_where(error['loc'])}: {_explain(error)}" for error in exc.errors())
         raise InventoryError(f"{where}: {problems}") from None
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``defaults.<driver>`` merged under each entry of that driver (the entry's own fields and
+    ``parameters`` win), with ``{node}`` in the defaults' strings replaced by the node's name."""
+    data = dict(data)
+    defaults = data.pop("defaults", None)
+    if defaults is None:
+        return data
+    if not isinstance(defaults, dict):
+        raise ValueError("defaults: must map a driver name to the fields its entries share")  # noqa: TRY004 - pydantic reports ValueError
+    known = ("redfish", "ipmi", "fence-agent")
+    for driver, shared in defaults.items():
+        if driver not in known:
+            raise ValueError(f"defaults.{driver}: unknown driver (use {', '.join(known)})")
+        if not isinstance(shared, dict):
+            raise ValueError(f"defaults.{driver}: must be a mapping of fields")  # noqa: TRY004 - pydantic reports ValueError
+        if "driver" in shared:
+            raise ValueError(f"defaults.{driver}.driver: the key under defaults names it")
+        _check_placeholders(shared, f"defaults.{driver}")
+    nodes = data.get("nodes")
+    if not isinstance(nodes, dict):
+        return data
+    merged: dict[Any, Any] = {}
+    for node, entry in nodes.items():
+        shared = defaults.get(entry.get("driver")) if isinstance(entry, dict) else None
+        if not isinstance(shared, dict):
+            merged[node] = entry
+            continue
+        combined = {**_fill(shared, str(node)), **entry}
+        own = entry.get("parameters")
+        base = _fill(shared.get("parameters"), str(node))
+        if isinstance(base, dict) and (own is None or isinstance(own, dict)):
+            combined["parameters"] = {**base, **(own or {})}
+        merged[node] = combined
+    data["nodes"] = merged
+    return data
+
+
+def _check_placeholders(value: Any, where: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_placeholders(item, f"{where}.{key}")
+    elif isinstance(value, str):
+        for name in _PLACEHOLDER.findall(value):
+            if name != "node":
+                raise ValueError(f"{where}: unknown placeholder {{{name}}} (only {{node}})")
+
+
+def _fill(value: Any, node: str) -> Any:
+    if isinstance(value, dict):
+        return {key: _fill(item, node) for key, item in value.items()}
+    if isinstance(value, str):
+        return value.replace("{node}", node)
+    return value

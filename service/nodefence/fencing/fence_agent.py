@@ -1,0 +1,326 @@
+"""A ClusterLabs fence agent (Debian's ``fence-agents``) as a power driver.
+
+Fence agents take their options as ``key=value`` lines on standard input (FenceAgentAPI), which
+is the only way they get them here: a command line and an environment are readable by every
+process on the host through ``/proc``. Each run is its own process group, so the agent and
+anything it started (``ipmitool``, ``curl``) are killed together at the deadline; a process-wide
+bound keeps an incident touching many nodes from forking hundreds of agents at once.
+
+Only a separate ``action=status`` run exiting 2 is proof of Off. The ``off`` action's own exit
+code or its "Success: Powered OFF" is not: agents report success once the request was accepted,
+and some once their own poll timed out. Exit 0 of ``status`` is On, 1 an error, anything else an
+answer nobody understands. nodefence never asks an agent to ``reboot``: that action reports
+success after the off half, and the policy's ``reboot`` is off, proof, taint, purge, on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import SecretStr
+
+from nodefence.fencing.model import PowerReading
+
+# Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
+MAX_OUTPUT_BYTES = 16 * 1024
+MAX_DETAIL_CHARS = 300
+READ_GRACE_SECONDS = 1.0
+DEFAULT_CONCURRENCY = 8
+MASK = "***"
+# What an agent gets in its environment: enough to find its helpers, nothing of ours.
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Keys whose values are credentials; every value of theirs is scrubbed from any output.
+SECRET_KEY = re.compile(r"passw|secret|token|access_key|api_key|community|priv", re.IGNORECASE)
+# Keys that name the machine, shown as the driver's target (never a secret).
+TARGET_KEYS = (
+    "ip",
+    "ipaddr",
+    "ipport",
+    "systems_uri",
+    "plug",
+    "port",
+    "region",
+    "zone",
+    "project",
+    "resourceGroup",
+    "namespace",
+    "auth-url",
+)
+STATUS_ON = 0
+STATUS_ERROR = 1
+STATUS_OFF = 2
+_STATUS_TEXT = re.compile(r"^Status:\s*(ON|OFF)\b", re.IGNORECASE | re.MULTILINE)
+
+Target = Literal["on", "off"]
+ParameterValue = str | SecretStr
+
+
+def is_secret_key(key: str) -> bool:
+    return SECRET_KEY.search(key) is not None
+
+
+_LIMITS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+_concurrency = DEFAULT_CONCURRENCY
+
+
+def set_concurrency(limit: int) -> None:
+    """The process-wide bound on agents running at once (takes effect for new event loops)."""
+    global _concurrency  # noqa: PLW0603 - one bound for the whole process, by design
+    _concurrency = max(1, limit)
+
+
+def _limit() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    semaphore = _LIMITS.get(loop)
+    if semaphore is None:
+        semaphore = asyncio.Semaphore(_concurrency)
+        _LIMITS[loop] = semaphore
+    return semaphore
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """One finished (or killed) run of an agent; ``output`` is already scrubbed and bounded."""
+
+    action: str
+    exit_code: int | None
+    output: str
+    killed: bool = False
+    failed_to_start: str = ""
+
+
+class FenceAgentDriver:
+    """One machine behind one fence agent and its parameters."""
+
+    def __init__(
+        self,
+        agent: str,
+        parameters: Mapping[str, ParameterValue],
+        *,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self._agent = agent
+        self._parameters = dict(parameters)
+        self._poll_interval = poll_interval
+        self._secrets = sorted(
+            {
+                value.get_secret_value()
+                for value in self._parameters.values()
+                if isinstance(value, SecretStr) and value.get_secret_value()
+            },
+            key=len,
+            reverse=True,
+        )
+
+    @property
+    def agent(self) -> str:
+        return self._agent
+
+    @property
+    def target(self) -> str:
+        """Where the agent points, without a credential: ``ip=... plug=...``."""
+        shown = [
+            f"{key}={value}"
+            for key in TARGET_KEYS
+            if isinstance(value := self._parameters.get(key), str)
+        ]
+        return " ".join(shown)
+
+    @property
+    def source(self) -> str:
+        name = os.path.basename(self._agent)
+        return f"fence-agent {name} {self.target}".rstrip()
+
+    # ------------------------------------------------------------------ public
+    async def status(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        return self._reading(await self.run("status", deadline))
+
+    async def power_off(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+        return await self._power("off", timeout)
+
+    async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+        return await self._power("on", timeout)
+
+    async def close(self) -> None:
+        """Nothing stays open between runs: every run's process group is gone when it returns."""
+
+    # ------------------------------------------------------------------ runs
+    async def run(self, action: str, deadline: float) -> AgentRun:
+        """Run the agent once with ``action`` and the parameters on stdin, until it exits or
+        the loop's clock reaches ``deadline`` (then its whole process group is killed)."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await _limit().acquire()
+        except TimeoutError:
+            busy = "no free slot among the agents already running"
+            return AgentRun(action, None, "", killed=True, failed_to_start=busy)
+        try:
+            return await self._run_one(action, deadline)
+        finally:
+            _limit().release()
+
+    async def _run_one(self, action: str, deadline: float) -> AgentRun:
+        # Both pipes are made here rather than by asyncio: a process's wait() would otherwise
+        # also wait for every holder of its stdout (a helper the agent left running) to close.
+        # The request is a few hundred bytes, far below a pipe's buffer, so it is written
+        # whole before the agent starts and the agent reads it, then end of file.
+        stdin_read, stdin_write = os.pipe()
+        out_read, out_write = os.pipe()
+        try:
+            os.write(stdin_write, self._stdin(action))
+        finally:
+            os.close(stdin_write)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self._agent,
+                stdin=stdin_read,
+                stdout=out_write,
+                stderr=out_write,
+                start_new_session=True,
+                env={"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+                close_fds=True,
+            )
+        except OSError as exc:
+            os.close(out_read)
+            return AgentRun(
+                action, None, "", failed_to_start=f"cannot run {self._agent}: {exc.strerror}"
+            )
+        finally:
+            os.close(stdin_read)
+            os.close(out_write)
+        collected = bytearray()
+        reader = asyncio.create_task(_drain(out_read, collected))
+        killed = False
+        try:
+            async with asyncio.timeout_at(deadline):
+                await process.wait()
+        except TimeoutError:
+            killed = True
+        finally:
+            # Whatever the agent started goes with its group, at the deadline or after a
+            # normal exit; a helper holding the pipe would otherwise keep the reader waiting.
+            _kill_group(process.pid)
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await asyncio.shield(process.wait())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(READ_GRACE_SECONDS):
+                    await asyncio.shield(reader)
+            reader.cancel()
+        code = None if killed else process.returncode
+        return AgentRun(action, code, self.scrub(bytes(collected)), killed=killed)
+
+    def _stdin(self, action: str) -> bytes:
+        lines = [f"action={action}"]
+        for key, value in self._parameters.items():
+            text = value.get_secret_value() if isinstance(value, SecretStr) else value
+            lines.append(f"{key}={text}")
+        return ("\n".join(lines) + "\n").encode()
+
+    def scrub(self, raw: bytes) -> str:
+        """The agent's output with every secret parameter's value masked, shortened to its last
+        lines (where agents say what failed)."""
+        text = raw.decode("utf-8", errors="replace")
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        joined = " | ".join(lines)
+        if len(joined) > MAX_DETAIL_CHARS:
+            joined = "..." + joined[-MAX_DETAIL_CHARS:]
+        return joined
+
+    # ------------------------------------------------------------------ readings
+    def _reading(self, run: AgentRun) -> PowerReading:
+        said = f": {run.output}" if run.output else ""
+        if run.failed_to_start:
+            return self._unknown(run.failed_to_start)
+        if run.killed:
+            return self._unknown(f"{self._name} {run.action} did not finish in time; killed{said}")
+        text = _STATUS_TEXT.search(run.output)
+        reported = text.group(1).upper() if text else ""
+        if run.exit_code == STATUS_OFF:
+            if reported == "ON":
+                return self._unknown(f"status exited 2 (off) but printed Status: ON{said}", "?")
+            return PowerReading("off", self.source, "", "Status: OFF")
+        if run.exit_code == STATUS_ON:
+            if reported == "OFF":
+                return self._unknown(f"status exited 0 (on) but printed Status: OFF{said}", "?")
+            return PowerReading("on", self.source, "", "Status: ON")
+        if run.exit_code == STATUS_ERROR:
+            return self._unknown(f"{self._name} status failed (exit 1){said}")
+        return self._unknown(
+            f"{self._name} status exited {run.exit_code}, which the fence agent API does not "
+            f"define{said}",
+            f"exit {run.exit_code}",
+        )
+
+    async def _power(self, target: Target, seconds: float) -> PowerReading:
+        """Read; send ``target`` once if the machine is not there yet; then read ``status``
+        again until it reports ``target`` or the time is up. The action's own answer only
+        explains a failure; it never stands for the state."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        reading = self._reading(await self.run("status", deadline))
+        if reading.state == target:
+            return reading
+        sent = await self.run(target, deadline)
+        answer = self._answer(sent)
+        while True:
+            reading = self._reading(await self.run("status", deadline))
+            if reading.state == target:
+                return reading
+            if loop.time() + self._poll_interval >= deadline:
+                break
+            await asyncio.sleep(self._poll_interval)
+        now = reading.raw_state or reading.state
+        detail = f"sent {target} ({answer}); status still reports {now} after {seconds:g}s" + (
+            f" ({reading.detail})" if reading.detail else ""
+        )
+        return self._unknown(detail, reading.raw_state)
+
+    def _answer(self, run: AgentRun) -> str:
+        if run.failed_to_start:
+            return run.failed_to_start
+        if run.killed:
+            return f"{self._name} {run.action} did not finish in time; killed"
+        said = f": {run.output}" if run.output else ""
+        return f"{self._name} {run.action} exited {run.exit_code}{said}"
+
+    @property
+    def _name(self) -> str:
+        return os.path.basename(self._agent)
+
+    def _unknown(self, detail: str, raw: str = "") -> PowerReading:
+        return PowerReading("unknown", self.source, detail, raw)
+
+
+async def _drain(fd: int, into: bytearray) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    try:
+        while chunk := await reader.read(4096):
+            room = MAX_OUTPUT_BYTES - len(into)
+            if room > 0:
+                into.extend(chunk[:room])
+    finally:
+        transport.close()
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
