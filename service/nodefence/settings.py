@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.errors import ConfigError
+from nodefence.http.tokens import TokenFileError, read_token_file, split_tokens
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 MASK = "********"
@@ -45,7 +46,14 @@ class Settings(BaseSettings):
         validate_default=True,
     )
 
+    # One token, or several separated by commas (all accepted, for rotation).
     alert_token: SecretStr | None = None
+    # A file mounted from a Secret holding one or more tokens (comma- or newline-separated),
+    # re-read whenever it changes, so a rotation needs no restart.
+    alert_token_file: Path | None = None
+    # Seconds between the reconcile passes each serving receiver runs on its own (jittered);
+    # 0 turns them off (a receiver that scales to zero relies on the reconcile CronJob).
+    reconcile_interval: float = Field(default=60, ge=0, le=3600)
     basic_auth_user: str | None = None
     basic_auth_password: SecretStr | None = None
     auth_disabled: bool = False
@@ -94,6 +102,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "alert_token",
+        "alert_token_file",
         "basic_auth_user",
         "basic_auth_password",
         "slack_bot_token",
@@ -130,6 +139,23 @@ class Settings(BaseSettings):
             return [item.strip() for item in text.split(",") if item.strip()]
         return value
 
+    @field_validator("alert_token")
+    @classmethod
+    def _some_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not split_tokens(value.get_secret_value()):
+            raise ValueError("NODEFENCE_ALERT_TOKEN holds only separators, no token")
+        return value
+
+    @model_validator(mode="after")
+    def _readable_token_file(self) -> Settings:
+        # Read once here so that a missing or empty file fails at start, naming the file.
+        if self.alert_token_file is not None and not self.auth_disabled:
+            try:
+                read_token_file(self.alert_token_file)
+            except TokenFileError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
     @model_validator(mode="after")
     def _require_credentials(self) -> Settings:
         if (self.basic_auth_user is None) != (self.basic_auth_password is None):
@@ -138,7 +164,8 @@ class Settings(BaseSettings):
             )
         if not self.auth_disabled and not self.has_credentials:
             raise ValueError(
-                "no credential for /alerts and /reconcile: set NODEFENCE_ALERT_TOKEN (or "
+                "no credential for /alerts and /reconcile: set NODEFENCE_ALERT_TOKEN or "
+                "NODEFENCE_ALERT_TOKEN_FILE (or "
                 "NODEFENCE_BASIC_AUTH_USER and NODEFENCE_BASIC_AUTH_PASSWORD), or set "
                 "NODEFENCE_AUTH_DISABLED=true to accept unauthenticated requests"
             )
@@ -176,7 +203,14 @@ class Settings(BaseSettings):
     @property
     def has_credentials(self) -> bool:
         basic = self.basic_auth_user is not None and self.basic_auth_password is not None
-        return self.alert_token is not None or basic
+        return self.alert_token is not None or self.alert_token_file is not None or basic
+
+    @property
+    def alert_tokens(self) -> list[SecretStr]:
+        """The tokens of ``NODEFENCE_ALERT_TOKEN`` (the file's are read by ``TokenSource``)."""
+        if self.alert_token is None:
+            return []
+        return [SecretStr(t) for t in split_tokens(self.alert_token.get_secret_value())]
 
     def masked(self) -> dict[str, Any]:
         """The effective settings for ``check-config``, safe to print and paste into a ticket."""

@@ -38,7 +38,7 @@ def build_app(
         middlewares=[
             observe_middleware(metrics),
             problem_middleware,
-            auth_middleware(Authenticator(settings), PROTECTED_PATHS),
+            auth_middleware(Authenticator(settings), PROTECTED_PATHS, metrics),
         ],
     )
     app[SETTINGS] = settings

@@ -10,10 +10,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from nodefence.engine.model import Decision
+from nodefence.engine.model import Decision, Verdict
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
+ACTING_VERDICTS = frozenset({Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE})
 
 
 class Metrics:
@@ -88,17 +89,90 @@ class Metrics:
             ["guard"],
             registry=registry,
         )
+        self.webhook_rejections = Counter(
+            "nodefence_webhook_rejected_total",
+            "Requests to authenticated routes refused with 401, by route and reason (missing, "
+            "bad-token, bad-basic, unsupported-scheme). Alertmanager does not retry a 401.",
+            ["path", "reason"],
+            registry=registry,
+        )
+        self.reconcile_passes = Counter(
+            "nodefence_reconcile_passes_total",
+            "Reconcile passes this receiver ran on its own, by outcome (ok, unavailable: the "
+            "Kubernetes API stayed unavailable or the pass ran out of time, error).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.reconcile_last_success = Gauge(
+            "nodefence_reconcile_last_success_timestamp_seconds",
+            "When this receiver last finished a reconcile pass, unix seconds (before its first "
+            "pass: when its reconcile loop started).",
+            registry=registry,
+        )
+        self.reconcile_interval = Gauge(
+            "nodefence_reconcile_interval_seconds",
+            "Configured seconds between this receiver's reconcile passes (0: it runs none).",
+            registry=registry,
+        )
+        self.paused = Gauge(
+            "nodefence_paused",
+            "1 while nodefence is paused cluster-wide (ConfigMap nodefence-control), else 0.",
+            registry=registry,
+        )
+        self.paused_since = Gauge(
+            "nodefence_paused_since_seconds",
+            "When the current pause began, unix seconds on the API server's clock (0: not paused).",
+            registry=registry,
+        )
+        self.volumes_unreleased = Gauge(
+            "nodefence_volumes_unreleased",
+            "VolumeAttachments still attached to a node nodefence fenced: their volumes cannot "
+            "be mounted elsewhere (Multi-Attach) until they are released.",
+            ["node"],
+            registry=registry,
+        )
+        self.dry_run_decisions = Counter(
+            "nodefence_dry_run_decisions_total",
+            "Decisions made in dry-run, by the verdict they would have had and the first guard "
+            "that blocked ('ok' when none did).",
+            ["verdict", "guard"],
+            registry=registry,
+        )
 
     def alert_received(self, alertname: str, status: str) -> None:
         self.alerts_received.labels(alertname=alertname, status=status).inc()
 
     def decision_made(self, decision: Decision) -> None:
-        blocking = [reason.guard for reason in decision.reasons if not reason.passed]
-        self.decisions.labels(
-            verdict=decision.verdict.value, reason=blocking[0] if blocking else "ok"
-        ).inc()
+        # A decision that acted refused nothing: a reason that did not pass beside an action
+        # (volumes the cluster will not release after a fence) is a warning about the result,
+        # counted by nodefence_volumes_unreleased, not a refusal.
+        acted = decision.verdict in ACTING_VERDICTS
+        blocking = [] if acted else [r.guard for r in decision.reasons if not r.passed]
+        first = blocking[0] if blocking else "ok"
+        self.decisions.labels(verdict=decision.verdict.value, reason=first).inc()
         for guard in blocking:
             self.refusals.labels(guard=guard).inc()
+        if decision.dry_run:
+            self.dry_run_decisions.labels(verdict=decision.verdict.value, guard=first).inc()
+
+    def webhook_rejected(self, path: str, reason: str) -> None:
+        self.webhook_rejections.labels(path=path, reason=reason).inc()
+
+    def reconcile_pass(self, outcome: str, finished_at_unix: float | None = None) -> None:
+        self.reconcile_passes.labels(outcome=outcome).inc()
+        if finished_at_unix is not None:
+            self.reconcile_last_success.set(finished_at_unix)
+
+    def pause_is(self, since_unix: float | None) -> None:
+        """The pause switch as last read: ``since_unix`` when paused, None when not."""
+        self.paused.set(0 if since_unix is None else 1)
+        self.paused_since.set(since_unix or 0)
+
+    def volumes_unreleased_are(self, by_node: dict[str, int]) -> None:
+        """Replace the gauge: VolumeAttachments still attached, per fenced node."""
+        self.volumes_unreleased.clear()
+        for node, attached in by_node.items():
+            self.volumes_unreleased.labels(node=node).set(attached)
 
     def action_executed(self, action: str, result: str) -> None:
         self.actions.labels(action=action, result=result).inc()
