@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         "status", help="what nodefence holds now: fenced nodes, half-written fences, approvals"
     )
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    from nodefence.commands import entry as operator_commands
+
+    operator_commands.register(sub)
     return parser
 
 
@@ -89,6 +92,31 @@ def _print_decisions(decisions: Sequence[Any]) -> None:
     print(json.dumps({"decisions": [decision_to_dict(d) for d in decisions]}, indent=2))
 
 
+def _driver_conflicts(policy: Any, inventory: Any) -> bool:
+    """A rule and an inventory entry naming different drivers: said on stderr, never bridged."""
+    from nodefence.fencing.registry import conflicts
+
+    problems = conflicts(policy, inventory)
+    for problem in problems:
+        print(f"nodefence: invalid fencing configuration: {problem}", file=sys.stderr)
+    return bool(problems)
+
+
+def _fencing_or_exit(settings: Any, policy: Any) -> None:
+    """The inventory and the rules' drivers checked before serving, so a missing fence agent or
+    a rule/entry mismatch stops the start instead of the first fence."""
+    from nodefence.errors import ConfigError
+    from nodefence.runtime import bmc_inventory
+
+    try:
+        inventory = bmc_inventory(settings)
+    except ConfigError as exc:
+        print(f"nodefence: invalid BMC inventory: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if _driver_conflicts(policy, inventory):
+        raise SystemExit(2)
+
+
 def _serve() -> int:
     from nodefence.http.app import run
     from nodefence.observability.logging import configure_logging
@@ -97,6 +125,7 @@ def _serve() -> int:
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
     policy = _policy_or_exit(settings)
+    _fencing_or_exit(settings, policy)
 
     async def main() -> None:
         pipeline = await build_pipeline(settings, policy=policy)
@@ -224,6 +253,8 @@ def _check_config() -> int:
     except ConfigError as exc:
         print(f"nodefence: invalid BMC inventory: {exc}", file=sys.stderr)
         return 2
+    if _driver_conflicts(policy, inventory):
+        return 2
     alertmanager = settings.alertmanager
     report = {
         "settings": settings.masked(),
@@ -237,7 +268,17 @@ def _check_config() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from nodefence.commands.failures import run_command
+
+    return run_command(lambda: _dispatch(argv))
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
+    from nodefence.commands import entry as operator_commands
+
     args = _parser().parse_args(argv)
+    if args.command in operator_commands.COMMANDS:
+        return operator_commands.run(args)
     if args.command == "simulate":
         from nodefence_sim.server import run_from_cli
 

@@ -45,7 +45,6 @@ from nodefence.engine.model import (
     UnfenceAction,
     Verdict,
 )
-from nodefence.engine.render import describe
 from nodefence.engine.volumes import (
     AUTOMATIC_DETACH_FROM,
     VolumeAttachmentFacts,
@@ -54,6 +53,7 @@ from nodefence.engine.volumes import (
 )
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
+from nodefence.fencing.registry import power_driver
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
@@ -61,6 +61,7 @@ from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy, Rule
 from nodefence.power import probe_power
+from nodefence.shell.report import FenceNotifier, Reporter
 
 log = structlog.get_logger(__name__)
 
@@ -72,13 +73,6 @@ SETTLE_POLL_SECONDS = 0.2
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class FenceNotifier(Protocol):
-    """Tells people (Slack) about fences and unfences that were actually written."""
-
-    async def notify(self, decision: Decision, results: list[ActionResult]) -> None:
-        """Best effort: a notification that fails must not fail the action it reports."""
 
 
 class ApprovalRequester(Protocol):
@@ -143,12 +137,20 @@ class Pipeline:
             kube, self.options.namespace, self.options.identity, keep_releases_seconds=keep
         )
         self.events = EventRecorder(kube, self.options.identity)
+        self.reporter = Reporter(metrics, self.events, clock)
         self._pause_refresher: asyncio.Task[None] | None = None
         self._closing = False
         self.approvals: ApprovalRequester | None = None
-        self.notifier: FenceNotifier | None = None
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
+
+    @property
+    def notifier(self) -> FenceNotifier | None:
+        return self.reporter.notifier
+
+    @notifier.setter
+    def notifier(self, notifier: FenceNotifier | None) -> None:
+        self.reporter.notifier = notifier
 
     async def close(self) -> None:
         """Stop the background refresh, then the client. The loop also checks ``_closing``:
@@ -232,7 +234,7 @@ class Pipeline:
         if event.node is None or event.alertname not in self.alert_names:
             empty = Facts(None, None, (), ClusterFacts(total_nodes=0, ready_nodes=0))
             decision = decide(event, empty, self.policy, self.clock())
-            self._log(decision)
+            self.reporter.log_decision(decision)
             return decision
         await self.reader.server_version_string(deadline)
 
@@ -267,7 +269,9 @@ class Pipeline:
                 results.extend(more)
         decision, released = await self._release_volumes(decision, _uid(snapshot), deadline)
         results.extend(released)
-        return await self._record(decision, results, _uid(snapshot), deadline)
+        return await self.reporter.report(
+            decision, results, _uid(snapshot), deadline, fenced=_fenced(results)
+        )
 
     def _reboots(self, decision: Decision) -> bool:
         rule = self.policy.rule_named(decision.rule)
@@ -301,7 +305,7 @@ class Pipeline:
             decision = decider(snapshot)
             if decision.dry_run or not decision.actions:
                 if decision.dry_run:
-                    self._log(decision)
+                    self.reporter.log_decision(decision)
                 return decision, results, snapshot
             commit = await self._commit(decision, snapshot, token, deadline)
             results.extend(commit.results)
@@ -414,14 +418,9 @@ class Pipeline:
         fencing = rule.fencing if rule is not None else None
         budget = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
         timeout = min(fencing.timeout_seconds, budget) if fencing is not None else budget
-        driver = self.inventory.driver_for(action.node) if self.inventory is not None else None
+        driver, detail = power_driver(self.inventory, action.node, action.driver)
         if driver is None:
-            detail = (
-                f"node {action.node} has no BMC in the inventory (NODEFENCE_BMC_INVENTORY)"
-                if self.inventory is not None
-                else "no BMC inventory is configured (NODEFENCE_BMC_INVENTORY)"
-            )
-            self.metrics.power_action(action.driver, action.operation, "unknown")
+            self.reporter.power_unanswered(action)
             evidence = PowerEvidence("unknown", f"{action.driver} BMC", detail)
             return ActionResult(kind, action.node, Outcome.FAILED, detail), evidence
         try:
@@ -440,19 +439,7 @@ class Pipeline:
                 reading = await driver.status(timeout)
         finally:
             await driver.close()
-        outcome = reading.state if action.send or action.operation == "status" else "not-sent"
-        self.metrics.power_action(action.driver, action.operation, outcome)
-        log.info(
-            "power_action",
-            node=action.node,
-            driver=action.driver,
-            action=action.operation,
-            sent=action.send,
-            state=reading.state,
-            bmc_state=reading.raw_state,
-            source=reading.source,
-            detail=reading.detail,
-        )
+        self.reporter.power_reading(action, reading)
         evidence = PowerEvidence(
             reading.state,
             reading.source,
@@ -552,8 +539,12 @@ class Pipeline:
                     decision, _uid(snapshot) or entry.uid, deadline
                 )
                 results.extend(released)
-                decision = await self._record(
-                    decision, results, _uid(snapshot) or entry.uid, deadline
+                decision = await self.reporter.report(
+                    decision,
+                    results,
+                    _uid(snapshot) or entry.uid,
+                    deadline,
+                    fenced=_fenced(results),
                 )
             decisions.append(decision)
         handled = {entry.node for entry in held.entries}
@@ -579,118 +570,10 @@ class Pipeline:
             log.warning("alertmanager_unavailable", error=str(exc))
             return []
 
-    # ------------------------------------------------------------------ record
-    async def _record(
-        self, decision: Decision, results: list[ActionResult], node_uid: str, deadline: Deadline
-    ) -> Decision:
-        """Log, notify, count and put an Event on the Node; the decision comes back with the
-        outcome of its actions."""
-        decision = dataclasses.replace(decision, results=tuple(r.as_dict() for r in results))
-        self._log(decision, results)
-        if self.notifier is not None:
-            await self.notifier.notify(decision, results)
-        for result in results:
-            self.metrics.action_executed(result.action, result.outcome.value)
-            if result.outcome is Outcome.DONE and decision.node is not None:
-                if result.action == "fence":
-                    self.metrics.node_fenced(decision.node, self.clock().timestamp())
-                elif result.action == "unfence":
-                    self.metrics.node_unfenced(decision.node)
-        purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
-        if purged:
-            self.metrics.pod_purged(purged)
-        event = _node_event(decision, results, purged)
-        if event is None or decision.node is None:
-            return decision
-        reason, message, warning = event
-        refusal = reason in REFUSAL_REASONS
-        blocking = next((r.guard for r in decision.reasons if not r.passed), "")
-        await self.events.node_event(
-            # The guard that blocked, not the path it came by: a resolved alert's deferral and
-            # the reconcile pass's a moment later say the same thing.
-            dedupe_key=blocking if refusal else None,
-            node=decision.node,
-            node_uid=node_uid,
-            reason=reason,
-            message=message,
-            warning=warning,
-            deadline=deadline,
-        )
-        return decision
-
-    def _log(self, decision: Decision, results: list[ActionResult] | None = None) -> None:
-        blocking = next((r.guard for r in decision.reasons if not r.passed), "ok")
-        log.info(
-            "decision",
-            node=decision.node,
-            alertname=decision.alertname,
-            fingerprint=decision.fingerprint,
-            status=decision.status,
-            verdict=decision.verdict.value,
-            dry_run=decision.dry_run,
-            reasons=[r.message for r in decision.reasons],
-            blocked_by=None if blocking == "ok" else blocking,
-            results=[r.as_dict() for r in results or []],
-            summary=describe(decision),
-        )
-
 
 def _fenced(results: list[ActionResult]) -> bool:
     return any(r.action == "fence" and r.outcome is Outcome.DONE for r in results)
 
 
-REFUSAL_REASONS = frozenset(
-    {"FenceRefused", "UnfenceRefused", "UnfenceDeferred", "FenceAwaitingApproval"}
-)
-
-
 def _uid(snapshot: Snapshot) -> str:
     return snapshot.facts.node.uid if snapshot.facts.node is not None else ""
-
-
-def _node_event(
-    decision: Decision, results: list[ActionResult], purged: int
-) -> tuple[str, str, bool] | None:
-    """The Event an operator sees in ``kubectl describe node``; None when nothing happened that
-    is worth a line (a repeated alert for a node already handled)."""
-    fenced = any(r.action == "fence" and r.outcome is Outcome.DONE for r in results)
-    released = sum(1 for r in results if r.action == "release-volume" and r.outcome is Outcome.DONE)
-    unfenced = any(r.action == "unfence" and r.outcome is Outcome.DONE for r in results)
-    failed = [r for r in results if r.outcome is Outcome.FAILED]
-    blocked = [r for r in decision.reasons if not r.passed]
-    powered_on = [r for r in results if r.action == "power-on"]
-    rebooted = f"; power-on sent through its BMC ({powered_on[0].detail})" if powered_on else ""
-    if fenced:
-        volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
-        verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
-        return (
-            "NodeFenced",
-            f"out-of-service taint applied; {purged} pods purged{volumes}{rebooted}. {verdict}",
-            True,
-        )
-    if powered_on:
-        return ("NodePoweredOn", f"fenced node powered on again{rebooted}", False)
-    if unfenced:
-        return ("NodeUnfenced", "out-of-service taint removed: " + decision.summary, False)
-    let_go = [r for r in results if r.action == "release" and r.outcome is Outcome.DONE]
-    if failed:
-        details = "; ".join(f"{r.target}: {r.detail}" for r in failed[:5])
-        return ("NodefenceActionFailed", details, True)
-    if let_go and not unfenced:
-        return ("FenceReleased", f"nodefence let go of its fence: {let_go[0].detail}", True)
-    if purged:
-        return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0", True)
-    if released:
-        return (
-            "VolumesReleased",
-            f"{released} VolumeAttachment(s) of the fenced node deleted",
-            True,
-        )
-    if decision.verdict is Verdict.DEFERRED:
-        return ("UnfenceDeferred", decision.summary, False)
-    if decision.verdict in (Verdict.NOOP, Verdict.SKIP, Verdict.AWAIT_APPROVAL) and blocked:
-        reason = "FenceRefused" if decision.status == AlertStatus.FIRING.value else "UnfenceRefused"
-        if decision.verdict is Verdict.AWAIT_APPROVAL:
-            reason = "FenceAwaitingApproval"
-        return (reason, decision.summary, True)
-    return None

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nodefence.engine.labels import SelectorError, parse_selector
+from nodefence.fencing.registry import POWER_DRIVERS
 
 DEFAULT_ALERT_NAMES = ("KubeNodeNotReady", "KubeNodeUnreachable", "NodefenceNodeNotReady")
 
@@ -63,8 +64,8 @@ class RuleMatch(_Model):
         return value
 
 
-FencingDriver = Literal["redfish", "ipmi", "annotation", "http", "none"]
-POWER_DRIVERS = ("redfish", "ipmi")
+# The names are the driver registry's (nodefence.fencing.registry; a test keeps them equal).
+FencingDriver = Literal["redfish", "ipmi", "fence-agent", "annotation", "http", "none"]
 
 
 class Fencing(_Model):
@@ -72,7 +73,9 @@ class Fencing(_Model):
 
     ``redfish`` and ``ipmi`` ask the node's BMC (from the BMC inventory): ``verify`` only reads
     its power state, ``off`` powers it off first and reads it back until it reports Off,
-    ``reboot`` does the same and powers it on again after the purge. ``annotation``: external
+    ``reboot`` does the same and powers it on again after the purge. ``fence-agent`` does the
+    same through the node's ClusterLabs fence agent, whose proof is only a separate ``status``
+    run exiting 2 (and ``reboot`` is never the agent's own reboot). ``annotation``: external
     fencing writes ``annotation`` = "off" (or "true") on the ConfigMap ``nodefence-power.<node>``
     in nodefence's namespace, after the machine went off; never on the Node, whose own
     credentials could write it (S12). ``http``: GET ``url``
@@ -100,7 +103,7 @@ class Fencing(_Model):
             raise ValueError("url is required (http or https) when driver is http")
         if self.driver not in POWER_DRIVERS and self.action != "off":
             raise ValueError(
-                f"action {self.action} needs a BMC (driver redfish or ipmi); driver "
+                f"action {self.action} needs a BMC (driver {' or '.join(POWER_DRIVERS)}); driver "
                 f"{self.driver} only reads proof"
             )
         return self
@@ -122,7 +125,8 @@ def _legacy_proof(rule: dict[str, Any]) -> dict[str, Any]:
     if mode == "none":
         raise ValueError(
             "power_off_proof mode none is replaced by fencing.driver: none (an explicit choice "
-            "to fence on inference alone) or a real driver (redfish, ipmi, annotation, http)"
+            "to fence on inference alone) or a real driver (redfish, ipmi, fence-agent, "
+            "annotation, http)"
         )
     converted: dict[str, Any] = {"driver": mode}
     for key in ("annotation", "url", "timeout_seconds"):

@@ -98,7 +98,7 @@ BAD = [
     ),
     (
         f"nodes:\n  w1: {{driver: amt, address: b, username: u, password: {SECRET}}}\n",
-        "nodes.w1: unknown driver (use redfish or ipmi)",
+        "nodes.w1: unknown driver (use redfish, ipmi or fence-agent)",
     ),
     (
         f"nodes:\n  w1: {{address: b, username: u, password: {SECRET}}}\n",
