@@ -1,0 +1,176 @@
+"""What nodefence says about what it did, and in which words: the log line, the metrics, the
+Event on the Node an operator reads in ``kubectl describe node``, and the notice for people.
+
+Every decision passes through here once, after its actions ran, so the words an operator sees
+are chosen in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime
+from typing import Protocol
+
+import structlog
+
+from nodefence.actions.executor import ActionResult, Outcome
+from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
+from nodefence.engine.render import describe
+from nodefence.fencing.model import PowerReading
+from nodefence.kube.client import Deadline
+from nodefence.kube.events import EventRecorder
+from nodefence.observability.metrics import Metrics
+
+log = structlog.get_logger(__name__)
+
+REFUSAL_REASONS = frozenset(
+    {"FenceRefused", "UnfenceRefused", "UnfenceDeferred", "FenceAwaitingApproval"}
+)
+
+
+class FenceNotifier(Protocol):
+    """Tells people (Slack) about fences and unfences that were actually written."""
+
+    async def notify(self, decision: Decision, results: list[ActionResult]) -> None:
+        """Best effort: a notification that fails must not fail the action it reports."""
+
+
+class Reporter:
+    def __init__(
+        self,
+        metrics: Metrics,
+        events: EventRecorder,
+        clock: Callable[[], datetime],
+        notifier: FenceNotifier | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.events = events
+        self.clock = clock
+        self.notifier = notifier
+
+    async def report(
+        self,
+        decision: Decision,
+        results: list[ActionResult],
+        node_uid: str,
+        deadline: Deadline,
+        *,
+        fenced: bool,
+    ) -> Decision:
+        """Log, notify, count and put an Event on the Node; the decision comes back with the
+        outcome of its actions. ``fenced``: this request's taint write went through."""
+        decision = dataclasses.replace(decision, results=tuple(r.as_dict() for r in results))
+        self.log_decision(decision, results)
+        if self.notifier is not None:
+            await self.notifier.notify(decision, results)
+        for result in results:
+            self.metrics.action_executed(result.action, result.outcome.value)
+            if result.outcome is Outcome.DONE and decision.node is not None:
+                if result.action == "fence":
+                    self.metrics.node_fenced(decision.node, self.clock().timestamp())
+                elif result.action == "unfence":
+                    self.metrics.node_unfenced(decision.node)
+        purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
+        if purged:
+            self.metrics.pod_purged(purged)
+        event = node_event(decision, results, purged, fenced=fenced)
+        if event is None or decision.node is None:
+            return decision
+        reason, message, warning = event
+        refusal = reason in REFUSAL_REASONS
+        blocking = next((r.guard for r in decision.reasons if not r.passed), "")
+        await self.events.node_event(
+            # The guard that blocked, not the path it came by: a resolved alert's deferral and
+            # the reconcile pass's a moment later say the same thing.
+            dedupe_key=blocking if refusal else None,
+            node=decision.node,
+            node_uid=node_uid,
+            reason=reason,
+            message=message,
+            warning=warning,
+            deadline=deadline,
+        )
+        return decision
+
+    def log_decision(self, decision: Decision, results: list[ActionResult] | None = None) -> None:
+        blocking = next((r.guard for r in decision.reasons if not r.passed), "ok")
+        log.info(
+            "decision",
+            node=decision.node,
+            alertname=decision.alertname,
+            fingerprint=decision.fingerprint,
+            status=decision.status,
+            verdict=decision.verdict.value,
+            dry_run=decision.dry_run,
+            reasons=[r.message for r in decision.reasons],
+            blocked_by=None if blocking == "ok" else blocking,
+            results=[r.as_dict() for r in results or []],
+            summary=describe(decision),
+        )
+
+    def power_unanswered(self, action: PowerAction) -> None:
+        """A BMC step that could not even be tried (no BMC to ask)."""
+        self.metrics.power_action(action.driver, action.operation, "unknown")
+
+    def power_reading(self, action: PowerAction, reading: PowerReading) -> None:
+        outcome = reading.state if action.send or action.operation == "status" else "not-sent"
+        self.metrics.power_action(action.driver, action.operation, outcome)
+        log.info(
+            "power_action",
+            node=action.node,
+            driver=action.driver,
+            action=action.operation,
+            sent=action.send,
+            state=reading.state,
+            bmc_state=reading.raw_state,
+            source=reading.source,
+            detail=reading.detail,
+        )
+
+
+def node_event(
+    decision: Decision, results: list[ActionResult], purged: int, *, fenced: bool
+) -> tuple[str, str, bool] | None:
+    """The Event an operator sees in ``kubectl describe node``; None when nothing happened that
+    is worth a line (a repeated alert for a node already handled)."""
+    released = sum(1 for r in results if r.action == "release-volume" and r.outcome is Outcome.DONE)
+    unfenced = any(r.action == "unfence" and r.outcome is Outcome.DONE for r in results)
+    failed = [r for r in results if r.outcome is Outcome.FAILED]
+    blocked = [r for r in decision.reasons if not r.passed]
+    powered_on = [r for r in results if r.action == "power-on"]
+    rebooted = f"; power-on sent through its BMC ({powered_on[0].detail})" if powered_on else ""
+    if fenced:
+        volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
+        verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
+        return (
+            "NodeFenced",
+            f"out-of-service taint applied; {purged} pods purged{volumes}{rebooted}. {verdict}",
+            True,
+        )
+    if powered_on:
+        return ("NodePoweredOn", f"fenced node powered on again{rebooted}", False)
+    if unfenced:
+        return ("NodeUnfenced", "out-of-service taint removed: " + decision.summary, False)
+    let_go = [r for r in results if r.action == "release" and r.outcome is Outcome.DONE]
+    if failed:
+        details = "; ".join(f"{r.target}: {r.detail}" for r in failed[:5])
+        return ("NodefenceActionFailed", details, True)
+    if let_go and not unfenced:
+        return ("FenceReleased", f"nodefence let go of its fence: {let_go[0].detail}", True)
+    if purged:
+        return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0", True)
+    if released:
+        return (
+            "VolumesReleased",
+            f"{released} VolumeAttachment(s) of the fenced node deleted",
+            True,
+        )
+    if decision.verdict is Verdict.DEFERRED:
+        return ("UnfenceDeferred", decision.summary, False)
+    if decision.verdict in (Verdict.NOOP, Verdict.SKIP, Verdict.AWAIT_APPROVAL) and blocked:
+        reason = "FenceRefused" if decision.status == AlertStatus.FIRING.value else "UnfenceRefused"
+        if decision.verdict is Verdict.AWAIT_APPROVAL:
+            reason = "FenceAwaitingApproval"
+        return (reason, decision.summary, True)
+    return None
