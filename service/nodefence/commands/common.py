@@ -1,0 +1,99 @@
+"""What the operator's commands share: the person running them, a pipeline that finds out at
+once whether the cluster answers, and writes to nodefence's own ConfigMaps.
+
+A command run at 3 a.m. against an API server that does not answer should say so within
+seconds, not after the receiver's whole request deadline: the first request gets
+``CONNECT_SECONDS``, and the work after it the usual deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
+from nodefence.kube.events import COMPONENT
+from nodefence.pipeline import Pipeline
+from nodefence.policy import Policy
+from nodefence.settings import Settings
+
+CONNECT_SECONDS = 5.0
+
+
+def operator_identity() -> str:
+    """Who runs the command, as this machine knows them (``user@host``). The API server's audit
+    log holds the authenticated user; this is what the record and the Event show."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = os.environ.get("USER") or "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+async def check_reachable(pipeline: Pipeline, settings: Settings) -> str:
+    """The API server's version, asked with a short deadline: an unreachable cluster is one
+    clear error within seconds. The reader keeps the answer, so it costs no extra request."""
+    seconds = min(CONNECT_SECONDS, settings.request_deadline_seconds)
+    return await pipeline.reader.server_version_string(Deadline(seconds))
+
+
+@contextlib.asynccontextmanager
+async def connected_pipeline(settings: Settings, policy: Policy) -> AsyncIterator[Pipeline]:
+    """A pipeline whose cluster answered; closed however the command ends."""
+    from nodefence.runtime import build_pipeline
+
+    pipeline = await build_pipeline(settings, policy=policy)
+    try:
+        await check_reachable(pipeline, settings)
+        yield pipeline
+    finally:
+        await pipeline.close()
+
+
+async def namespace_event(
+    kube: KubeClient,
+    *,
+    namespace: str,
+    kind: str,
+    name: str,
+    uid: str,
+    reason: str,
+    message: str,
+    identity: str,
+    deadline: Deadline,
+) -> bool:
+    """An Event on an object of nodefence's namespace (the pause ConfigMap), so ``kubectl
+    describe`` keeps the history the object's current state does not. Best effort: the change
+    it describes is already written."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    involved: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "name": name}
+    involved["namespace"] = namespace
+    if uid:
+        involved["uid"] = uid
+    event: Json = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.nodefence.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Normal",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": identity,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        await kube.create_event(namespace, event, deadline)
+    except (KubeError, ClusterUnavailableError):
+        return False
+    return True

@@ -1,0 +1,121 @@
+"""The operator's subcommands on the ``nodefence`` command line: their arguments and how each
+runs. Imports are deferred as in ``nodefence.cli``, so registering them costs nothing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+COMMANDS = ("explain", "release", "pause", "resume")
+
+
+def register(sub: Any) -> None:
+    """Add the operator's subcommands to the ``nodefence`` parser's subparsers."""
+    explain = sub.add_parser(
+        "explain",
+        help="the decision a firing KubeNodeNotReady alert for NODE would get now, with every "
+        "guard's reason; makes no write and no power action",
+    )
+    explain.add_argument("node", help="the node's name")
+    explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    explain.add_argument(
+        "--alert",
+        default="KubeNodeNotReady",
+        help="the alert to explain (default KubeNodeNotReady; any name the policy handles)",
+    )
+    explain.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an alert label to add or override (for rules that match on alert labels)",
+    )
+
+    release = sub.add_parser(
+        "release",
+        help="let go of a fence nodefence applied: its taint, its nodefence.io/ annotations, "
+        "its fence record entry; refuses a taint nodefence did not apply",
+    )
+    release.add_argument("node", help="the fenced node's name")
+    release.add_argument("--reason", required=True, help="why (kept in the record and Event)")
+    release.add_argument("--by", help="who releases it (default: user@host of this machine)")
+    release.add_argument(
+        "--yes",
+        action="store_true",
+        help="release even though the node is still NotReady (read what that means first)",
+    )
+    release.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+    pause = sub.add_parser(
+        "pause", help="pause nodefence cluster-wide: no fence, purge or unfence until resumed"
+    )
+    pause.add_argument("--reason", required=True, help="why (shown by status and in the Event)")
+    pause.add_argument("--by", help="who pauses (default: user@host of this machine)")
+    pause.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+    resume = sub.add_parser("resume", help="lift the cluster-wide pause")
+    resume.add_argument("--by", help="who resumes (default: user@host of this machine)")
+    resume.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    from nodefence.commands.failures import CommandRefusedError
+
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CommandRefusedError(f"--label {pair!r}: expected KEY=VALUE")
+        labels[key.strip()] = value
+    return labels
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from nodefence.cli import _policy_or_exit, _settings
+    from nodefence.commands import explain
+    from nodefence.commands.common import connected_pipeline
+    from nodefence.commands.failures import CommandRefusedError
+    from nodefence.observability.logging import configure_logging
+
+    settings = _settings(auth_disabled=True, log_level="warning")
+    configure_logging(settings.log_format, settings.log_level, stream=_stderr())
+    policy = _policy_or_exit(settings)
+    if args.alert not in policy.alerts.names:
+        raise CommandRefusedError(
+            f"the policy does not handle alert {args.alert} (alerts.names: "
+            f"{', '.join(policy.alerts.names)}); pass --alert with one of those"
+        )
+    extra = _labels(args.label)
+    reading = policy.model_copy(update={"dry_run": True})
+
+    async def main() -> dict[str, Any]:
+        async with connected_pipeline(settings, reading) as pipeline:
+            alert, why = (
+                (None, "labels given with --label")
+                if extra
+                else await explain.firing_alert(settings, policy, args.node, args.alert)
+            )
+            if alert is None:
+                alert = explain.synthesized_alert(policy, args.node, args.alert, extra, why)
+            return await explain.explain(pipeline, alert, configured_dry_run=policy.dry_run)
+
+    report = asyncio.run(main())
+    if args.output == "json":
+        print(json.dumps(explain.public(report), indent=2))
+    else:
+        print(explain.as_text(report))
+    return 0
+
+
+def _stderr() -> Any:
+    import sys
+
+    return sys.stderr
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "explain":
+        return _explain(args)
+    raise SystemExit(f"nodefence: {args.command} is not implemented")
