@@ -19,7 +19,8 @@ from typing import Protocol
 
 import structlog
 
-from nodefence.actions.executor import ActionResult, Executor, Outcome
+from nodefence.actions.executor import ActionResult, Executor, Outcome, taint_written
+from nodefence.actions.power_binding import bind_machine
 from nodefence.actions.record import RecordWriter
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
@@ -53,7 +54,6 @@ from nodefence.engine.volumes import (
 )
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
-from nodefence.fencing.registry import power_driver
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
@@ -61,6 +61,7 @@ from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy, Rule
 from nodefence.power import probe_power
+from nodefence.shell.power_step import PowerStep
 from nodefence.shell.report import FenceNotifier, Reporter
 
 log = structlog.get_logger(__name__)
@@ -106,7 +107,6 @@ class _Commit:
 Decider = Callable[[Snapshot], Decision]
 
 HOUSEKEEPING = (ReleaseAction, ObserveReadyAction)
-POWER_MARGIN_SECONDS = 2.0
 
 
 class Pipeline:
@@ -138,6 +138,7 @@ class Pipeline:
         )
         self.events = EventRecorder(kube, self.options.identity)
         self.reporter = Reporter(metrics, self.events, clock)
+        self.power_step = PowerStep(policy, inventory, self.records, self.reporter)
         self._pause_refresher: asyncio.Task[None] | None = None
         self._closing = False
         self.approvals: ApprovalRequester | None = None
@@ -293,7 +294,7 @@ class Pipeline:
         results: list[ActionResult] = []
         power: PowerEvidence | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
-            snapshot = await self.reader.read(name, deadline)
+            snapshot = bind_machine(await self.reader.read(name, deadline), self.inventory)
             if prepare is not None:
                 snapshot = await prepare(snapshot)
             if power is not None:
@@ -329,6 +330,7 @@ class Pipeline:
         fenced_at: datetime | None = None
         fenced_node: Json | None = None
         fenced_effect = ""
+        claimed: fence_record.FenceEntry | None = None
         purges = [a for a in decision.actions if isinstance(a, PurgePodAction)]
         for action in decision.actions:
             if isinstance(action, PurgePodAction):
@@ -337,6 +339,7 @@ class Pipeline:
             if isinstance(action, ClaimAction):
                 result = await self.records.claim(action, snapshot.record_data, token, deadline)
                 claim = action
+                claimed = dataclasses.replace(action.entry, claimed_by=token)
             elif isinstance(action, FenceAction):
                 assert snapshot.node is not None
                 written = await self.executor.fence(snapshot.node, action, deadline)
@@ -348,7 +351,13 @@ class Pipeline:
                     results.append(await self._roll_back(claim, token, result, deadline))
                     return _Commit(results)
             elif isinstance(action, ConfirmAction):
-                result = await self.records.confirm(action, token, fenced_at, deadline)
+                result = await self.records.confirm(
+                    action,
+                    token,
+                    fenced_at,
+                    deadline,
+                    taint=taint_written(fenced_node, fenced_effect),
+                )
                 if result.outcome is Outcome.SKIPPED and fenced_node is not None:
                     results.append(result)
                     results.append(
@@ -361,8 +370,16 @@ class Pipeline:
             elif isinstance(action, ReleaseAction):
                 result = await self.records.release(action, deadline)
             elif isinstance(action, PowerAction):
-                result, evidence = await self._power(action, decision, token, deadline)
+                # S7: the power step moves on only the entry this very commit claimed.
+                step = action
+                if action.entry is None and claimed is not None:
+                    step = dataclasses.replace(action, entry=claimed)
+                result, evidence = await self.power_step.run(
+                    step, decision, token, deadline, facts=snapshot.facts
+                )
                 results.append(result)
+                if result.outcome is Outcome.CONFLICT:
+                    return _Commit(results, again=True)
                 if action.operation == "on" or evidence is None:
                     return _Commit(results)
                 return _Commit(results, power=evidence, again=True)
@@ -406,50 +423,6 @@ class Pipeline:
         return dataclasses.replace(
             result, action="undo-fence", detail=result.detail or "claim lost; taint taken off"
         )
-
-    async def _power(
-        self, action: PowerAction, decision: Decision, token: str, deadline: Deadline
-    ) -> tuple[ActionResult, PowerEvidence | None]:
-        """One BMC step. The record says the action is sent before it is sent; only a state
-        read back from the BMC becomes evidence, and a BMC that cannot be reached, refuses the
-        credentials or never reports the state asked for is no proof."""
-        kind = f"power-{action.operation}"
-        rule = self.policy.rule_named(decision.rule)
-        fencing = rule.fencing if rule is not None else None
-        budget = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
-        timeout = min(fencing.timeout_seconds, budget) if fencing is not None else budget
-        driver, detail = power_driver(self.inventory, action.node, action.driver)
-        if driver is None:
-            self.reporter.power_unanswered(action)
-            evidence = PowerEvidence("unknown", f"{action.driver} BMC", detail)
-            return ActionResult(kind, action.node, Outcome.FAILED, detail), evidence
-        try:
-            if action.send:
-                claim = action.claimed_by or (token if action.operation != "on" else "")
-                marked = await self.records.power_sent(
-                    action.node, action.node_uid, claim, action.operation, deadline
-                )
-                if marked.outcome is not Outcome.DONE:
-                    return dataclasses.replace(marked, action=kind), None
-            if action.operation == "on":
-                reading = await driver.power_on(timeout)
-            elif action.operation == "off" and action.send:
-                reading = await driver.power_off(timeout)
-            else:
-                reading = await driver.status(timeout)
-        finally:
-            await driver.close()
-        self.reporter.power_reading(action, reading)
-        evidence = PowerEvidence(
-            reading.state,
-            reading.source,
-            reading.detail,
-            action_sent=action.send or action.operation == "off",
-        )
-        said = f"{reading.source} reports {reading.raw_state or reading.state}"
-        done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
-        detail = f"{said}: {reading.detail}" if reading.detail else said
-        return ActionResult(kind, action.node, done, detail), evidence
 
     async def _with_power(
         self, event: AlertEvent, snapshot: Snapshot, deadline: Deadline
