@@ -172,6 +172,17 @@ async def until(
         await asyncio.sleep(interval)
 
 
+# Both are answered 503 with Retry-After, and Alertmanager delivers again: a pass that ran out of
+# its request deadline (a busy machine), and one whose API calls the deadline cut short.
+RETRIED_PROBLEMS = ("deadline-exceeded", "cluster-unavailable")
+
+
+def retried_problem(status: int, body: dict[str, Any]) -> bool:
+    """The answer is a 503 that Alertmanager (or the next reconcile pass) would retry."""
+    kind = str(body.get("type", "")).rsplit(":", 1)[-1]
+    return status == 503 and kind in RETRIED_PROBLEMS
+
+
 # The simulated machines have no BMC in these tests: the rule fences on inference alone.
 INFERENCE_POLICY = Path(__file__).with_name("inference-policy.yaml")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from nodefence_sim.faults import FaultRule
 from nodefence_sim.resources import NODES, PODS
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle
@@ -25,6 +25,7 @@ from .support import (
     names_on,
     orphans,
     pod_uids_off,
+    retried_problem,
     successful,
     until,
 )
@@ -132,9 +133,13 @@ async def test_endless_conflicts_answer_503_and_redelivery_fences(
 
 
 async def _change_node_during_fence_write(cluster: SimulatorHandle, change: str) -> dict[str, Any]:
-    """Hold the fence PATCH in the server for a moment and change the node meanwhile, so the
-    write lands on a resourceVersion other than the one it was decided on."""
-    slow = cluster.faults.slow(0.5, verbs=("update",), path="/api/v1/nodes/*")
+    """Hold the fence write in the server for a moment and change the node meanwhile, so the
+    write lands on a resourceVersion other than the one it was decided on. The write is held
+    for 40 times the poll's interval, so the change lands first on a busy machine too."""
+    cursor = cluster.faults.cursor
+    slow = cluster.faults.add(
+        FaultRule("latency", frozenset({"update"}), "/api/v1/nodes/*", count=1, latency=2.0)
+    )
     async with start_receiver(cluster) as receiver:
         pending = asyncio.create_task(receiver.alert(firing(NODE)))
         await eventually(lambda: slow.hits >= 1)
@@ -145,6 +150,8 @@ async def _change_node_during_fence_write(cluster: SimulatorHandle, change: str)
             current["metadata"]["labels"]["example.org/rack"] = "r7"
             cluster.sim.store.update(NODES, None, NODE, current)
         [decision] = await pending
+    writes = [r.status for r in cluster.faults.requests(cursor) if r.verb == "update"]
+    assert writes[0] == 409, f"the held write must meet the changed node: {writes}"
     return decision
 
 
@@ -186,33 +193,42 @@ async def test_connection_resets_are_retried(cluster: SimulatorHandle, dead: Bef
 async def test_hanging_request_times_out_and_is_retried(
     cluster: SimulatorHandle, dead: Before
 ) -> None:
-    cluster.faults.hang_seconds = 3.0
+    # The server holds the write far longer than the client's 0.5 s call timeout, and far
+    # longer than the whole fence takes even on a slow machine.
+    cluster.faults.hang_seconds = 8.0
     cluster.faults.hang(1, verbs=("update",), path="/api/v1/nodes/*")
-    async with start_receiver(cluster) as receiver:
-        receiver.pipeline.kube.call_timeout = 0.5
-        started = time.monotonic()
-        [decision] = await receiver.alert(firing(NODE))
-        elapsed = time.monotonic() - started
-    assert decision["verdict"] == "fence", decision
-    assert elapsed < 3.0, "the client must not wait for the server to give up"
-    dead.check(cluster)
 
-    def hung_request_finished() -> list[int]:
+    def fence_writes() -> list[int]:
+        # Requests are logged on arrival (status 0) and completed when answered.
         return [
             r.status
             for r in cluster.faults.requests(dead.cursor)
             if (r.method, r.path) == ("PUT", PATCH_NODE)
         ]
 
-    # Requests are logged on arrival (status 0) and completed when answered.
-    await eventually(lambda: sorted(hung_request_finished()) == [200, 504], within=6)
+    async with start_receiver(cluster) as receiver:
+        receiver.pipeline.kube.call_timeout = 0.5
+        [decision] = await receiver.alert(firing(NODE))
+        # The client gave up on the hung write and fenced with a retry while the server still
+        # held the first one: it did not wait for the server to give up.
+        assert fence_writes() == [0, 200], "the client must not wait for the server to give up"
+    assert decision["verdict"] == "fence", decision
     dead.check(cluster)
+    # The abandoned write ends in the server's own timeout and changes nothing.
+    await eventually(lambda: sorted(fence_writes()) == [200, 504], within=60)
+    dead.check(cluster)
+
+
+# The request deadline of the tests that take the API down: the 503 comes from it while the API
+# is down, and the whole fence of the node (taint and 18 purges, well under a second here) fits in
+# it many times over on a machine twice as slow with another process busy on a core.
+DOWN_DEADLINE = 5.0
 
 
 async def test_api_down_past_the_deadline_answers_503_then_redelivery_fences(
     cluster: SimulatorHandle, dead: Before
 ) -> None:
-    async with start_receiver(cluster, deadline_seconds=1.5) as receiver:
+    async with start_receiver(cluster, deadline_seconds=DOWN_DEADLINE) as receiver:
         cluster.faults.down(30)
         async with receiver.session.post(
             receiver.url + "/alerts",
@@ -259,7 +275,7 @@ async def test_api_down_right_after_the_taint_then_reconcile_finishes(
     cluster: SimulatorHandle, dead: Before
 ) -> None:
     _go_down_after(cluster, node_tainted=True, pods_deleted=0)
-    async with start_receiver(cluster, deadline_seconds=2) as receiver:
+    async with start_receiver(cluster, deadline_seconds=DOWN_DEADLINE) as receiver:
         status, body = await receiver.post("/alerts", firing(NODE))
         assert status == 503, body
         assert len(oos_taints(cluster, NODE)) == 1
@@ -268,11 +284,13 @@ async def test_api_down_right_after_the_taint_then_reconcile_finishes(
         cluster.faults.clear()
 
         async def reconciled() -> bool:
-            status, _body = await receiver.post("/reconcile", {})
-            assert status == 200
-            return not terminating_on(cluster, NODE)
+            status, body = await receiver.post("/reconcile", {})
+            # A pass that overran its deadline on a busy machine answers 503 and the next pass
+            # carries on where it stopped; any other answer fails at once.
+            assert status == 200 or retried_problem(status, body), (status, body)
+            return status == 200 and not terminating_on(cluster, NODE)
 
-        await until(reconciled, within=10, interval=0.2)
+        await until(reconciled, within=60, interval=0.2)
     dead.check(cluster)
 
 
@@ -282,7 +300,7 @@ async def test_api_down_midway_through_the_purge_then_redelivery_finishes(
     stuck = {p["metadata"]["uid"] for p in terminating_on(cluster, NODE)}
     assert len(stuck) > 3
     _go_down_after(cluster, node_tainted=False, pods_deleted=3)
-    async with start_receiver(cluster, deadline_seconds=2) as receiver:
+    async with start_receiver(cluster, deadline_seconds=DOWN_DEADLINE) as receiver:
         status, body = await receiver.post("/alerts", firing(NODE))
         assert status == 503, body
         left = stuck & {p["metadata"]["uid"] for p in terminating_on(cluster, NODE)}
