@@ -109,6 +109,36 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release(args: argparse.Namespace) -> int:
+    from nodefence.cli import _policy_or_exit, _settings
+    from nodefence.commands import release
+    from nodefence.commands.common import connected_pipeline, operator_identity
+    from nodefence.kube.client import Deadline
+    from nodefence.observability.logging import configure_logging
+
+    settings = _settings(auth_disabled=True, log_level="warning")
+    configure_logging(settings.log_format, settings.log_level, stream=_stderr())
+    policy = _policy_or_exit(settings)
+
+    async def main() -> dict[str, Any]:
+        async with connected_pipeline(settings, policy) as pipeline:
+            return await release.release(
+                pipeline.kube,
+                policy,
+                namespace=settings.namespace,
+                identity=settings.identity,
+                name=args.node,
+                reason=args.reason,
+                by=args.by or operator_identity(),
+                confirmed=args.yes,
+                deadline=Deadline(settings.request_deadline_seconds),
+            )
+
+    report = asyncio.run(main())
+    print(json.dumps(report, indent=2) if args.output == "json" else release.as_text(report))
+    return 0
+
+
 def _stderr() -> Any:
     import sys
 
@@ -118,4 +148,6 @@ def _stderr() -> Any:
 def run(args: argparse.Namespace) -> int:
     if args.command == "explain":
         return _explain(args)
+    if args.command == "release":
+        return _release(args)
     raise SystemExit(f"nodefence: {args.command} is not implemented")
