@@ -7,6 +7,10 @@ its last sign of life "now" and hide how long it has been dead); ``On`` brings i
 with a reboot does, so the node returns with a new bootID. A kubelet started again from the control
 surface means the machine is running, so the system reads ``On`` again.
 
+Each system reports its machine's SMBIOS ``UUID``, the Node's ``systemUUID``, as real hardware
+does. A BMC can be made to lie (``SimBmcs.lying``): it accepts ``ForceOff``, reports ``Off`` and
+leaves the machine running, the fault a false power-off proof comes from.
+
 Credentials are generated per simulator; basic auth and sessions (``X-Auth-Token``) both work, so
 both paths of a Redfish client can be exercised against it.
 """
@@ -24,6 +28,7 @@ import yaml
 from aiohttp import BasicAuth, web
 from pydantic import SecretStr
 
+from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.errors import ApiError
 from nodefence_sim.simulation import Simulation
 
@@ -47,6 +52,10 @@ class SimBmcs:
     powered_off: set[str] = field(default_factory=set)
     # Every reset posted, in order, as (node, ResetType): tests count actions with it.
     resets: list[tuple[str, str]] = field(default_factory=list)
+    # Machines whose BMC lies: a power-off is accepted and reported done, the machine runs on.
+    lying: set[str] = field(default_factory=set)
+    # Machines the lying BMCs claim are off.
+    claimed_off: set[str] = field(default_factory=set)
 
 
 def bmcs_of(sim: object) -> SimBmcs:
@@ -74,6 +83,8 @@ def _power_state(sim: Simulation, bmcs: SimBmcs, name: str) -> str:
     """Off or On; an unknown node raises the simulator's not-found error."""
     if sim.node_state(name)["kubelet"] == "up":
         bmcs.powered_off.discard(name)
+    if name in bmcs.lying and name in bmcs.claimed_off:
+        return "Off"
     return "Off" if name in bmcs.powered_off else "On"
 
 
@@ -85,6 +96,7 @@ def _system(sim: Simulation, bmcs: SimBmcs, name: str) -> dict[str, Any]:
         "Id": name,
         "Name": name,
         "SystemType": "Physical",
+        "UUID": system_uuid(name),
         "PowerState": _power_state(sim, bmcs, name),
         "Actions": {
             "#ComputerSystem.Reset": {
@@ -98,6 +110,12 @@ def _system(sim: Simulation, bmcs: SimBmcs, name: str) -> dict[str, Any]:
 def _reset(sim: Simulation, bmcs: SimBmcs, name: str, reset_type: str) -> None:
     state = _power_state(sim, bmcs, name)
     bmcs.resets.append((name, reset_type))
+    if name in bmcs.lying:
+        if reset_type in ("ForceOff", "GracefulShutdown"):
+            bmcs.claimed_off.add(name)
+        else:
+            bmcs.claimed_off.discard(name)
+        return
     if reset_type in ("ForceOff", "GracefulShutdown", "ForceRestart") and state == "On":
         if sim.node_state(name)["kubelet"] == "up":
             sim.node_down(name)

@@ -174,6 +174,23 @@ class RecordWriter:
             f"power-{operation}", node, uid, sent, deadline, claimed_by=claimed_by
         )
 
+    async def proof(
+        self,
+        node: str,
+        uid: str,
+        claimed_by: str,
+        text_at: Callable[[datetime], str],
+        deadline: Deadline,
+    ) -> ActionResult:
+        """The power-off proof, written into the claimed entry before the taint, so a replica
+        that dies between taint and confirm leaves it in the record. ``text_at`` words it with
+        the API server's time of this very write."""
+
+        def proven(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            return fence_record.with_entry(record, dataclasses.replace(entry, proof=text_at(now)))
+
+        return await self._change("proof", node, uid, proven, deadline, claimed_by=claimed_by)
+
     async def observe(self, action: ObserveReadyAction, deadline: Deadline) -> ActionResult:
         def seen(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
             observed = dataclasses.replace(

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import guards, mirror
+from nodefence.engine import guards, machine, mirror
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
@@ -378,6 +378,8 @@ def _proof_text(facts: Facts, rule: Rule, approved: Approval | None) -> str:
     if fencing.driver == "annotation":
         written = f", written at {instant(power.at)}" if power.at is not None else ""
         return f"{power.source} said {power.detail}{written}"
+    if fencing.powers and facts.node is not None:
+        return machine.proof_text(power, machine.bound_to_node(facts.node, facts, power))
     when = f" at {instant(power.at)}" if power.at is not None else ""
     sent = "after nodefence powered it off, " if power.action_sent else ""
     return f"{power.source} reported Off ({sent}read back{when})"
@@ -449,6 +451,14 @@ def _fresh(
     power = None if ask_bmc else guards.powered_off(node, facts.lease, facts.power, rule)
     if power is not None and not (by_approval and not power.passed):
         record.extend(power)
+    if fencing is not None and fencing.powers:
+        # S10: the proof must come from this node's machine; judged before the BMC is asked
+        # (a target two nodes share) and on what it reported with the proof.
+        record.extend(
+            machine.binding_reason(node, facts)
+            if facts.power is None
+            else machine.bound_to_node(node, facts, facts.power)
+        )
     flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, record.now)
     record.extend(flap)
     refused: Decision | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodefence.engine.identity import MachineBinding, Reported
 from nodefence.engine.record import FenceEntry, FenceRecord
 
 OUT_OF_SERVICE_KEY = "node.kubernetes.io/out-of-service"
@@ -70,6 +71,10 @@ class NodeFacts:
     # The latest time the API server stamped on a write of the node's status (by the kubelet or
     # the node lifecycle controller): the last the API server heard of the node, on its clock.
     status_written: datetime | None = None
+    # What ties the Node to its machine (S10): the SMBIOS system UUID the kubelet read, and the
+    # cloud's instance as the cloud controller wrote it.
+    system_uuid: str = ""
+    provider_id: str = ""
 
     @property
     def is_control_plane(self) -> bool:
@@ -144,6 +149,12 @@ class PowerEvidence:
     at: datetime | None = None
     # Whether nodefence sent the power action itself in this incident.
     action_sent: bool = False
+    # Which machine the BMC or agent said it controls, read with the proof (None: not read,
+    # e.g. for external proof, which names no machine).
+    identity: Reported | None = None
+    # Whether a reset went out in this very step (``action_sent`` also covers one sent by an
+    # earlier attempt of the incident).
+    reset_sent: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,10 @@ class Facts:
     cluster: ClusterFacts
     power: PowerEvidence | None = None
     record: FenceRecord = field(default_factory=FenceRecord)
+    # What the BMC inventory says of this node's machine (None: no inventory entry).
+    machine: MachineBinding | None = None
+    # Other Nodes reporting this node's systemUUID (cloned VMs): a match cannot tell them apart.
+    uuid_shared_with: tuple[str, ...] = ()
     # Which clock ``now`` was read from. Liveness is judged only on the API server's (the
     # ``Date`` of the responses that carried the facts); on any other clock it fails safe.
     clock: str = API_SERVER_CLOCK

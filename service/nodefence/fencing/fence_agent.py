@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import SecretStr
 
+from nodefence.engine.identity import PLUG, Reported
 from nodefence.fencing.model import PowerReading
 
 # Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
@@ -152,6 +153,23 @@ class FenceAgentDriver:
 
     async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
         return await self._power("on", timeout)
+
+    async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
+        """The machine the agent acts on is its ``plug`` (``port`` in older agents): compared
+        with the instance in the Node's providerID (``engine.identity.expected_plug``) or with
+        the inventory's ``identity``. An agent given no plug names no machine."""
+        del timeout  # read from the parameters, not from the agent
+        plug = self._parameters.get("plug", self._parameters.get("port"))
+        if isinstance(plug, str) and plug.strip():
+            return Reported(plug.strip(), self.source, basis=PLUG, agent=self._agent)
+        return Reported(
+            "",
+            self.source,
+            basis=PLUG,
+            agent=self._agent,
+            detail="the agent is given no plug, so it names no machine (set identity in the "
+            "BMC inventory, or identity: unchecked where none can be read)",
+        )
 
     async def close(self) -> None:
         """Nothing stays open between runs: every run's process group is gone when it returns."""

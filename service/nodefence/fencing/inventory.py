@@ -33,6 +33,13 @@ values win, and ``{node}`` in a default's string value is the node's name::
     nodes:
       worker4: {driver: fence-agent, parameters: {ip: 10.0.0.14}}
 
+Before any power action and again with the proof, the machine must be shown to be the node's:
+a Redfish system's ``UUID`` or the IPMI system GUID equal to the Node's ``systemUUID``, a fence
+agent's ``plug`` equal to the instance in its ``providerID``. ``identity: <value>`` states what
+the machine must report instead; ``identity: unchecked`` says nothing can be read (a PDU outlet),
+and every decision and Event made on that node says so. Two nodes resolving to one machine are
+a configuration error (``nodefence.fencing.binding``).
+
 A mistake here would surface only when a node dies, which is the worst moment to learn of it, so
 loading is strict: unknown keys, missing fields, an unknown driver or a CA file that is not there
 fail at once, with the file and the field named. Passwords are ``SecretStr`` and appear in no
@@ -80,6 +87,12 @@ class Tls(_Strict):
         return value
 
 
+# What the machine must report for this node (a system UUID, an instance id or name), or
+# ``unchecked`` where nothing can be read (a PDU outlet); unset: derived from the Node's
+# systemUUID or providerID (``nodefence.engine.identity``).
+Identity = Annotated[str | None, Field(min_length=1, max_length=256)]
+
+
 class RedfishBmc(_Strict):
     driver: Literal["redfish"]
     address: str
@@ -88,6 +101,7 @@ class RedfishBmc(_Strict):
     password: SecretStr
     auth: Literal["session", "basic"] = "session"
     tls: Tls = Tls()
+    identity: Identity = None
 
     @field_validator("address")
     @classmethod
@@ -102,6 +116,7 @@ class IpmiBmc(_Strict):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     username: str = Field(min_length=1)
     password: SecretStr
+    identity: Identity = None
 
 
 _PARAMETER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -118,6 +133,7 @@ class FenceAgentBmc(_Strict):
     driver: Literal["fence-agent"]
     agent: str = Field(min_length=1)
     parameters: dict[str, ParameterValue] = {}
+    identity: Identity = None
 
     @field_validator("agent")
     @classmethod

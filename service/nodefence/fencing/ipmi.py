@@ -12,18 +12,24 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from pydantic import SecretStr
 from pyghmi.ipmi.command import Command  # type: ignore[import-untyped]
+from pyghmi.ipmi.private.util import decode_wireformat_uuid  # type: ignore[import-untyped]
 
+from nodefence.engine.identity import Reported
 from nodefence.fencing.model import PowerReading, PowerState
 
 DEFAULT_PORT = 623
 _STATES: dict[str, PowerState] = {"on": "on", "off": "off"}
 # pyghmi's words for a refused login: trying again would only lock the account out sooner.
 _REFUSALS = ("password", "unauthorized", "username", "privilege")
+# Get System GUID (IPMI 2.0, 22.14): network function App, command 37h.
+_APP_NETFN = 0x06
+_GET_SYSTEM_GUID = 0x37
 
 Target = Literal["on", "off"]
 T = TypeVar("T")
@@ -84,6 +90,36 @@ class IpmiDriver:
     async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
         return await self._power(timeout, "on")
 
+    async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
+        """The system GUID (``Get System GUID``), which a BMC takes from the SMBIOS system UUID
+        the kubelet reports as ``systemUUID``; decoded as dmidecode prints it."""
+        last_error = ""
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    try:
+                        answer = await self._call(
+                            lambda c: c.raw_command(netfn=_APP_NETFN, command=_GET_SYSTEM_GUID)
+                        )
+                        return self._guid(answer)
+                    except _Failure as exc:
+                        if not exc.transient:
+                            return Reported("", self.source, detail=exc.detail)
+                        last_error = exc.detail
+                    await asyncio.sleep(self._poll_interval)
+        except TimeoutError:
+            why = f" (last error: {last_error})" if last_error else ""
+            return Reported("", self.source, detail=f"no system GUID within {timeout:g}s{why}")
+
+    def _guid(self, answer: Any) -> Reported:
+        if not isinstance(answer, dict) or "error" in answer:
+            error = answer.get("error") if isinstance(answer, dict) else "no answer"
+            return Reported("", self.source, detail=f"Get System GUID failed: {error}")
+        data = answer.get("data")
+        if not isinstance(data, bytes | bytearray | list) or len(data) < 16:
+            return Reported("", self.source, detail="Get System GUID answered no 16-byte GUID")
+        return Reported(str(decode_wireformat_uuid(bytearray(data[:16]))), self.source)
+
     async def close(self) -> None:
         command, self._command = self._command, None
         if command is not None:
@@ -102,7 +138,7 @@ class IpmiDriver:
                         reading = await self._read()
                         last = reading.raw_state
                         if reading.state == target:
-                            return reading
+                            return dataclasses.replace(reading, reset_sent=sent)
                         if not sent:
                             # Marked before the exchange: a lost answer may still mean the
                             # BMC acted, and the action is never repeated within one call.
@@ -110,7 +146,7 @@ class IpmiDriver:
                             await self._call(lambda c: c.set_power(target, wait=False))
                     except _Failure as exc:
                         if not exc.transient:
-                            return self._unknown(exc.detail, last)
+                            return self._unknown(exc.detail, last, sent=sent)
                         last_error = exc.detail
                     await asyncio.sleep(self._poll_interval)
         except TimeoutError:
@@ -119,7 +155,7 @@ class IpmiDriver:
             else:
                 why = f" (last error: {last_error})" if last_error else ""
                 detail = f"no power {target} read back within {seconds:g}s{why}"
-            return self._unknown(detail, last)
+            return self._unknown(detail, last, sent=sent)
 
     async def _read(self) -> PowerReading:
         answer = await self._call(lambda c: c.get_power())
@@ -162,8 +198,8 @@ class IpmiDriver:
             )
         return _Failure(f"{type(exc).__name__}: {message}", transient=True)
 
-    def _unknown(self, detail: str, raw: str = "") -> PowerReading:
-        return PowerReading("unknown", self.source, detail, raw)
+    def _unknown(self, detail: str, raw: str = "", *, sent: bool = False) -> PowerReading:
+        return PowerReading("unknown", self.source, detail, raw, reset_sent=sent)
 
 
 def _logout(command: Any) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from nodefence.engine.identity import Reported
+
 PowerState = Literal["on", "off", "unknown"]
 
 
@@ -23,6 +25,12 @@ class PowerReading:
     source: str
     detail: str = ""
     raw_state: str = ""
+    # Whether this call sent a power action (a machine already in the target state gets none):
+    # a proof says "powered it off" only when one was sent.
+    reset_sent: bool = False
+    # The machine's identity as read together with the state (a Redfish system's UUID from the
+    # same GET), or "" when the driver reads it separately (``PowerDriver.identity``).
+    identity: str = ""
 
 
 class PowerDriver(Protocol):
@@ -39,5 +47,12 @@ class PowerDriver(Protocol):
     async def power_off(self, timeout: float) -> PowerReading: ...  # noqa: ASYNC109
 
     async def power_on(self, timeout: float) -> PowerReading: ...  # noqa: ASYNC109
+
+    async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
+        """Which machine this target controls (S10): a Redfish system's ``UUID``, the IPMI system
+        GUID, or a fence agent's plug (``basis="plug"``, ``agent`` set, so it is compared with
+        the instance in the Node's providerID: ``nodefence.engine.identity.expected_plug``).
+        Never raises: an empty ``value`` with a ``detail`` when it cannot be read, which is no
+        proof."""
 
     async def close(self) -> None: ...

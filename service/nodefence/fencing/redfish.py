@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import ssl
 from collections.abc import AsyncIterator, Iterable
@@ -25,6 +26,7 @@ import aiohttp
 from pydantic import SecretStr
 from yarl import URL
 
+from nodefence.engine.identity import Reported
 from nodefence.fencing.model import PowerReading, PowerState
 
 SYSTEMS = "/redfish/v1/Systems"
@@ -126,6 +128,11 @@ def choose_reset_type(allowed: Iterable[str] | None, target: Target, current: Po
     )
 
 
+def _uuid_of(system: dict[str, Any]) -> str:
+    value = system.get("UUID")
+    return value.strip() if isinstance(value, str) else ""
+
+
 def _message_of(body: bytes) -> str:
     """The BMC's own explanation from a Redfish error body, shortened."""
     try:
@@ -195,6 +202,21 @@ class RedfishDriver:
     async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
         return await self._power(timeout, "on")
 
+    async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
+        """The system's ``UUID`` property (its SMBIOS system UUID, which the kubelet reports as
+        the Node's ``systemUUID``)."""
+        attempt = _Attempt(timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                system = await self._read_system(attempt)
+        except _Failure as exc:
+            return Reported("", self.source, detail=self._scrub(exc.detail))
+        except TimeoutError:
+            return Reported("", self.source, detail=self._scrub(attempt.expired("answer")))
+        value = _uuid_of(system)
+        detail = "" if value else "the system reports no UUID property"
+        return Reported(value, self.source, detail=detail)
+
     async def close(self) -> None:
         http, self._http = self._http, None
         if http is None:
@@ -228,11 +250,12 @@ class RedfishDriver:
                     reading = self._reading(system)
                     attempt.last_raw = reading.raw_state
                     if reading.state == target:
-                        return reading
+                        return dataclasses.replace(reading, reset_sent=True)
         except _Failure as exc:
-            return self._unknown(exc.detail, attempt.last_raw)
+            return self._unknown(exc.detail, attempt.last_raw, sent=bool(attempt.sent))
         except TimeoutError:
-            return self._unknown(attempt.expired(f"power {target} read back"), attempt.last_raw)
+            expired = attempt.expired(f"power {target} read back")
+            return self._unknown(expired, attempt.last_raw, sent=bool(attempt.sent))
 
     async def _reset(
         self, system: dict[str, Any], target: Target, current: PowerState, attempt: _Attempt
@@ -328,10 +351,10 @@ class RedfishDriver:
             return self._unknown("the system reports no PowerState")
         state = _STATES.get(raw, "unknown")
         detail = "" if state != "unknown" else f"the system reports PowerState {raw!r}"
-        return PowerReading(state, self.source, detail, raw)
+        return PowerReading(state, self.source, detail, raw, identity=_uuid_of(system))
 
-    def _unknown(self, detail: str, raw: str = "") -> PowerReading:
-        return PowerReading("unknown", self.source, self._scrub(detail), raw)
+    def _unknown(self, detail: str, raw: str = "", *, sent: bool = False) -> PowerReading:
+        return PowerReading("unknown", self.source, self._scrub(detail), raw, reset_sent=sent)
 
     def _scrub(self, text: str) -> str:
         """Last line of defence: whatever a library put in a message, the password stays out."""

@@ -108,6 +108,8 @@ def node_facts(node: Json) -> NodeFacts:
         taints=taints,
         ready=ready_condition(node),
         boot_id=str(node.get("status", {}).get("nodeInfo", {}).get("bootID") or ""),
+        system_uuid=str(node.get("status", {}).get("nodeInfo", {}).get("systemUUID") or ""),
+        provider_id=str(spec.get("providerID") or ""),
         unschedulable=bool(spec.get("unschedulable", False)),
         status_written=_latest(
             entry

@@ -70,6 +70,12 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()
 
 
+def system_uuid(name: str) -> str:
+    """The SMBIOS system UUID of the machine behind node ``name``: fixed per machine, as on
+    real hardware, so the kubelet's ``systemUUID`` and the machine's BMC agree on it."""
+    return str(uuid.UUID(_digest("machine", name)[32:64])).upper()
+
+
 def _node_number(name: str) -> int:
     return int(_digest("node", name)[:8], 16)
 
@@ -544,7 +550,7 @@ class KubeletFleet:
             "machineID": machine[:32],
             "operatingSystem": "linux",
             "osImage": "Ubuntu 22.04.3 LTS",
-            "systemUUID": str(uuid.UUID(machine[32:64])).upper(),
+            "systemUUID": system_uuid(kubelet.node),
         }
         return {**dict(old), **info, "machineID": old.get("machineID") or info["machineID"]}
 
