@@ -26,11 +26,9 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_a
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
-from nodefence.engine.alerts import match_rule
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
-    AlertStatus,
     Approval,
     ClaimAction,
     ClusterFacts,
@@ -46,30 +44,23 @@ from nodefence.engine.model import (
     UnfenceAction,
     Verdict,
 )
-from nodefence.engine.volumes import (
-    AUTOMATIC_DETACH_FROM,
-    VolumeAttachmentFacts,
-    plan_volume_release,
-    server_minor,
-)
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.events import EventRecorder
-from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader, Snapshot
+from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
-from nodefence.policy import Policy, Rule
-from nodefence.power import probe_power
+from nodefence.policy import Policy
 from nodefence.shell.power_step import PowerStep
+from nodefence.shell.proof import ExternalProof
+from nodefence.shell.refresh import BackgroundRefresh, read_fence_record
 from nodefence.shell.report import FenceNotifier, Reporter
+from nodefence.shell.settle import Settle
+from nodefence.shell.volumes import VolumeRelease
 
 log = structlog.get_logger(__name__)
 
 MAX_DECIDE_ATTEMPTS = 5
-FENCED_GAUGE_SECONDS = 60.0
-CLOSE_WAIT_SECONDS = 5.0
-SETTLE_POLL_SECONDS = 0.2
 
 
 def utcnow() -> datetime:
@@ -139,8 +130,10 @@ class Pipeline:
         self.events = EventRecorder(kube, self.options.identity)
         self.reporter = Reporter(metrics, self.events, clock)
         self.power_step = PowerStep(policy, inventory, self.records, self.reporter)
-        self._pause_refresher: asyncio.Task[None] | None = None
-        self._closing = False
+        self.proof = ExternalProof(self.reader, policy)
+        self.settle = Settle(self.reader, self.executor)
+        self.volumes = VolumeRelease(kube, self.reader, self.executor, policy)
+        self.refresh = BackgroundRefresh(self.reader, metrics)
         self.approvals: ApprovalRequester | None = None
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
@@ -154,55 +147,18 @@ class Pipeline:
         self.reporter.notifier = notifier
 
     async def close(self) -> None:
-        """Stop the background refresh, then the client. The loop also checks ``_closing``:
-        Python 3.11's ``wait_for`` can swallow a cancel that races a reply, so cancelling alone
-        could leave it running and shutdown waiting on it."""
-        self._closing = True
-        if self._pause_refresher is not None:
-            self._pause_refresher.cancel()
-            await asyncio.wait({self._pause_refresher}, timeout=CLOSE_WAIT_SECONDS)
+        """Stop the background refresh, then the client."""
+        await self.refresh.stop()
         await self.reader.close()
         await self.kube.close()
 
-    def _keep_pause_fresh(self) -> None:
-        """While serving, re-read the pause switch in the background, off the request path, and
-        now and then publish which nodes nodefence has fenced (from the fence record, so a
-        restarted replica reports them too)."""
-        if self._pause_refresher is not None or self._closing:
-            return
-
-        async def refresh() -> None:
-            since_gauges = FENCED_GAUGE_SECONDS
-            while not self._closing:
-                try:
-                    if since_gauges >= FENCED_GAUGE_SECONDS:
-                        since_gauges = 0.0
-                        await self._publish_fenced(Deadline(PAUSE_REFRESH_SECONDS))
-                    await self.reader.refresh_pause(Deadline(PAUSE_REFRESH_SECONDS))
-                except (ClusterUnavailableError, KubeError) as exc:
-                    log.warning("background_refresh_failed", error=str(exc))
-                await asyncio.sleep(PAUSE_REFRESH_SECONDS)
-                since_gauges += PAUSE_REFRESH_SECONDS
-
-        self._pause_refresher = asyncio.create_task(refresh(), name="background-refresh")
-
     async def read_record(self, deadline: Deadline) -> fence_record.FenceRecord:
-        return fence_record.from_configmap((await self.reader.record(deadline)).body)[0]
-
-    async def _publish_fenced(self, deadline: Deadline) -> None:
-        held = await self.read_record(deadline)
-        self.metrics.fenced_nodes_are(
-            {
-                e.node: e.fenced_at.timestamp()
-                for e in held.entries
-                if e.phase is fence_record.Phase.FENCED and e.fenced_at is not None
-            }
-        )
+        return await read_fence_record(self.reader, deadline)
 
     async def ready(self) -> tuple[bool, str]:
         """Reachable now, not once: the probe asks the API server every time it is called.
         Only a serving receiver is probed, so this is also where the node index starts."""
-        self._keep_pause_fresh()
+        self.refresh.start()
         self.reader.follow_nodes()
         try:
             info = await self.kube.version(Deadline(3.0))
@@ -214,7 +170,7 @@ class Pipeline:
     async def handle_events(self, events: list[AlertEvent]) -> list[Decision]:
         """Events for different nodes run concurrently; events for one node run in order."""
         deadline = Deadline(self.options.deadline_seconds)
-        self._keep_pause_fresh()
+        self.refresh.start()
         await self.reader.server_version_string(deadline)
         by_node: dict[str | None, list[int]] = {}
         for index, event in enumerate(events):
@@ -240,7 +196,7 @@ class Pipeline:
         await self.reader.server_version_string(deadline)
 
         async def with_power(snapshot: Snapshot) -> Snapshot:
-            return await self._with_power(event, snapshot, deadline)
+            return await self.proof.read(event, snapshot, deadline)
 
         token = self.records.new_token()
 
@@ -262,13 +218,15 @@ class Pipeline:
         if decision.verdict is Verdict.AWAIT_APPROVAL and self.approvals is not None:
             await self.approvals.request(decision, snapshot, deadline)
         if decision.verdict is Verdict.FENCE and _fenced(results):
-            results.extend(await self._settle(event.node, decider, deadline))
+            results.extend(
+                await self.settle.run(event.node, decider, deadline, self.options.settle_seconds)
+            )
             if self._reboots(decision):
                 # The purge is done (or as done as this request can make it): one more turn of
                 # the loop powers the machine on again, once, through its BMC.
                 _again, more, _snapshot = await self._run(event.node, decider, deadline)
                 results.extend(more)
-        decision, released = await self._release_volumes(decision, _uid(snapshot), deadline)
+        decision, released = await self.volumes.release(decision, _uid(snapshot), deadline)
         results.extend(released)
         return await self.reporter.report(
             decision, results, _uid(snapshot), deadline, fenced=_fenced(results)
@@ -424,72 +382,6 @@ class Pipeline:
             result, action="undo-fence", detail=result.detail or "claim lost; taint taken off"
         )
 
-    async def _with_power(
-        self, event: AlertEvent, snapshot: Snapshot, deadline: Deadline
-    ) -> Snapshot:
-        """The external proof a firing alert's rule reads before deciding: the ``http``
-        endpoint's answer, or the proof written in nodefence's namespace (``annotation``)."""
-        node = snapshot.facts.node
-        if node is None or event.status is not AlertStatus.FIRING:
-            return snapshot
-        rule = match_rule(self.policy, event, node)
-        proof = rule.fencing if rule is not None else None
-        if proof is None or proof.driver not in ("http", "annotation"):
-            return snapshot
-        if proof.driver == "annotation":
-            evidence = await self.reader.power_proof(node.name, proof.annotation, deadline)
-        else:
-            evidence = await probe_power(proof.url, node.name, proof.timeout_seconds)
-        facts = dataclasses.replace(snapshot.facts, power=evidence)
-        return dataclasses.replace(snapshot, facts=facts)
-
-    async def _release_volumes(
-        self, decision: Decision, node_uid: str, deadline: Deadline
-    ) -> tuple[Decision, list[ActionResult]]:
-        """Say whether the cluster frees the node's volumes; where it does not and the rule
-        allows it, delete the node's VolumeAttachments once its pods are gone. Only for a node
-        the decision found fenced and verifiably down, and only the same node object."""
-        if decision.node is None or not decision.node_confirmed_down:
-            return decision, []
-        rule = self.policy.rule_named(decision.rule) or Rule()
-        acted = decision.verdict in (Verdict.FENCE, Verdict.PURGE)
-        if not acted and not rule.volume_attachment_cleanup:
-            # A repeated alert for a node already handled: nothing to say about volumes that
-            # the fence did not already say, and nothing to delete.
-            return decision, []
-        minor = server_minor(self.reader.server_version)
-        attachments: tuple[VolumeAttachmentFacts, ...] = ()
-        snapshot = await self.reader.read(decision.node, deadline)
-        if snapshot.facts.node is None or snapshot.facts.node.uid != node_uid:
-            return decision, []
-        if minor is None or minor < AUTOMATIC_DETACH_FROM:
-            attachments = tuple(
-                volume_attachment_facts(a)
-                for a in await self.kube.list_volume_attachments(deadline)
-            )
-        plan = plan_volume_release(
-            snapshot.facts, attachments, cleanup_allowed=rule.volume_attachment_cleanup
-        )
-        results = [await self.executor.release_volume(a.name, deadline) for a in plan.delete]
-        return dataclasses.replace(decision, reasons=(*decision.reasons, plan.reason)), results
-
-    async def _settle(self, node: str, decider: Decider, deadline: Deadline) -> list[ActionResult]:
-        """After the taint, the taint manager evicts the remaining pods; on a dead node they
-        hang Terminating too. Purge them while the request still has time; whatever is left is
-        the reconcile pass's to finish."""
-        results: list[ActionResult] = []
-        settle = Deadline(min(self.options.settle_seconds, deadline.remaining))
-        while not settle.expired:
-            snapshot = await self.reader.read(node, deadline)
-            decision = decider(snapshot)
-            purge = [a for a in decision.actions if isinstance(a, PurgePodAction)]
-            if purge:
-                results.extend(await self.executor.purge(purge, deadline))
-            if not any(not p.terminating for p in snapshot.facts.pods) and not purge:
-                break
-            await asyncio.sleep(SETTLE_POLL_SECONDS)
-        return results
-
     # --------------------------------------------------------------- reconcile
     async def reconcile(self) -> list[Decision]:
         """Finish what lost or failed deliveries left, for every node the fence record holds:
@@ -508,7 +400,7 @@ class Pipeline:
 
             decision, results, snapshot = await self._run(name, decider, deadline)
             if not decision.dry_run:
-                decision, released = await self._release_volumes(
+                decision, released = await self.volumes.release(
                     decision, _uid(snapshot) or entry.uid, deadline
                 )
                 results.extend(released)
