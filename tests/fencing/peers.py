@@ -205,7 +205,9 @@ class IpmiBmc:
     process: Process
 
 
-def start_ipmi_bmc(directory: Path, *, power: str = "on", off_delay: float = 0.0) -> IpmiBmc:
+def start_ipmi_bmc(
+    directory: Path, *, power: str = "on", off_delay: float = 0.0, password: str = PASSWORD
+) -> IpmiBmc:
     """A pyghmi BMC on a loopback UDP port; ``off_delay`` seconds between a power-off request
     and the machine reading off."""
     port = free_port(socket.SOCK_DGRAM)
@@ -215,7 +217,7 @@ def start_ipmi_bmc(directory: Path, *, power: str = "on", off_delay: float = 0.0
             str(IPMI_BMC_SCRIPT),
             str(port),
             USER,
-            PASSWORD,
+            password,
             power,
             str(off_delay),
         ],

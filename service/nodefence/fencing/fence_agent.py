@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -58,6 +59,10 @@ TARGET_KEYS = (
 STATUS_ON = 0
 STATUS_ERROR = 1
 STATUS_OFF = 2
+# Python's warnings about the agent's own imports (and the source line they quote) and the
+# logging timestamp say nothing about the machine.
+_NOISE = re.compile(r"Warning: |^\s+from \S+ import |^\s+import ")
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
 _STATUS_TEXT = re.compile(r"^Status:\s*(ON|OFF)\b", re.IGNORECASE | re.MULTILINE)
 
 Target = Literal["on", "off"]
@@ -253,7 +258,11 @@ class FenceAgentDriver:
         text = raw.decode("utf-8", errors="replace")
         for secret in self._secrets:
             text = text.replace(secret, MASK)
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        lines = [
+            _TIMESTAMP.sub("", line.strip())
+            for line in text.splitlines()
+            if line.strip() and not _NOISE.search(line)
+        ]
         joined = " | ".join(lines)
         if len(joined) > MAX_DETAIL_CHARS:
             joined = "..." + joined[-MAX_DETAIL_CHARS:]
@@ -290,15 +299,27 @@ class FenceAgentDriver:
         explains a failure; it never stands for the state."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        reading = self._reading(await self.run("status", deadline))
-        if reading.state == target:
-            return reading
-        sent = await self.run(target, deadline)
-        answer = self._answer(sent)
+        # The action is sent only to a machine whose state the agent can read: without a
+        # status there is no proof to be had, and an attempt that sent nothing can be let go
+        # at once (its claim released) instead of being waited out.
+        first = loop.time() + seconds / 2
         while True:
             reading = self._reading(await self.run("status", deadline))
             if reading.state == target:
                 return reading
+            if reading.state != "unknown":
+                break
+            if loop.time() + self._poll_interval >= first:
+                return self._unknown(
+                    f"{target} not sent: the agent cannot read the power state ({reading.detail})",
+                    reading.raw_state,
+                )
+            await asyncio.sleep(self._poll_interval)
+        answer = self._answer(await self.run(target, deadline))
+        while True:
+            reading = self._reading(await self.run("status", deadline))
+            if reading.state == target:
+                return dataclasses.replace(reading, reset_sent=True)
             if loop.time() + self._poll_interval >= deadline:
                 break
             await asyncio.sleep(self._poll_interval)
@@ -306,7 +327,7 @@ class FenceAgentDriver:
         detail = f"sent {target} ({answer}); status still reports {now} after {seconds:g}s" + (
             f" ({reading.detail})" if reading.detail else ""
         )
-        return self._unknown(detail, reading.raw_state)
+        return dataclasses.replace(self._unknown(detail, reading.raw_state), reset_sent=True)
 
     def _answer(self, run: AgentRun) -> str:
         if run.failed_to_start:

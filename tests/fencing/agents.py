@@ -1,0 +1,158 @@
+"""Scripted fence agents for the fault tests: small programs that speak the FenceAgentAPI (options
+as ``key=value`` lines on stdin, ``status`` exits 0 for on and 2 for off) and misbehave in one
+chosen way. Each run appends what it saw (its action, pid, process group, argv, environment and
+whether the password arrived) to a log, so a test can check what nodefence asked and how."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AGENT_PASSWORD = "agent-s3cret-Pa55"
+
+# honest: does what it is asked. lies: "Success: Powered OFF" for off, status stays ON.
+# off-exits-2: off exits 2 (the status code for off), status stays ON. garbage-status: status
+# prints nonsense and exits 7. hang: every action starts a helper and sleeps. wait: status
+# waits for a release file (so a test can read /proc while it runs). refuses: wrong password.
+MODES = ("honest", "lies", "off-exits-2", "garbage-status", "hang", "wait", "refuses")
+
+_SCRIPT = r"""#!{python}
+import json, os, subprocess, sys, time
+STATE, LOG, MODE, PASSWORD, RELEASE = {state!r}, {log!r}, {mode!r}, {password!r}, {release!r}
+params = {{}}
+for line in sys.stdin.read().splitlines():
+    if "=" in line:
+        key, value = line.split("=", 1)
+        params[key] = value
+action = params.get("action", "")
+seen = {{
+    "action": action, "pid": os.getpid(), "pgid": os.getpgid(0), "argv": sys.argv,
+    "env": dict(os.environ), "password_ok": params.get("password") == PASSWORD,
+    "keys": sorted(params),
+}}
+if MODE == "hang":
+    helper = subprocess.Popen(["sleep", "600"])
+    seen["helper"] = helper.pid
+with open(LOG, "a") as log:
+    log.write(json.dumps(seen) + "\n")
+if MODE == "hang":
+    time.sleep(600)
+if MODE == "refuses" or params.get("password") != PASSWORD:
+    print("ERROR: Failed: Unable to obtain correct plug status or plug is not available")
+    print("password given was " + params.get("password", ""))
+    sys.exit(1)
+power = open(STATE).read().strip()
+if action in ("off", "on"):
+    if MODE == "honest":
+        open(STATE, "w").write(action)
+    if MODE == "off-exits-2" and action == "off":
+        sys.exit(2)
+    print("Success: Powered " + action.upper())
+    sys.exit(0)
+if action == "status":
+    if MODE == "wait":
+        while not os.path.exists(RELEASE):
+            time.sleep(0.02)
+    if MODE == "garbage-status":
+        print("%%%% the quick brown fox " + PASSWORD)
+        sys.exit(7)
+    print("Status: " + power.upper())
+    sys.exit(0 if power == "on" else 2)
+print("unsupported action " + action)
+sys.exit(1)
+"""
+
+
+@dataclass
+class ScriptedAgent:
+    path: Path
+    state: Path
+    log: Path
+    release: Path
+
+    @property
+    def power(self) -> str:
+        return self.state.read_text().strip()
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def actions(self) -> list[str]:
+        return [run["action"] for run in self.runs()]
+
+    def parameters(self, **extra: str) -> dict[str, str]:
+        return {"ip": "192.0.2.10", "username": "fencer", "password": AGENT_PASSWORD, **extra}
+
+
+def scripted_agent(directory: Path, mode: str, *, power: str = "on") -> ScriptedAgent:
+    assert mode in MODES
+    directory.mkdir(parents=True, exist_ok=True)
+    state = directory / f"{mode}.power"
+    state.write_text(power)
+    log = directory / f"{mode}.log"
+    release = directory / f"{mode}.release"
+    path = directory / f"fence_scripted_{mode.replace('-', '_')}"
+    path.write_text(
+        _SCRIPT.format(
+            python=sys.executable,
+            state=str(state),
+            log=str(log),
+            mode=mode,
+            password=AGENT_PASSWORD,
+            release=str(release),
+        )
+    )
+    path.chmod(0o755)
+    return ScriptedAgent(path, state, log, release)
+
+
+def require_agent(name: str) -> str:
+    """The installed agent's path, or a clean skip naming the package."""
+    found = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+    if found is None:
+        pytest.skip(f"{name} is not installed (Debian package fence-agents)")
+    return found
+
+
+def process_gone(pid: int) -> bool:
+    """No such process, or only its zombie awaiting a parent that is not us."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return status.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group ``pgid``."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            alive.append(int(entry.name))
+    return alive
+
+
+def wait_until(check: Any, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
