@@ -56,6 +56,9 @@ class SimBmcs:
     lying: set[str] = field(default_factory=set)
     # Machines the lying BMCs claim are off.
     claimed_off: set[str] = field(default_factory=set)
+    # Machines whose power-off does not take: the BMC accepts ForceOff and the machine stays
+    # On, and the BMC says so (a stuck relay, a BMC that queues the action and drops it).
+    stuck_on: set[str] = field(default_factory=set)
 
 
 def bmcs_of(sim: object) -> SimBmcs:
@@ -110,6 +113,8 @@ def _system(sim: Simulation, bmcs: SimBmcs, name: str) -> dict[str, Any]:
 def _reset(sim: Simulation, bmcs: SimBmcs, name: str, reset_type: str) -> None:
     state = _power_state(sim, bmcs, name)
     bmcs.resets.append((name, reset_type))
+    if name in bmcs.stuck_on and reset_type in ("ForceOff", "GracefulShutdown"):
+        return
     if name in bmcs.lying:
         if reset_type in ("ForceOff", "GracefulShutdown"):
             bmcs.claimed_off.add(name)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from nodefence.engine.authorship import FIELD_MANAGER
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     OUT_OF_SERVICE_KEY,
@@ -73,8 +74,10 @@ def node(
     boot_id: str = "boot-1",
     annotations: dict[str, str] | None = None,
     unschedulable: bool = False,
+    taints_written_by: tuple[str, ...] = (),
 ) -> NodeFacts:
-    """``since``: how long ago the Ready condition's lastTransitionTime says it changed."""
+    """``since``: how long ago the Ready condition's lastTransitionTime says it changed;
+    ``taints_written_by``: the field managers managedFields shows owning spec.taints."""
     condition = None if ready is None else Condition("Ready", ready, ago(since), ago(since))
     return NodeFacts(
         name=name,
@@ -86,11 +89,13 @@ def node(
         ready=condition,
         boot_id=boot_id,
         unschedulable=unschedulable,
+        taints_written_by=taints_written_by,
     )
 
 
 def our_taint(effect: str = "NoExecute") -> Taint:
-    return Taint(OUT_OF_SERVICE_KEY, effect, OUT_OF_SERVICE_VALUE)
+    """The taint as nodefence writes it: stamped with the API server's time of its decision."""
+    return Taint(OUT_OF_SERVICE_KEY, effect, OUT_OF_SERVICE_VALUE, time_added=NOW)
 
 
 def lease(server_age: float | None = 900, *, kubelet_behind: float = 0) -> LeaseFacts:
@@ -223,8 +228,15 @@ def event(
 def fenced_node(
     *, ready: str | None = "Unknown", since: float = 1200, uid: str = UID, effect: str = "NoExecute"
 ) -> NodeFacts:
-    """The node as a fence leaves it: nodefence's exact taint on it."""
-    return node(ready=ready, since=since, uid=uid, taints=(our_taint(effect),))
+    """The node as a fence leaves it: nodefence's exact taint on it, written by nodefence's
+    field manager."""
+    return node(
+        ready=ready,
+        since=since,
+        uid=uid,
+        taints=(our_taint(effect),),
+        taints_written_by=(FIELD_MANAGER,),
+    )
 
 
 def recovered(

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -90,6 +91,7 @@ async def start_receiver(
     settle_seconds: float | None = None,
     deadline_seconds: float = 20,
     alertmanager_url: str | None = None,
+    bmc_inventory: Path | None = None,
 ) -> AsyncIterator[Receiver]:
     if isinstance(policy, dict):
         policy = parse_policy(policy)
@@ -100,6 +102,7 @@ async def start_receiver(
         identity=identity,
         request_deadline_seconds=deadline_seconds,
         alertmanager_url=alertmanager_url,
+        bmc_inventory=bmc_inventory,
     )
     metrics = Metrics()
     pipeline = await build_pipeline(

@@ -23,6 +23,7 @@ from nodefence.engine.model import (
     PurgePodAction,
     UnfenceAction,
 )
+from nodefence.engine.wording import instant, parse_instant
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 
 
@@ -68,12 +69,30 @@ def fence_body(node: Json, action: FenceAction) -> Json:
     taints: list[Any] = [
         t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != OUT_OF_SERVICE_KEY
     ]
-    taints.append(
-        {"key": OUT_OF_SERVICE_KEY, "value": OUT_OF_SERVICE_VALUE, "effect": action.effect}
-    )
+    taint: Json = {
+        "key": OUT_OF_SERVICE_KEY,
+        "value": OUT_OF_SERVICE_VALUE,
+        "effect": action.effect,
+    }
+    if action.time_added is not None:
+        # S4: the stamp that tells this taint from one someone else applies the same way.
+        taint["timeAdded"] = instant(action.time_added)
+    taints.append(taint)
     annotations = dict(node.get("metadata", {}).get("annotations") or {})
     annotations.update(action.annotations)
     return _put_body(node, action.node_uid, action.resource_version, taints, annotations)
+
+
+def taint_written(node: Json | None, effect: str) -> tuple[datetime | None, str]:
+    """From a fence write's reply: the ``timeAdded`` the API server stored on nodefence's taint
+    and the node's resourceVersion after the write, for the fence record (S4)."""
+    if not node:
+        return None, ""
+    version = str((node.get("metadata") or {}).get("resourceVersion") or "")
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if is_own_taint(taint, effect):
+            return parse_instant(taint.get("timeAdded")), version
+    return None, version
 
 
 def is_own_taint(taint: Json, effect: str) -> bool:

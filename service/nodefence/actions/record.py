@@ -91,7 +91,10 @@ class RecordWriter:
         deadline: Deadline,
         *,
         claimed_by: str = "",
+        expected: FenceEntry | None = None,
     ) -> ActionResult:
+        """``expected``: the entry exactly as the decision read it; the change is made only
+        on that entry, so a step that another replica has overtaken does nothing (S7)."""
         while True:
             try:
                 reply = await self.kube.get_configmap_dated(
@@ -110,6 +113,17 @@ class RecordWriter:
                 return ActionResult(
                     kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
                 )
+            if expected is not None and fence_record.entry_json(entry) != fence_record.entry_json(
+                expected
+            ):
+                return ActionResult(
+                    kind,
+                    node,
+                    Outcome.CONFLICT,
+                    "the entry moved on since the decision read it "
+                    f"({fence_record.progress(expected)} then, {fence_record.progress(entry)} "
+                    "now); this step is not taken",
+                )
             changed = change(current, entry, _now(reply))
             try:
                 await self._write(fence_record.encode(changed, raw), version, deadline)
@@ -124,14 +138,26 @@ class RecordWriter:
             return ActionResult(kind, node, Outcome.DONE)
 
     async def confirm(
-        self, action: ConfirmAction, token: str, fenced_at: datetime | None, deadline: Deadline
+        self,
+        action: ConfirmAction,
+        token: str,
+        fenced_at: datetime | None,
+        deadline: Deadline,
+        *,
+        taint: tuple[datetime | None, str] = (None, ""),
     ) -> ActionResult:
+        """``taint``: the ``timeAdded`` and node resourceVersion of the taint write's reply,
+        kept as nodefence's proof of authorship (S4)."""
+        added, version = taint
+
         def fenced(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
             done = dataclasses.replace(
                 entry,
                 phase=Phase.FENCED,
                 fenced_at=fenced_at or now,
                 proof=action.proof or entry.proof,
+                taint_added=added or action.taint_added or entry.taint_added,
+                taint_version=version or entry.taint_version,
             )
             return fence_record.with_entry(record, done)
 
@@ -158,20 +184,38 @@ class RecordWriter:
         return dataclasses.replace(result, detail=result.detail or action.why)
 
     async def power_sent(
-        self, node: str, uid: str, claimed_by: str, operation: str, deadline: Deadline
+        self,
+        node: str,
+        uid: str,
+        claimed_by: str,
+        operation: str,
+        deadline: Deadline,
+        *,
+        expected: FenceEntry | None = None,
     ) -> ActionResult:
         """Written before the power action goes out: a duplicate delivery, another replica or a
-        retry after a crash then reads the state instead of sending the action again."""
+        retry after a crash then reads the state instead of sending the action again. With
+        ``expected`` (the entry the decision read), only on that very entry: a replica whose
+        step was delayed while another finished the incident finds the entry moved on and sends
+        nothing (a stale ForceOff would take down the machine just powered on again)."""
 
         def sent(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
             if operation == "on":
-                marked = dataclasses.replace(entry, power_on_sent_at=now)
+                marked = dataclasses.replace(
+                    entry, power_on_sent_at=now, power_on_count=entry.power_on_count + 1
+                )
             else:
                 marked = dataclasses.replace(entry, power_off_sent_at=now)
             return fence_record.with_entry(record, marked)
 
         return await self._change(
-            f"power-{operation}", node, uid, sent, deadline, claimed_by=claimed_by
+            f"power-{operation}",
+            node,
+            uid,
+            sent,
+            deadline,
+            claimed_by=claimed_by,
+            expected=expected,
         )
 
     async def proof(

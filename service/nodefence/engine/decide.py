@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 
 from nodefence.engine import guards, machine, mirror
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
+from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     EXCLUDE_LABEL,
-    OUT_OF_SERVICE_VALUE,
     Action,
     AlertEvent,
     AlertStatus,
@@ -38,7 +38,6 @@ from nodefence.engine.model import (
     PowerAction,
     Reason,
     ReleaseAction,
-    Taint,
     UnfenceAction,
     Verdict,
 )
@@ -103,11 +102,25 @@ def _excluded(node: NodeFacts) -> bool:
     )
 
 
-def _exact(taint: Taint | None, entry: FenceEntry) -> bool:
-    """S4: nodefence owns only the very taint it wrote; a changed value or effect means someone
-    took it over."""
-    return (
-        taint is not None and taint.value == OUT_OF_SERVICE_VALUE and taint.effect == entry.effect
+def _exact(node: NodeFacts, entry: FenceEntry) -> bool:
+    """S4: nodefence owns only the very taint it wrote, as the API server recorded the write
+    (``engine.authorship``); the same key, value and effect written by someone else is theirs."""
+    return taint_authorship(node, entry).ours
+
+
+def _foreign(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision:
+    """A taint appeared while the entry was only claimed and nodefence did not write it: the
+    claim is let go and the taint is left to whoever applied it (never confirmed, purged under
+    or removed)."""
+    why = taint_authorship(node, entry).why
+    sent = (
+        f"; a power-off was sent at {instant(entry.power_off_sent_at)} and the machine was "
+        "never read back as Off"
+        if entry.power_off_sent_at is not None
+        else ""
+    )
+    return _let_go(
+        record, entry, f"someone else's out-of-service taint is on the node ({why}){sent}"
     )
 
 
@@ -286,10 +299,10 @@ def _half_written(
     """A claimed entry whose taint is not (yet) on the node. While the claim is young another
     request is probably fencing right now; once it is older than the claim timeout (API server
     clock on both sides) the fence is rolled back. None when the entry is not half-written."""
-    if entry.phase is not Phase.CLAIMED or _exact(node.out_of_service_taint, entry):
+    if entry.phase is not Phase.CLAIMED or _exact(node, entry):
         return None
     if node.out_of_service_taint is not None:
-        return _let_go(record, entry, "someone else's out-of-service taint is on the node")
+        return _foreign(record, node, entry)
     claimed = f"claimed by {entry.claimed_by or 'a replica'} at {instant(entry.claimed_at)}"
     if _claim_fresh(record, entry):
         record.add(
@@ -307,13 +320,13 @@ def _held_taint(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision
     taint = node.out_of_service_taint
     if taint is None:
         return _let_go(record, entry, "its out-of-service taint was removed by someone else")
-    if not _exact(taint, entry):
+    if not _exact(node, entry):
         return _let_go(
             record,
             entry,
             f"the out-of-service taint is now {taint.value or '(no value)'}:{taint.effect}, not "
-            f"the {OUT_OF_SERVICE_VALUE}:{entry.effect} nodefence applied: someone took it over "
-            "and it is left to them",
+            f"the one nodefence applied ({taint_authorship(node, entry).why}): someone took it "
+            "over and it is left to them",
         )
     return None
 
@@ -342,9 +355,9 @@ def _firing(
         if governing is not None and governing is not rule:
             record.add("rule", True, f"rule {governing.name!r} fenced this node and governs it")
             record.rule = governing.name
-        if entry.phase is Phase.CLAIMED and not _exact(node.out_of_service_taint, entry):
+        if entry.phase is Phase.CLAIMED and not _exact(node, entry):
             if node.out_of_service_taint is not None:
-                return _let_go(record, entry, "someone else's out-of-service taint is on the node")
+                return _foreign(record, node, entry)
             record.add(
                 "fence-in-progress",
                 True,
@@ -409,7 +422,7 @@ def _power_step(
         f"holds a budget slot and will {verb} before any taint",
     )
     claim = pending.claimed_by if pending is not None else ""
-    return PowerAction(node.name, node.uid, fencing.driver, operation, send, claim)
+    return PowerAction(node.name, node.uid, fencing.driver, operation, send, claim, entry=pending)
 
 
 def _fresh(
@@ -472,7 +485,10 @@ def _fresh(
         if pending is None:
             return refused
         blocking = {r.guard for r in refused.reasons if not r.passed}
-        powering = pending.power_off_sent_at is not None and blocking == {guards.POWER_OFF}
+        # A machine not read back as Off yet says nothing of whose it is either: while only the
+        # proof is missing, the claim is kept so the power-off is never sent twice.
+        powering = pending.power_off_sent_at is not None and guards.POWER_OFF in blocking
+        powering = powering and blocking <= {guards.POWER_OFF, machine.IDENTITY}
         fresh = _claim_fresh(record, pending)
         if fresh and (powering or pending.claimed_by != own_claim):
             return refused
@@ -507,7 +523,12 @@ def _fresh(
         return record.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
     claim = dataclasses.replace(claim, proof=proof)
     fence = FenceAction(
-        node.name, node.uid, node.resource_version, claim.effect, mirror.fence_annotations(claim)
+        node.name,
+        node.uid,
+        node.resource_version,
+        claim.effect,
+        mirror.fence_annotations(claim),
+        time_added=record.now,
     )
     purges, purge_reason = select_purge(node, facts.pods, rule.purge)
     record.extend(purge_reason)
@@ -585,7 +606,9 @@ def _purge_leftovers(
             True,
             "the taint is on but the record entry was never confirmed; it is confirmed now",
         )
-        confirm = (ConfirmAction(node.name, node.uid, entry.claimed_by),)
+        taint = node.out_of_service_taint
+        added = taint.time_added if taint is not None else None
+        confirm = (ConfirmAction(node.name, node.uid, entry.claimed_by, taint_added=added),)
     purges, reason = select_purge(node, facts.pods, rule.purge)
     clock = guards.trusted_clock(facts.clock)
     s1 = guards.ready_is_not_true(node)
@@ -606,7 +629,7 @@ def _purge_leftovers(
                 "(the rule's fencing.action is reboot); the unfence follows once it is back "
                 "with a new boot ID",
             )
-            power_on = PowerAction(node.name, node.uid, fencing.driver, "on", True)
+            power_on = PowerAction(node.name, node.uid, fencing.driver, "on", True, entry=entry)
             return record.finish(Verdict.PURGE, (*confirm, power_on), confirmed_down=True)
         record.add("verdict", True, "already fenced and nothing left to purge")
         return record.finish(Verdict.NOOP, confirm, confirmed_down=True)

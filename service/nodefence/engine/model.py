@@ -71,6 +71,9 @@ class NodeFacts:
     # The latest time the API server stamped on a write of the node's status (by the kubelet or
     # the node lifecycle controller): the last the API server heard of the node, on its clock.
     status_written: datetime | None = None
+    # The field managers the API server lists as owning ``spec.taints`` (an atomic list: the
+    # last writer that changed any taint owns it whole). S4 reads authorship from it.
+    taints_written_by: tuple[str, ...] = ()
     # What ties the Node to its machine (S10): the SMBIOS system UUID the kubelet read, and the
     # cloud's instance as the cloud controller wrote it.
     system_uuid: str = ""
@@ -234,6 +237,9 @@ class FenceAction:
     resource_version: str
     effect: str
     annotations: dict[str, str]
+    # The taint's ``timeAdded``: the API server's clock at the decision, kept in the record from
+    # the write's reply, so the taint can later be told from one someone else re-applied (S4).
+    time_added: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,9 @@ class ConfirmAction:
     node_uid: str
     claimed_by: str = ""
     proof: str = ""
+    # The ``timeAdded`` of the taint being confirmed, when the decision read it on the node
+    # (completing a fence whose confirm was lost); a fresh fence takes it from its write's reply.
+    taint_added: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +268,10 @@ class PowerAction:
     operation: str  # "off", "on" or "status"
     send: bool
     claimed_by: str = ""
+    # S7: the record entry exactly as the decision read it. The write that says the action is
+    # sent goes through only on that entry, so a step another replica has overtaken does nothing
+    # (None: the entry the same decision's claim writes).
+    entry: FenceEntry | None = None
 
 
 @dataclass(frozen=True)

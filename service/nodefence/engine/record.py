@@ -59,6 +59,14 @@ class FenceEntry:
     ready_transition: datetime | None = None
     power_off_sent_at: datetime | None = None
     power_on_sent_at: datetime | None = None
+    # S4: the taint write's own reply: the ``timeAdded`` nodefence stamped on its taint (as the
+    # API server stored it) and the node's resourceVersion after that write. A taint on the node
+    # is nodefence's only if it still carries that ``timeAdded``.
+    taint_added: datetime | None = None
+    taint_version: str = ""
+    # How many power-ons were sent in this incident (a reboot whose machine stays off is
+    # powered on once more, never without bound).
+    power_on_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,9 @@ def _entry(raw: Mapping[str, Any]) -> FenceEntry:
         ready_transition=parse_instant(raw.get("readyTransition")),
         power_off_sent_at=parse_instant(raw.get("powerOffSentAt")),
         power_on_sent_at=parse_instant(raw.get("powerOnSentAt")),
+        taint_added=parse_instant(raw.get("taintAdded")),
+        taint_version=str(raw.get("taintVersion", "")),
+        power_on_count=int(raw.get("powerOnCount", 0)),
     )
 
 
@@ -154,6 +165,9 @@ _KEYS = {
     "ready_transition": "readyTransition",
     "power_off_sent_at": "powerOffSentAt",
     "power_on_sent_at": "powerOnSentAt",
+    "taint_added": "taintAdded",
+    "taint_version": "taintVersion",
+    "power_on_count": "powerOnCount",
 }
 
 
@@ -215,10 +229,17 @@ def from_configmap(configmap: Mapping[str, Any]) -> tuple[FenceRecord, dict[str,
     return decode(raw, version), raw
 
 
+def foreign_keys(raw: Mapping[str, str] | None) -> tuple[str, ...]:
+    """Keys of the ConfigMap that are not nodefence's (neither an entry nor a release): someone
+    else put them there, and nodefence's writes keep them as they are."""
+    return tuple(sorted(k for k in raw or {} if not k.startswith((FENCE_PREFIX, RELEASED_PREFIX))))
+
+
 def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[str, str]:
-    """ConfigMap data for the record; unreadable keys are carried over untouched from ``raw``."""
+    """ConfigMap data for the record; unreadable keys, and keys nodefence does not own, are
+    carried over untouched from ``raw``."""
     data: dict[str, str] = {}
-    for key in record.unreadable:
+    for key in (*record.unreadable, *foreign_keys(raw)):
         if raw is not None and key in raw:
             data[key] = raw[key]
     for entry in record.entries:
@@ -228,6 +249,16 @@ def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[st
             {"uid": release.uid, "at": instant(release.at), "why": release.why}, sort_keys=True
         )
     return data
+
+
+def progress(entry: FenceEntry) -> str:
+    """How far the incident has come, in the order its steps move it (S7): claimed, power-off
+    sent, fenced, power-on sent. A step is taken only on the entry its decision read."""
+    if entry.phase is Phase.CLAIMED:
+        return "power-off sent" if entry.power_off_sent_at is not None else "claimed"
+    if entry.power_on_sent_at is not None:
+        return f"fenced, power-on sent ({entry.power_on_count}x)"
+    return "fenced"
 
 
 def with_entry(record: FenceRecord, entry: FenceEntry) -> FenceRecord:

@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from nodefence.engine.authorship import FIELD_MANAGER
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.library import defer_generated_modules
 
@@ -348,7 +349,15 @@ class KubeClient:
         for an object the API server finds invalid (never confused with a lost race)."""
         return await self._dated(
             "update",
-            lambda: self._send("PUT", "/api/v1/nodes/{name}", body=node, name=name),
+            lambda: self._send(
+                "PUT",
+                "/api/v1/nodes/{name}",
+                # S4: the API server records this writer in managedFields, the authorship the
+                # engine reads back (engine.authorship).
+                query=[("fieldManager", FIELD_MANAGER)],
+                body=node,
+                name=name,
+            ),
             deadline,
         )
 

@@ -116,6 +116,15 @@ def node_facts(node: Json) -> NodeFacts:
             for entry in _managed(node)
             if entry.get("subresource") == "status" or _owns(entry, ("f:status",))
         ),
+        taints_written_by=tuple(
+            sorted(
+                {
+                    str(entry.get("manager") or "")
+                    for entry in _managed(node)
+                    if _owns(entry, ("f:spec", "f:taints"))
+                }
+            )
+        ),
     )
 
 
