@@ -7,6 +7,7 @@ import signal
 
 from aiohttp import web
 
+from nodefence.decision_log import DECISIONS, add_decision_routes
 from nodefence.http import handlers, openapi
 from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
 from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
@@ -16,12 +17,13 @@ from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline as LivePipeline
 from nodefence.pipeline_api import Pipeline
+from nodefence.reconcile_loop import reconcile_loop_for
 from nodefence.settings import Settings
 from nodefence.slack.routes import add_slack_routes
 
 __all__ = ["PROTECTED_PATHS", "Pipeline", "build_app", "run"]
 
-PROTECTED_PATHS = frozenset({"/alerts", "/reconcile"})
+PROTECTED_PATHS = frozenset({"/alerts", "/reconcile", "/decisions"})
 
 log = get_logger("nodefence.http")
 
@@ -50,6 +52,7 @@ def build_app(
     app.router.add_get("/healthz", handlers.get_healthz)
     app.router.add_get("/readyz", handlers.get_readyz)
     app.router.add_get("/metrics", handlers.get_metrics)
+    add_decision_routes(app)
     app.router.add_get(openapi.OPENAPI_PATH, openapi.get_openapi)
     integration = add_slack_routes(app, settings, pipeline)
     if integration.notifier is not None and isinstance(pipeline, LivePipeline):
@@ -71,6 +74,7 @@ async def run(
     decision is cut off between its write to the cluster and its answer to Alertmanager.
     """
     app = build_app(settings, pipeline, metrics=metrics)
+    reconciler = reconcile_loop_for(settings, pipeline, app[METRICS], app[DECISIONS])
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -90,6 +94,7 @@ async def run(
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
+        reconciler.start()
         log.info(
             "listening",
             addresses=[str(address) for address in runner.addresses],
@@ -103,6 +108,7 @@ async def run(
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
-        await runner.cleanup()
+        # A reconcile pass in progress and requests in flight finish side by side.
+        await asyncio.gather(reconciler.stop(), runner.cleanup())
         await pipeline.close()
         log.info("stopped")

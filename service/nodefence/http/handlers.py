@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from nodefence.alerts.events import extract_events
 from nodefence.alerts.webhook import WebhookPayload
+from nodefence.decision_log import DECISIONS, observe_decisions
 from nodefence.engine.model import Decision
 from nodefence.engine.render import decision_to_dict
 from nodefence.errors import ClusterUnavailableError
@@ -118,9 +119,7 @@ async def _within_deadline(request: web.Request, work: Awaitable[list[Decision]]
 
 
 def _decisions_response(request: web.Request, decisions: list[Decision]) -> web.Response:
-    metrics = request.app[METRICS]
-    for decision in decisions:
-        metrics.decision_made(decision)
+    observe_decisions(request.app[METRICS], request.app.get(DECISIONS), decisions, request.path)
     return web.json_response({"decisions": [decision_to_dict(d) for d in decisions]})
 
 

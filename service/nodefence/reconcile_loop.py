@@ -1,0 +1,190 @@
+"""The reconcile pass every serving receiver runs on its own, every ``NODEFENCE_RECONCILE_INTERVAL``
+seconds.
+
+What a lost or failed webhook left (a half-written fence, pods still Terminating, a recovered node
+still tainted, an alert refused for a passing reason) is finished here, on the replicas
+Prometheus scrapes, so what reconcile does shows in their metrics. Every replica runs it: no
+leader is elected, because every write a pass makes carries its own precondition (the fence
+record's resourceVersion for a claim, the node's uid and resourceVersion for a taint, a pod's UID
+for a delete), so two replicas passing at once do the work of one (S3, S7). The interval is
+jittered so that replicas started together drift apart instead of racing each other on every
+pass. A pass never overlaps the previous one of the same replica: the next wait starts when a
+pass ends.
+
+After each pass the loop also publishes what no single request sees: how many
+VolumeAttachments are still attached to each node nodefence holds fenced
+(``nodefence_volumes_unreleased``), on every replica, from the cluster, so the alert on it
+survives a restart of the replica that fenced.
+
+A receiver that scales to zero (Knative) runs no loop while it has no pod; there the reconcile
+CronJob (``nodefence reconcile``) does the same work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from nodefence.decision_log import DecisionLog, observe_decisions
+from nodefence.engine import record as fence_record
+from nodefence.engine.model import Decision
+from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.client import Deadline, KubeClient, KubeError
+from nodefence.kube.convert import volume_attachment_facts
+from nodefence.observability.metrics import Metrics
+from nodefence.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+JITTER = 0.2
+# The first pass comes within the first interval, not at its end, so a replica started to
+# replace a crashed one finishes what that one left without waiting a whole period.
+FIRST_PASS_FRACTION = (0.2, 1.0)
+VOLUMES_DEADLINE_SECONDS = 10.0
+
+
+class Reconciler(Protocol):
+    async def reconcile(self) -> list[Decision]:
+        """One pass; raises ClusterUnavailableError when the API stays unavailable."""
+
+
+class ReconcileLoop:
+    def __init__(
+        self,
+        pipeline: Reconciler,
+        metrics: Metrics,
+        *,
+        interval: float,
+        deadline_seconds: float,
+        decisions: DecisionLog | None = None,
+        kube: KubeClient | None = None,
+        namespace: str = "nodefence",
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.interval = interval
+        self.deadline_seconds = deadline_seconds
+        self.decisions = decisions
+        self.kube = kube
+        self.namespace = namespace
+        self.wall_clock = wall_clock
+        self.passes = 0
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+    def start(self) -> None:
+        self.metrics.reconcile_interval.set(self.interval)
+        if not self.enabled or self._task is not None:
+            return
+        # Before the first pass, the alert on a stalled loop counts from the loop's start.
+        self.metrics.reconcile_last_success.set(self.wall_clock())
+        self._task = asyncio.create_task(self._run(), name="reconcile-loop")
+        log.info("reconcile_loop_started", interval_seconds=self.interval)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Let a pass in progress finish (up to ``grace``, default one pass's deadline), then
+        cancel it: every write it makes is idempotent, the next pass of any replica redoes what
+        was cut off."""
+        self._stopping.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=grace or self.deadline_seconds)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5.0)
+
+    def next_delay(self, first: bool = False) -> float:
+        if first:
+            return self.interval * random.uniform(*FIRST_PASS_FRACTION)  # noqa: S311
+        return self.interval * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311
+
+    async def _run(self) -> None:
+        first = True
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.next_delay(first)):
+                    await self._stopping.wait()
+            first = False
+            if self._stopping.is_set():
+                return
+            await self.run_once()
+
+    async def run_once(self) -> str:
+        """One pass, counted by its outcome: ``ok``, ``unavailable`` (the API stayed
+        unavailable or the pass ran out of time) or ``error``."""
+        self.passes += 1
+        try:
+            async with asyncio.timeout(self.deadline_seconds):
+                decisions = await self.pipeline.reconcile()
+        except (ClusterUnavailableError, TimeoutError) as exc:
+            log.warning("reconcile_pass_unavailable", error=str(exc) or type(exc).__name__)
+            self.metrics.reconcile_pass("unavailable")
+            return "unavailable"
+        except Exception:
+            log.exception("reconcile_pass_failed")
+            self.metrics.reconcile_pass("error")
+            return "error"
+        observe_decisions(self.metrics, self.decisions, decisions, "reconcile-loop")
+        self.metrics.reconcile_pass("ok", self.wall_clock())
+        acted = [d for d in decisions if d.results]
+        log.info("reconcile_pass", decisions=len(decisions), acted=len(acted))
+        await self.publish_volumes()
+        return "ok"
+
+    async def publish_volumes(self) -> None:
+        """``nodefence_volumes_unreleased``: VolumeAttachments still attached to each node the
+        fence record holds fenced. Read only while something is fenced (no list otherwise)."""
+        if self.kube is None:
+            return
+        deadline = Deadline(VOLUMES_DEADLINE_SECONDS)
+        try:
+            body = (
+                await self.kube.get_configmap_dated(
+                    self.namespace, fence_record.CONFIGMAP, deadline
+                )
+            ).body
+            held = fence_record.from_configmap(body)[0]
+            fenced = {e.node for e in held.entries if e.phase is fence_record.Phase.FENCED}
+            attached: dict[str, int] = {}
+            if fenced:
+                for raw in await self.kube.list_volume_attachments(deadline):
+                    va = volume_attachment_facts(raw)
+                    if va.node_name in fenced and va.attached:
+                        attached[va.node_name] = attached.get(va.node_name, 0) + 1
+        except KubeError as exc:
+            if exc.status != 404:
+                log.warning("volumes_unreleased_unknown", error=str(exc))
+                return
+            attached = {}
+        except ClusterUnavailableError as exc:
+            log.warning("volumes_unreleased_unknown", error=str(exc))
+            return
+        self.metrics.volumes_unreleased_are(attached)
+
+
+def reconcile_loop_for(
+    settings: Settings, pipeline: Reconciler, metrics: Metrics, decisions: DecisionLog | None
+) -> ReconcileLoop:
+    """The loop a serving receiver runs (not started; a zero interval makes it do nothing)."""
+    kube = getattr(pipeline, "kube", None)
+    return ReconcileLoop(
+        pipeline,
+        metrics,
+        interval=settings.reconcile_interval,
+        deadline_seconds=settings.request_deadline_seconds,
+        decisions=decisions,
+        kube=kube if isinstance(kube, KubeClient) else None,
+        namespace=settings.namespace,
+    )
