@@ -102,6 +102,16 @@ def _driver_conflicts(policy: Any, inventory: Any) -> bool:
     return bool(problems)
 
 
+def _machines_shared(inventory: Any) -> bool:
+    """Inventory entries that resolve to one machine (S10): said on stderr, naming the nodes."""
+    from nodefence.fencing.binding import inventory_problems
+
+    problems = inventory_problems(inventory)
+    for problem in problems:
+        print(f"nodefence: invalid BMC inventory: {problem}", file=sys.stderr)
+    return bool(problems)
+
+
 def _fencing_or_exit(settings: Any, policy: Any) -> None:
     """The inventory and the rules' drivers checked before serving, so a missing fence agent or
     a rule/entry mismatch stops the start instead of the first fence."""
@@ -253,7 +263,8 @@ def _check_config() -> int:
     except ConfigError as exc:
         print(f"nodefence: invalid BMC inventory: {exc}", file=sys.stderr)
         return 2
-    if _driver_conflicts(policy, inventory):
+    conflicted = _driver_conflicts(policy, inventory)
+    if _machines_shared(inventory) or conflicted:
         return 2
     alertmanager = settings.alertmanager
     report = {

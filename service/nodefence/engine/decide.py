@@ -232,8 +232,9 @@ def decide(
         return prepared
     node, entry = prepared
     if event.status == AlertStatus.RESOLVED:
-        return _resolved(record, event, facts, node, entry)
-    return _firing(record, event, facts, node, entry, approval=approval, own_claim=own_claim)
+        return machine.noted(_resolved(record, event, facts, node, entry), facts, policy)
+    decided = _firing(record, event, facts, node, entry, approval=approval, own_claim=own_claim)
+    return machine.noted(decided, facts, policy)
 
 
 def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:
@@ -261,8 +262,8 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
         return held_taint
     _fenced_since(record, entry)
     if guards.is_ready(node):
-        return _unfence(record, facts, node, entry, rule)
-    return _purge_leftovers(record, facts, node, entry, rule)
+        return machine.noted(_unfence(record, facts, node, entry, rule), facts, policy)
+    return machine.noted(_purge_leftovers(record, facts, node, entry, rule), facts, policy)
 
 
 def _not_ours(record: _Record, node: NodeFacts) -> None:

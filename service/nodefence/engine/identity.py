@@ -233,11 +233,11 @@ def judge(
         return Judgement(False, f"node {node} has no entry in the BMC inventory")
     target = binding.target
     if binding.shared_with:
-        others = ", ".join(binding.shared_with)
+        names = ", ".join(sorted({node, *binding.shared_with}))
         return Judgement(
             False,
-            f"the BMC inventory maps node {node} and {others} to one machine ({target}): "
-            "a power state read there proves nothing about either node",
+            f"the BMC inventory maps nodes {names} to one machine ({target}): a power state "
+            "read there proves nothing about any of them",
         )
     if binding.unchecked:
         return Judgement(

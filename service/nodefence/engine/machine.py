@@ -7,9 +7,12 @@ judges the answer on the facts alone (:func:`nodefence.engine.identity.judge`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from nodefence.engine.identity import judge
-from nodefence.engine.model import Facts, NodeFacts, PowerEvidence, Reason
+from nodefence.engine.model import Decision, Facts, NodeFacts, PowerEvidence, Reason
 from nodefence.engine.wording import instant
+from nodefence.policy import Policy
 
 IDENTITY = "machine-identity"
 UNCHECKED_NOTE = "identity unchecked"
@@ -53,6 +56,34 @@ def bound_to_node(node: NodeFacts, facts: Facts, power: PowerEvidence) -> Reason
         False,
         f"{verdict.message}; no power action on it counts, and nothing is tainted",
     )
+
+
+def noted(decision: Decision, facts: Facts, policy: Policy) -> Decision:
+    """Every decision on a node whose inventory entry has its identity unchecked says so, when
+    its rule acts through that entry: whatever nodefence does there rests on a target nobody
+    has shown to be this node's machine."""
+    machine = facts.machine
+    if machine is None or not machine.unchecked:
+        return decision
+    rule = policy.rule_named(decision.rule) if decision.rule is not None else None
+    if rule is None or rule.fencing is None or not rule.fencing.powers:
+        return decision
+    if any(UNCHECKED_NOTE in r.message for r in decision.reasons):
+        return decision
+    note = Reason(
+        IDENTITY,
+        True,
+        f"{UNCHECKED_NOTE}: the BMC inventory says identity: unchecked for node {machine.node} "
+        f"({machine.target}); nothing shows it controls this node's machine",
+    )
+    return dataclasses.replace(decision, reasons=(note, *decision.reasons))
+
+
+def event_note(decision: Decision, message: str) -> str:
+    """An Event about a decision made on an unchecked identity says so too."""
+    if UNCHECKED_NOTE in message or not any(UNCHECKED_NOTE in r.message for r in decision.reasons):
+        return message
+    return f"{message} ({UNCHECKED_NOTE})"
 
 
 def proof_text(power: PowerEvidence, identity: Reason | None) -> str:

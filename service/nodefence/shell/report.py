@@ -15,6 +15,7 @@ from typing import Protocol
 import structlog
 
 from nodefence.actions.executor import ActionResult, Outcome
+from nodefence.engine import machine
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe
 from nodefence.fencing.model import PowerReading
@@ -78,6 +79,7 @@ class Reporter:
         if event is None or decision.node is None:
             return decision
         reason, message, warning = event
+        message = machine.event_note(decision, message)
         refusal = reason in REFUSAL_REASONS
         blocking = next((r.guard for r in decision.reasons if not r.passed), "")
         await self.events.node_event(

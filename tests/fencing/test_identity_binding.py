@@ -1,0 +1,280 @@
+"""S10 bound to the node: a power proof counts only from the node's own machine.
+
+The attacks of issue 18, against the receiver and the simulator's Redfish BMCs (which report each
+machine's SMBIOS UUID, the Node's ``systemUUID``, as real hardware does): an inventory line that
+points a node at another node's system, two nodes resolving to one system, and entries whose
+identity cannot be checked. Each must power nothing off that is not the node's machine and taint
+nothing without proof from it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from pydantic import SecretStr
+
+from nodefence.engine import record as fence_record
+from nodefence.http.app import build_app
+from nodefence.observability.metrics import Metrics
+from nodefence.policy import parse_policy
+from nodefence.runtime import build_pipeline
+from nodefence.settings import Settings
+from nodefence_sim.controllers.kubelet import system_uuid
+from nodefence_sim.redfish import SYSTEMS, bmcs_of, write_bmc_inventory
+from nodefence_sim.resources import CONFIGMAPS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
+from pipeline.harness import Receiver, eventually, firing, node_events, oos_taints
+
+NODE = "compute01"
+OTHER = "compute02"
+POLICY: dict[str, Any] = {
+    "rules": [
+        {
+            "name": "default",
+            "fencing": {"driver": "redfish", "action": "off", "timeout_seconds": 10},
+        }
+    ],
+    # Two dead workers of five: within the budget, the storm threshold and the ready fraction.
+    "cluster": {"max_fenced_nodes": 2, "storm_not_ready_fraction": 0.6, "min_ready_fraction": 0.5},
+}
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[SimulatorHandle]:
+    async with running_simulator(Simulation.from_scenario("seed")) as handle:
+        yield handle
+
+
+def inventory(tmp_path: Path, cluster: SimulatorHandle, **changes: dict[str, Any] | None) -> Path:
+    """The simulator's own inventory (every node on its own system), with ``changes`` applied
+    per node: fields to set, or None to leave the node out."""
+    path = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+    data = yaml.safe_load(path.read_text())
+    for node, change in changes.items():
+        if change is None:
+            del data["nodes"][node]
+        else:
+            data["nodes"][node].update(change)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@asynccontextmanager
+async def receiver(
+    cluster: SimulatorHandle, bmcs: Path, policy: dict[str, Any] = POLICY
+) -> AsyncIterator[Receiver]:
+    import aiohttp
+
+    settings = Settings(
+        alert_token=SecretStr("identity-test-token"),
+        namespace="nodefence",
+        identity="replica-1",
+        request_deadline_seconds=30,
+        bmc_inventory=bmcs,
+    )
+    pipeline = await build_pipeline(
+        settings, metrics=Metrics(), policy=parse_policy(policy), kubeconfig=str(cluster.kubeconfig)
+    )
+    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    async with aiohttp.ClientSession() as session:
+        try:
+            yield Receiver(
+                f"http://127.0.0.1:{port}",
+                "identity-test-token",
+                pipeline,
+                pipeline.metrics,
+                session,
+            )
+        finally:
+            await runner.cleanup()
+
+
+async def kill(cluster: SimulatorHandle, name: str) -> None:
+    """The node's kubelet died twenty minutes ago (its machine still runs)."""
+    cluster.sim.node_down(name, since_seconds=1200)
+    await eventually(lambda: cluster.sim.node_state(name)["ready"] != "True")
+
+
+def check_config(tmp_path: Path, bmcs: Path) -> subprocess.CompletedProcess[str]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "NODEFENCE_AUTH_DISABLED": "true",
+        "NODEFENCE_POLICY_FILE": str(policy),
+        "NODEFENCE_BMC_INVENTORY": str(bmcs),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "nodefence", "check-config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+
+
+def reasons(decision: dict[str, Any]) -> str:
+    return " | ".join(str(r["message"]) for r in decision["reasons"])
+
+
+def record_entries(cluster: SimulatorHandle) -> tuple[fence_record.FenceEntry, ...]:
+    held = cluster.sim.store.peek(CONFIGMAPS, "nodefence", fence_record.CONFIGMAP)
+    if held is None:
+        return ()
+    return fence_record.decode(held.get("data"), "1").entries
+
+
+# ----------------------------------------------------------------------------- the attacks
+async def test_a_node_mapped_to_another_nodes_system_powers_nothing_off(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """compute01's line points at compute02's system, and compute02's own line too: one alert
+    for the dead compute01 sends no ForceOff anywhere, taints nothing, and says why."""
+    bmcs = inventory(tmp_path, cluster, compute01={"system": f"{SYSTEMS}/{OTHER}"})
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    assert decision["verdict"] != "fence", decision
+    assert "compute01, compute02 to one machine" in reasons(decision), reasons(decision)
+    assert bmcs_of(cluster.sim).resets == []
+    healthy = cluster.sim.node_state(OTHER)
+    assert (healthy["kubelet"], healthy["ready"]) == ("up", "True")
+    assert oos_taints(cluster, NODE) == []
+    assert record_entries(cluster) == ()
+    refused = [e for e in node_events(cluster, NODE) if e["reason"] == "FenceRefused"]
+    assert refused, node_events(cluster, NODE)
+    assert "one machine" in refused[-1]["message"]
+
+    checked = check_config(tmp_path, bmcs)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert "nodes compute01, compute02 to one machine" in checked.stderr
+    assert f"{SYSTEMS}/{OTHER}" in checked.stderr
+    assert bmcs_of(cluster.sim).password.get_secret_value() not in checked.stderr
+
+
+async def test_a_wrong_line_alone_is_caught_by_the_uuid_the_bmc_reports(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """The same wrong line with compute02 not in the inventory at all: nothing in the file
+    betrays it, but the system reports compute02's UUID, not compute01's systemUUID, so no
+    power action goes out and the claim is let go at once."""
+    bmcs = inventory(tmp_path, cluster, compute01={"system": f"{SYSTEMS}/{OTHER}"}, compute02=None)
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    text = reasons(decision) + " ".join(r.get("detail", "") for r in decision["results"])
+    assert "identity mismatch" in text, text
+    assert system_uuid(OTHER) in text, text
+    assert system_uuid(NODE) in text, text
+    assert bmcs_of(cluster.sim).resets == []
+    assert cluster.sim.node_state(OTHER)["ready"] == "True"
+    assert oos_taints(cluster, NODE) == []
+    assert record_entries(cluster) == (), "the claim was not rolled back"
+    failed = [e for e in node_events(cluster, NODE) if e["reason"] == "NodefenceActionFailed"]
+    assert failed, node_events(cluster, NODE)
+    assert "identity mismatch" in failed[-1]["message"]
+    assert check_config(tmp_path, bmcs).returncode == 0
+
+
+async def test_two_nodes_on_one_system_give_no_taint_to_either(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """compute02's line names compute01's system. compute01's machine is off after its fence;
+    compute02's kubelet is dead but its machine runs: reading compute01's Off for it would
+    taint a live machine. Neither is fenced through a system two nodes share."""
+    bmcs = inventory(tmp_path, cluster, compute02={"system": NODE})
+    await kill(cluster, NODE)
+    await kill(cluster, OTHER)
+    async with receiver(cluster, bmcs) as nodefence:
+        first, second = await nodefence.alert(firing(NODE)), await nodefence.alert(firing(OTHER))
+    for [decision] in (first, second):
+        assert decision["verdict"] != "fence", decision
+        assert "compute01, compute02 to one machine" in reasons(decision)
+    assert bmcs_of(cluster.sim).resets == []
+    assert oos_taints(cluster, NODE) == []
+    assert oos_taints(cluster, OTHER) == []
+    checked = check_config(tmp_path, bmcs)
+    assert checked.returncode == 2
+    assert "nodes compute01, compute02 to one machine" in checked.stderr
+
+
+async def test_a_second_spelling_of_one_system_is_caught_by_its_uuid(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """compute02's line reaches compute01's system through another spelling of the BMC's address,
+    so the file alone cannot tell. compute01 is fenced through its own system (a reset sent, the
+    proof says so); compute02's alert then reads compute01's UUID: no second power action, no
+    taint on compute02, whose machine still runs."""
+    other_address = cluster.url.replace("127.0.0.1", "localhost")
+    bmcs = inventory(
+        tmp_path, cluster, compute02={"address": other_address, "system": f"{SYSTEMS}/{NODE}"}
+    )
+    await kill(cluster, NODE)
+    await kill(cluster, OTHER)
+    async with receiver(cluster, bmcs) as nodefence:
+        [fenced] = await nodefence.alert(firing(NODE))
+        [refused] = await nodefence.alert(firing(OTHER))
+    assert fenced["verdict"] == "fence", reasons(fenced)
+    assert len(oos_taints(cluster, NODE)) == 1
+    [entry] = [e for e in record_entries(cluster) if e.node == NODE]
+    assert "after nodefence powered it off" in entry.proof, entry.proof
+    assert f"identity matched ({system_uuid(NODE)})" in entry.proof, entry.proof
+    text = reasons(refused) + " ".join(r.get("detail", "") for r in refused["results"])
+    assert "identity mismatch" in text, text
+    assert bmcs_of(cluster.sim).resets == [(NODE, "ForceOff")]
+    assert oos_taints(cluster, OTHER) == []
+    assert [e.node for e in record_entries(cluster)] == [NODE]
+
+
+async def test_an_unchecked_identity_fences_and_every_word_says_so(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """``identity: unchecked`` (a PDU outlet's kind of entry): the proof is still a read-back
+    of Off, and every decision and Event made on the node says the identity was not checked."""
+    bmcs = inventory(tmp_path, cluster, compute01={"identity": "unchecked"})
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+        [again] = await nodefence.alert(firing(NODE))
+    assert decision["verdict"] == "fence", reasons(decision)
+    for made in (decision, again):
+        assert "identity unchecked" in reasons(made), reasons(made)
+    [entry] = record_entries(cluster)
+    assert "identity unchecked" in entry.proof
+    events = node_events(cluster, NODE)
+    assert events
+    assert all("identity unchecked" in e["message"] for e in events), events
+    assert check_config(tmp_path, bmcs).returncode == 0
+
+
+async def test_a_stated_identity_must_be_the_one_reported(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """An explicit ``identity`` stands in for the Node's systemUUID; the wrong one blocks."""
+    bmcs = inventory(
+        tmp_path, cluster, compute01={"identity": "8a5c2c4e-1d6b-4a55-9d0e-0000000000ff"}
+    )
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    text = reasons(decision) + " ".join(r.get("detail", "") for r in decision["results"])
+    assert "identity mismatch" in text, text
+    assert "8a5c2c4e" in text, text
+    assert bmcs_of(cluster.sim).resets == []
+    assert oos_taints(cluster, NODE) == []
