@@ -88,6 +88,9 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
         ("namespace", "", "configmaps", "get", "*"),
         ("namespace", "", "configmaps", "get", "nodefence-fences"),
     },
+    # The pause switch, followed by a watch by name.
+    "list_configmap_named": {("namespace", "", "configmaps", "list", "nodefence-control")},
+    "watch_configmap_named": {("namespace", "", "configmaps", "watch", "nodefence-control")},
     "create_configmap": {("namespace", "", "configmaps", "create", "*")},
     "replace_configmap": {("namespace", "", "configmaps", "update", "nodefence-fences")},
     "create_event": {("cluster", "", "events", "create", "*")},

@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import yaml
 
 from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.faults import RequestRecord
 from nodefence_sim.testing import SimulatorHandle
 
 from .harness import eventually, inference, start_receiver, terminating_on
@@ -34,6 +36,18 @@ def granted(method_verb: str, group: str, resource: str, namespace: str | None, 
             continue
         return True
     return False
+
+
+def named(request: RequestRecord) -> str:
+    """The object name RBAC authorizes the request for: the path's, or for a list or watch the
+    field selector metadata.name=NAME (how a Role grants them for one name)."""
+    match = PATH.match(request.path)
+    assert match, request.path
+    if match.group("name"):
+        return match.group("name")
+    selector = (parse_qs(request.query).get("fieldSelector") or [""])[0]
+    prefix = "metadata.name="
+    return selector[len(prefix) :] if selector.startswith(prefix) else ""
 
 
 async def test_every_request_of_the_story_is_granted(cluster: SimulatorHandle) -> None:
@@ -63,7 +77,7 @@ async def test_every_request_of_the_story_is_granted(cluster: SimulatorHandle) -
         resource = match.group("resource")
         seen.add(f"{request.verb} {resource}")
         assert granted(
-            request.verb, group, resource, match.group("namespace"), match.group("name") or ""
+            request.verb, group, resource, match.group("namespace"), named(request)
         ), f"{request.method} {request.path} ({request.verb}) is not granted by the roles"
     for essential in ("update nodes", "update configmaps", "delete pods", "create events"):
         assert essential in seen, sorted(seen)

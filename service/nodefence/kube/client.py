@@ -319,6 +319,52 @@ class KubeClient:
             deadline,
         )
 
+    async def list_configmap_named(
+        self, namespace: str, name: str, deadline: Deadline | None = None
+    ) -> Json:
+        """The list of the one ConfigMap ``name`` (empty while it does not exist) and its
+        resourceVersion, where a watch of it resumes; by field selector, so the Role can grant
+        it for that name only."""
+        query = [("fieldSelector", f"metadata.name={name}")]
+        path = "/api/v1/namespaces/{namespace}/configmaps"
+        return await self._call(
+            "list", lambda: self._send("GET", path, query=query, namespace=namespace), deadline
+        )
+
+    async def watch_configmap_named(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        timeout_seconds: int,
+        *,
+        idle_seconds: float,
+    ) -> Stream:
+        """A watch of the one ConfigMap ``name`` from ``resource_version``, as ``watch_nodes``
+        (bookmarks asked for, ended by the server after ``timeout_seconds``)."""
+        query: Query = [
+            ("fieldSelector", f"metadata.name={name}"),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.call_timeout, sock_read=idle_seconds
+        )
+        path = "/api/v1/namespaces/{namespace}/configmaps"
+        response = await self._send("GET", path, query=query, timeout=timeout, namespace=namespace)
+        status = int(response.status)
+        self._on_request("watch", str(status))
+        if status == 200:
+            return Stream(response)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+        body = _json_or_empty(raw)
+        raise KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+
     async def create_configmap(
         self, namespace: str, configmap: Json, deadline: Deadline | None = None
     ) -> Dated:

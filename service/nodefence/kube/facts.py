@@ -14,20 +14,22 @@ from nodefence.engine import record as fence_record
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     CONTROL_PLANE_LABELS,
-    PREFIX,
     ClusterFacts,
     Facts,
     LeaseFacts,
     PowerEvidence,
 )
+from nodefence.kube import pause_watch
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import lease_facts, node_facts, pod_facts, power_proof
 from nodefence.kube.node_index import NodeIndex, count, list_summaries, summarize
+from nodefence.kube.pause_watch import NOT_PAUSED, PauseState, PauseWatch, pause_state
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-CONTROL_CONFIGMAP = "nodefence-control"
-PAUSED = PREFIX + "paused"
-PAUSED_REASON = PREFIX + "paused-reason"
+# The pause switch, followed by ``PauseWatch`` in a serving receiver.
+CONTROL_CONFIGMAP = pause_watch.CONTROL_CONFIGMAP
+PAUSED = pause_watch.PAUSED
+PAUSED_REASON = pause_watch.PAUSED_REASON
 # The pause switch is read at most this often: operators flip it by hand, and every replica
 # seeing it within seconds is enough, while a read per alert would add to the cost of every
 # alert. A serving receiver refreshes it in the background (``PAUSE_REFRESH_SECONDS``) so the
@@ -71,6 +73,9 @@ class FactsReader:
         self._pause: tuple[float, str | None] | None = None
         self._cluster: tuple[float, asyncio.Future[ClusterFacts]] | None = None
         self.nodes: NodeIndex | None = None
+        # The pause switch as last read, with when it began (``nodefence_paused_since_seconds``).
+        self.pause: PauseState = NOT_PAUSED
+        self.pause_watch: PauseWatch | None = None
         self._closed = False
 
     def follow_nodes(self) -> None:
@@ -79,11 +84,16 @@ class FactsReader:
         if self.nodes is None and not self._closed:
             self.nodes = NodeIndex(self.kube)
             self.nodes.start()
+        if self.pause_watch is None and not self._closed:
+            self.pause_watch = PauseWatch(self.kube, self.namespace)
+            self.pause_watch.start()
 
     async def close(self) -> None:
         self._closed = True
         if self.nodes is not None:
             await self.nodes.stop()
+        if self.pause_watch is not None:
+            await self.pause_watch.stop()
 
     async def server_version_string(self, deadline: Deadline | None = None) -> str:
         if not self.server_version:
@@ -95,26 +105,31 @@ class FactsReader:
         """The cluster-wide pause: annotation ``nodefence.io/paused: "true"`` on the ConfigMap
         ``nodefence-control`` in nodefence's namespace (absent ConfigMap: not paused)."""
         now = time.monotonic()
-        if self._pause is not None and now - self._pause[0] < PAUSE_CACHE_SECONDS:
+        watching = self.pause_watch is not None and self.pause_watch.fresh() is not None
+        if not watching and self._pause is not None and now - self._pause[0] < PAUSE_CACHE_SECONDS:
             return self._pause[1]
         return await self.refresh_pause(deadline)
 
     async def refresh_pause(self, deadline: Deadline | None = None) -> str | None:
+        """From the pause watch while it is fresh (a serving receiver: no request at all),
+        otherwise by reading the ConfigMap."""
         now = time.monotonic()
-        try:
-            configmap = await self.kube.get_configmap(self.namespace, CONTROL_CONFIGMAP, deadline)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            configmap = {}
-        notes = configmap.get("metadata", {}).get("annotations") or {}
-        reason: str | None = None
-        if str(notes.get(PAUSED, "")).strip().lower() == "true":
-            why = str(notes.get(PAUSED_REASON, "")).strip()
-            where = f"ConfigMap {self.namespace}/{CONTROL_CONFIGMAP} has {PAUSED}=true"
-            reason = f"{where} ({why})" if why else where
-        self._pause = (now, reason)
-        return reason
+        watched = self.pause_watch.fresh() if self.pause_watch is not None else None
+        if watched is not None:
+            state = watched
+        else:
+            try:
+                configmap = await self.kube.get_configmap(
+                    self.namespace, CONTROL_CONFIGMAP, deadline
+                )
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                configmap = {}
+            state = pause_state(configmap, self.namespace)
+        self.pause = state
+        self._pause = (now, state.reason)
+        return state.reason
 
     async def cluster(self, deadline: Deadline | None = None) -> ClusterFacts:
         """The cluster counts: from the watch-fed ``NodeIndex`` while it heard from the API

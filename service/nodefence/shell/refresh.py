@@ -53,6 +53,10 @@ class BackgroundRefresh:
                     since_gauges = 0.0
                     await self._publish_fenced(Deadline(PAUSE_REFRESH_SECONDS))
                 await self.reader.refresh_pause(Deadline(PAUSE_REFRESH_SECONDS))
+                since = self.reader.pause.since
+                self.metrics.pause_is(
+                    (since.timestamp() if since else 0.0) if self.reader.pause.paused else None
+                )
             except (ClusterUnavailableError, KubeError) as exc:
                 log.warning("background_refresh_failed", error=str(exc))
             await asyncio.sleep(PAUSE_REFRESH_SECONDS)
