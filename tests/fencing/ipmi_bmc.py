@@ -1,11 +1,12 @@
 """An IPMI BMC for the tests, on pyghmi's own server side: ``python ipmi_bmc.py PORT USER
-PASSWORD on|off OFF_DELAY``. The machine reads off ``OFF_DELAY`` seconds after a power-off
-request, as real hardware does not stop at once."""
+PASSWORD on|off OFF_DELAY [GUID]``. The machine reads off ``OFF_DELAY`` seconds after a power-off
+request, as real hardware does not stop at once; ``Get System GUID`` answers ``GUID``."""
 
 from __future__ import annotations
 
 import sys
 import time
+import uuid
 
 from pyghmi.ipmi import bmc  # type: ignore[import-untyped]
 from pyghmi.ipmi.private import serversession  # type: ignore[import-untyped]
@@ -24,12 +25,20 @@ def _sha1_only(self: serversession.ServerSession, request: bytearray) -> bytearr
 serversession.ServerSession.create_open_session_response = _sha1_only
 
 
+GUID = "4c4c4544-0042-3510-8044-b4c04f4e3732"
+
+
 class PoweredBmc(bmc.Bmc):  # type: ignore[misc]
     def __init__(self, user: str, password: str, port: int, power: str, off_delay: float) -> None:
         super().__init__({user: password}, port=port, address="127.0.0.1")
         self.power = power
         self.off_delay = off_delay
         self.off_at: float | None = None
+        # The machine's SMBIOS UUID, answered to Get System GUID (a real BMC reads it there).
+        self.guid = uuid.UUID(GUID)
+
+    def get_system_guid(self) -> uuid.UUID:
+        return self.guid
 
     def get_power_state(self) -> str:
         if self.off_at is not None and time.monotonic() >= self.off_at:
@@ -49,6 +58,7 @@ class PoweredBmc(bmc.Bmc):  # type: ignore[misc]
 
 if __name__ == "__main__":
     port, user, password, power, off_delay = sys.argv[1:6]
+    GUID = sys.argv[6] if len(sys.argv) > 6 else GUID
     server = PoweredBmc(user, password, int(port), power, float(off_delay))
     print("ready", flush=True)
     server.listen()

@@ -206,10 +206,15 @@ class IpmiBmc:
 
 
 def start_ipmi_bmc(
-    directory: Path, *, power: str = "on", off_delay: float = 0.0, password: str = PASSWORD
+    directory: Path,
+    *,
+    power: str = "on",
+    off_delay: float = 0.0,
+    password: str = PASSWORD,
+    guid: str | None = None,
 ) -> IpmiBmc:
     """A pyghmi BMC on a loopback UDP port; ``off_delay`` seconds between a power-off request
-    and the machine reading off."""
+    and the machine reading off; ``guid``, the system GUID it reports."""
     port = free_port(socket.SOCK_DGRAM)
     process = Process(
         [
@@ -220,6 +225,7 @@ def start_ipmi_bmc(
             password,
             power,
             str(off_delay),
+            *([guid] if guid is not None else []),
         ],
         directory / f"ipmi-{port}.log",
     )
