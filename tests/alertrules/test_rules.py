@@ -26,6 +26,10 @@ SELF_ALERTS = {
     "NodefenceNodeFencedTooLong",
     "NodefenceApprovalPending",
     "NodefenceDown",
+    "NodefenceWebhookRejected",
+    "NodefencePausedTooLong",
+    "NodefenceReconcileStalled",
+    "NodefenceVolumesUnreleased",
 }
 
 
@@ -47,7 +51,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_file_passes_promtool_check() -> None:
     out = promtool("check", "rules", str(RULES))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 7 rules found" in out.stdout
+    assert f"SUCCESS: {len(rules_by_name())} rules found" in out.stdout
 
 
 @needs_promtool
@@ -77,6 +81,35 @@ def test_unit_tests_fail_when_a_threshold_changes(tmp_path: Path) -> None:
     out = promtool("test", "rules", str(copy))
     assert out.returncode != 0
     assert "NodefenceNodeFencedTooLong" in out.stdout + out.stderr
+
+
+@needs_promtool
+@pytest.mark.parametrize(
+    ("alert", "pinned", "looser"),
+    [
+        ("NodefencePausedTooLong", "> 3600 * 4", "> 3600 * 5"),
+        ("NodefenceReconcileStalled", "> 0) > 600", "> 0) > 1800"),
+        ("NodefenceWebhookRejected", "[10m])) > 0", "[10m])) > 5"),
+        (
+            "NodefenceVolumesUnreleased",
+            "(nodefence_volumes_unreleased) > 0\n        for: 10m",
+            "(nodefence_volumes_unreleased) > 0\n        for: 30m",
+        ),
+    ],
+)
+def test_operations_tests_pin_their_thresholds(
+    tmp_path: Path, alert: str, pinned: str, looser: str
+) -> None:
+    """Each alert on how nodefence is run fails its unit tests when its threshold moves."""
+    text = RULES.read_text()
+    assert text.count(pinned) == 1, pinned
+    (tmp_path / "tests").mkdir()
+    (tmp_path / RULES.name).write_text(text.replace(pinned, looser))
+    copy = tmp_path / "tests" / "nodefence_operations_test.yaml"
+    copy.write_text((RULES_DIR / "tests" / "nodefence_operations_test.yaml").read_text())
+    out = promtool("test", "rules", str(copy))
+    assert out.returncode != 0
+    assert alert in out.stdout + out.stderr
 
 
 def test_prometheus_rule_carries_the_same_groups() -> None:
@@ -165,5 +198,10 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
         "nodefence_http_requests_total",
         "nodefence_fenced_nodes",
         "nodefence_approval_pending_seconds",
+        "nodefence_webhook_rejected_total",
+        "nodefence_paused_since_seconds",
+        "nodefence_reconcile_last_success_timestamp_seconds",
+        "nodefence_reconcile_interval_seconds",
+        "nodefence_volumes_unreleased",
     }
     assert used == documented
