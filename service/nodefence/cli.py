@@ -196,21 +196,19 @@ def _reconcile() -> int:
 
 
 def _status(output: str) -> int:
+    from nodefence.commands.common import connected_pipeline
     from nodefence.kube.client import Deadline
     from nodefence.observability.logging import configure_logging
-    from nodefence.runtime import build_pipeline
     from nodefence.status import as_text, gather
 
     settings = _settings(auth_disabled=True, log_level="warning")
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
-    policy = _policy_or_exit(settings)
+    # Dry-run: status judges the NotReady nodes it lists as explain does, writing nothing.
+    policy = _policy_or_exit(settings).model_copy(update={"dry_run": True})
 
     async def main() -> int:
-        pipeline = await build_pipeline(settings, policy=policy)
-        try:
+        async with connected_pipeline(settings, policy) as pipeline:
             status = await gather(pipeline, Deadline(settings.request_deadline_seconds))
-        finally:
-            await pipeline.close()
         print(json.dumps(status, indent=2) if output == "json" else as_text(status))
         return 0
 

@@ -65,13 +65,18 @@ def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
 
 
 async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
+    """``pipeline`` runs a dry-run policy: the NotReady nodes are judged as ``explain`` does."""
+    from nodefence.commands.held_back import operator_view
+
     record = await pipeline.read_record(deadline)
     nodes = await pipeline.kube.list_nodes(deadline)
-    return report(record, nodes)
+    return {**report(record, nodes), **await operator_view(pipeline, record, nodes, deadline)}
 
 
 def as_text(status: dict[str, Any]) -> str:
-    lines: list[str] = []
+    from nodefence.commands.held_back import held_back_lines, pause_line
+
+    lines: list[str] = [pause_line(status)]
     fenced = status["fenced"]
     lines.append(f"Fenced by nodefence: {len(fenced) or 'none'}")
     for f in fenced:
@@ -99,4 +104,5 @@ def as_text(status: dict[str, Any]) -> str:
         lines.append("Recently released:")
         for r in released:
             lines.append(f"  {r['node']}  at {r['at']}: {r['why']}")
+    lines.extend(held_back_lines(status))
     return "\n".join(lines)

@@ -66,7 +66,7 @@ def test_json_names_the_alert_the_verdict_and_each_guard(cluster: Cluster) -> No
     assert report["node"] == "compute01"
     assert report["alert"]["alertname"] == "KubeNodeNotReady"
     assert report["alert"]["labels"]["node"] == "compute01"
-    assert "no Alertmanager configured" in report["alert"]["source"]
+    assert "no Alertmanager is configured" in report["alert"]["source"]
     assert report["outcome"] == "would not fence it"
     # A Ready node with a live Lease: S1 and S2 hold it back.
     assert {"ready", "lease"} <= set(report["heldBackBy"])

@@ -139,6 +139,48 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _switch(args: argparse.Namespace) -> int:
+    from nodefence.cli import _policy_or_exit, _settings
+    from nodefence.commands import pause
+    from nodefence.commands.common import connected_pipeline, operator_identity
+    from nodefence.kube.client import Deadline
+    from nodefence.observability.logging import configure_logging
+
+    settings = _settings(auth_disabled=True, log_level="warning")
+    configure_logging(settings.log_format, settings.log_level, stream=_stderr())
+    policy = _policy_or_exit(settings)
+    by = args.by or operator_identity()
+
+    async def main() -> dict[str, Any]:
+        async with connected_pipeline(settings, policy) as pipeline:
+            deadline = Deadline(settings.request_deadline_seconds)
+            if args.command == "pause":
+                return await pause.pause(
+                    pipeline.kube,
+                    namespace=settings.namespace,
+                    reason=args.reason,
+                    by=by,
+                    identity=settings.identity,
+                    deadline=deadline,
+                )
+            return await pause.resume(
+                pipeline.kube,
+                namespace=settings.namespace,
+                by=by,
+                identity=settings.identity,
+                deadline=deadline,
+            )
+
+    report = asyncio.run(main())
+    if args.output == "json":
+        print(json.dumps(report, indent=2))
+    elif args.command == "pause":
+        print(pause.pause_text(report))
+    else:
+        print(pause.resume_text(report))
+    return 0
+
+
 def _stderr() -> Any:
     import sys
 
@@ -150,4 +192,6 @@ def run(args: argparse.Namespace) -> int:
         return _explain(args)
     if args.command == "release":
         return _release(args)
-    raise SystemExit(f"nodefence: {args.command} is not implemented")
+    if args.command in ("pause", "resume"):
+        return _switch(args)
+    raise ValueError(f"not an operator command: {args.command}")

@@ -93,7 +93,7 @@ async def firing_alert(
     otherwise None and why not."""
     config = settings.alertmanager
     if config is None:
-        return None, "no Alertmanager configured (NODEFENCE_ALERTMANAGER_URL)"
+        return None, "no Alertmanager is configured: NODEFENCE_ALERTMANAGER_URL is unset"
     try:
         events = await active_alerts(config, [alertname], policy.alerts.node_labels)
     except AlertmanagerUnavailableError as exc:

@@ -1,0 +1,110 @@
+"""What ``nodefence status`` adds for the operator: the pause switch (who, when, why) and the
+nodes that are NotReady yet not fenced, each with the guard that holds it back.
+
+"Held back" is what ``nodefence explain`` says for the node: the decision a firing node alert
+would get now, made by the pipeline in dry-run on live facts, so status and explain never
+disagree. A node nothing holds back is shown too: a firing alert would fence it, so if it is
+not fenced, the alert is not reaching nodefence (or has not fired yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodefence.commands import explain, pause
+from nodefence.engine.model import Decision
+from nodefence.engine.record import FenceRecord
+from nodefence.engine.wording import instant
+from nodefence.kube.client import Deadline, Json
+from nodefence.kube.convert import ready_condition
+from nodefence.pipeline import Pipeline
+
+# Beyond this many NotReady nodes (a storm, or a cluster being torn down) each is only named:
+# judging every one would cost five reads apiece for a storm the storm guard refuses anyway.
+MAX_EXPLAINED = 50
+
+
+def _not_ready(node: Json) -> bool:
+    cond = ready_condition(node)
+    return cond is None or cond.status != "True"
+
+
+def _since(node: Json) -> str | None:
+    cond = ready_condition(node)
+    return instant(cond.last_transition) if cond and cond.last_transition else None
+
+
+def _held(decision: Decision, node: Json) -> dict[str, Any]:
+    blocking = [r for r in decision.reasons if not r.passed]
+    return {
+        "node": node["metadata"]["name"],
+        "notReadySince": _since(node),
+        "outcome": explain.WOULD[decision.verdict],
+        "heldBackBy": blocking[0].guard if blocking else None,
+        "reason": blocking[0].message
+        if blocking
+        else "nothing holds it back: a firing alert would fence it now (is the alert reaching "
+        "nodefence?)",
+        "allBlocking": [r.guard for r in blocking],
+    }
+
+
+async def not_fenced(pipeline: Pipeline, record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
+    """The NotReady nodes the record holds no entry for, each judged as ``explain`` would;
+    ``pipeline`` must run a dry-run policy, so judging them writes nothing."""
+    if not pipeline.policy.dry_run:
+        raise ValueError("nodes are judged for status only by a dry-run pipeline")
+    held = set(record.holders)
+    candidates = sorted(
+        (n for n in nodes if _not_ready(n) and n["metadata"]["name"] not in held),
+        key=lambda n: str(n["metadata"]["name"]),
+    )
+    judged, skipped = candidates[:MAX_EXPLAINED], candidates[MAX_EXPLAINED:]
+    policy = pipeline.policy
+    alertname = (
+        explain.DEFAULT_ALERT
+        if explain.DEFAULT_ALERT in policy.alerts.names
+        else policy.alerts.names[0]
+    )
+    events = [
+        explain.synthesized_alert(policy, n["metadata"]["name"], alertname, {}, "status").event
+        for n in judged
+    ]
+    decisions = await pipeline.handle_events(events) if events else []
+    return {
+        "notReadyNotFenced": [_held(d, n) for d, n in zip(decisions, judged, strict=True)],
+        "notReadyNotJudged": [n["metadata"]["name"] for n in skipped],
+    }
+
+
+async def operator_view(
+    pipeline: Pipeline, record: FenceRecord, nodes: list[Json], deadline: Deadline
+) -> dict[str, Any]:
+    """The keys ``status`` adds: ``pause`` and the NotReady nodes held back."""
+    configmap, _at = await pause.read_switch(pipeline.kube, pipeline.reader.namespace, deadline)
+    state = pause.pause_state(configmap or {}, pipeline.reader.namespace)
+    return {"pause": state.as_dict(), **await not_fenced(pipeline, record, nodes)}
+
+
+def pause_line(status: dict[str, Any]) -> str:
+    line = pause.describe(status["pause"])
+    return "Pause switch: " + (
+        line.replace("paused", "PAUSED", 1) if status["pause"]["paused"] else line
+    )
+
+
+def held_back_lines(status: dict[str, Any]) -> list[str]:
+    held = status["notReadyNotFenced"]
+    lines = [f"NotReady, not fenced: {len(held) + len(status['notReadyNotJudged']) or 'none'}"]
+    for h in held:
+        since = f" since {h['notReadySince']}" if h["notReadySince"] else ""
+        guard = h["heldBackBy"] or "nothing"
+        lines.append(f"  {h['node']}  NotReady{since}  held back by {guard}")
+        lines.append(f"      {h['reason']}")
+    if status["notReadyNotJudged"]:
+        lines.append(
+            f"  not judged (more than {MAX_EXPLAINED}): " + ", ".join(status["notReadyNotJudged"])
+        )
+    if held:
+        lines.append("  (nodefence explain NODE shows every guard)")
+    return lines
