@@ -1,0 +1,230 @@
+"""S10 through ``fencing.driver: fence-agent``, end to end: the receiver, the simulated cluster,
+and fence_redfish against the simulator's Redfish BMC behind TLS. The taint follows only a
+separate ``status`` run reading Off; each fault of a scripted agent blocks it with a reason."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from pydantic import SecretStr
+
+from nodefence.observability.metrics import Metrics
+from nodefence.policy import parse_policy
+from nodefence.runtime import build_pipeline
+from nodefence.settings import Settings
+from nodefence_sim.redfish import bmcs_of
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
+from pipeline.harness import Receiver, eventually, firing, node_events, oos_taints
+
+from .agents import AGENT_PASSWORD, scripted_agent, wait_until
+from .peers import Ca, Process, free_port, issue_server_cert, make_ca
+
+NODE = "compute01"
+TOKEN = "fence-agent-test-token"
+
+
+def policy(timeout: float) -> dict[str, Any]:
+    return {
+        "rules": [
+            {
+                "name": "default",
+                "fencing": {"driver": "fence-agent", "action": "off", "timeout_seconds": timeout},
+            }
+        ],
+        "cluster": {
+            "max_fenced_nodes": 2,
+            "storm_not_ready_fraction": 0.6,
+            "min_ready_fraction": 0.5,
+        },
+    }
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[SimulatorHandle]:
+    async with running_simulator(Simulation.from_scenario("seed")) as handle:
+        yield handle
+
+
+@pytest.fixture
+def tls_bmc(tmp_path: Path, cluster: SimulatorHandle) -> Iterator[int]:
+    """The simulator's Redfish BMCs behind a TLS front (fence_redfish speaks only HTTPS)."""
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (Debian package socat)")
+    ca: Ca = make_ca(tmp_path, "front")
+    cert, key = issue_server_cert(tmp_path, ca, "front")
+    pem = tmp_path / "front.pem"
+    pem.write_text(cert.read_text() + key.read_text())
+    port = free_port()
+    target = int(cluster.url.rsplit(":", 1)[1])
+    process = Process(
+        [
+            "socat",
+            f"OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={pem},verify=0",
+            f"TCP:127.0.0.1:{target}",
+        ],
+        tmp_path / "socat.log",
+    )
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    try:
+        assert wait_until(listening), process.output()
+        yield port
+    finally:
+        process.stop()
+
+
+def write_inventory(tmp_path: Path, fence_agent: dict[str, Any], nodes: list[str]) -> Path:
+    path = tmp_path / "bmcs.yaml"
+    data = {
+        "defaults": {"fence-agent": fence_agent},
+        # fence_redfish names no machine of its own (no plug), so the entries say so.
+        "nodes": {node: {"driver": "fence-agent", "identity": "unchecked"} for node in nodes},
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def redfish_defaults(cluster: SimulatorHandle, port: int) -> dict[str, Any]:
+    bmcs = bmcs_of(cluster.sim)
+    return {
+        "agent": "fence_redfish",
+        "parameters": {
+            "ip": "127.0.0.1",
+            "ipport": str(port),
+            "username": bmcs.username,
+            "password": bmcs.password.get_secret_value(),
+            "ssl_insecure": "1",
+            "systems_uri": "/redfish/v1/Systems/{node}",
+        },
+    }
+
+
+@asynccontextmanager
+async def receiver(
+    cluster: SimulatorHandle, bmcs: Path, timeout: float = 40
+) -> AsyncIterator[Receiver]:
+    settings = Settings(
+        alert_token=SecretStr(TOKEN),
+        namespace="nodefence",
+        identity="replica-1",
+        request_deadline_seconds=60,
+        bmc_inventory=bmcs,
+    )
+    from nodefence.http.app import build_app
+
+    pipeline = await build_pipeline(
+        settings,
+        metrics=Metrics(),
+        policy=parse_policy(policy(timeout)),
+        kubeconfig=str(cluster.kubeconfig),
+    )
+    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    async with aiohttp.ClientSession() as session:
+        try:
+            yield Receiver(f"http://127.0.0.1:{port}", TOKEN, pipeline, pipeline.metrics, session)
+        finally:
+            await runner.cleanup()
+
+
+async def kill(cluster: SimulatorHandle, name: str) -> None:
+    cluster.sim.node_down(name, since_seconds=1200)
+    await eventually(lambda: cluster.sim.node_state(name)["ready"] != "True")
+
+
+def text_of(decision: dict[str, Any]) -> str:
+    reasons = " | ".join(str(r["message"]) for r in decision["reasons"])
+    results = " | ".join(str(r.get("detail", "")) for r in decision.get("results", []))
+    return f"{reasons} || {results}"
+
+
+async def test_fence_redfish_fences_only_after_a_status_read_of_off(
+    cluster: SimulatorHandle, tls_bmc: int, tmp_path: Path
+) -> None:
+    if shutil.which("fence_redfish", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+        pytest.skip("fence_redfish is not installed (Debian package fence-agents)")
+    bmcs = write_inventory(tmp_path, redfish_defaults(cluster, tls_bmc), [NODE])
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+        metrics = nodefence.metrics.exposition().decode()
+    assert decision["verdict"] == "fence", text_of(decision)
+    text = text_of(decision)
+    assert "fence-agent fence_redfish" in text
+    assert "Status: OFF" in text
+    # The machine was powered off through the BMC, once, and only then tainted.
+    assert bmcs_of(cluster.sim).resets == [(NODE, "ForceOff")]
+    assert oos_taints(cluster, NODE)
+    password = bmcs_of(cluster.sim).password.get_secret_value()
+    assert password not in str(decision)
+    assert password not in str(node_events(cluster, NODE))
+    assert 'driver="fence-agent"' in metrics
+
+
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("lies", "status still reports Status: ON"),
+        ("off-exits-2", "off exited 2"),
+        ("garbage-status", "exited 7"),
+        ("refuses", "Unable to obtain correct plug status"),
+    ],
+)
+async def test_a_faulty_agent_blocks_the_taint_with_its_reason(
+    cluster: SimulatorHandle, tmp_path: Path, mode: str, why: str
+) -> None:
+    agent = scripted_agent(tmp_path / "agent", mode)
+    defaults = {
+        "agent": str(agent.path),
+        "parameters": {**agent.parameters(), "power_timeout": "5"},
+    }
+    bmcs = write_inventory(tmp_path, defaults, [NODE])
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs, timeout=3) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    text = text_of(decision)
+    assert decision["verdict"] != "fence", text
+    assert why in text, text
+    assert oos_taints(cluster, NODE) == []
+    events = str(node_events(cluster, NODE))
+    assert why in events, events
+    for shown in (text, events):
+        assert AGENT_PASSWORD not in shown
+
+
+async def test_a_hanging_agent_blocks_the_taint_and_leaves_no_process(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    from .agents import group_alive
+
+    agent = scripted_agent(tmp_path / "agent", "hang")
+    bmcs = write_inventory(
+        tmp_path, {"agent": str(agent.path), "parameters": agent.parameters()}, [NODE]
+    )
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs, timeout=3) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    assert decision["verdict"] != "fence"
+    assert "killed" in text_of(decision), text_of(decision)
+    assert oos_taints(cluster, NODE) == []
+    for run in agent.runs():
+        assert wait_until(lambda run=run: not group_alive(run["pgid"]))
