@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from .closing import Opened
 from .peers import Ca, Sushy, make_ca, start_sushy, sushy_installed
 
 WORKER_UUID = "8a5c2c4e-1d6b-4a55-9d0e-000000000001"
@@ -20,6 +21,16 @@ def fake_system(uuid: str, name: str, power_state: str) -> dict[str, object]:
         "power_state": power_state,
         "nics": [{"mac": "00:5c:52:31:3a:9c", "ip": "172.22.0.100"}],
     }
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[Opened]:
+    """``opened(driver)``: the driver is closed when the test ends, passed or failed."""
+    drivers = Opened()
+    try:
+        yield drivers
+    finally:
+        await drivers.close_all()
 
 
 @pytest.fixture

@@ -23,6 +23,18 @@ def _sha1_only(self: serversession.ServerSession, request: bytearray) -> bytearr
 
 
 serversession.ServerSession.create_open_session_response = _sha1_only
+_rakp1 = serversession.ServerSession._got_rakp1
+
+
+def _logged_login(self: serversession.ServerSession, data: bytearray) -> None:
+    # RAKP 1 opens every login, whether its password then proves right or wrong: the tests count
+    # the logins a client makes (a client retrying a refused password locks accounts out). A
+    # retransmitted RAKP 1 carries the same client session id; a new login, a new one.
+    print(f"login attempt {bytes(self.clientsessionid).hex()}", flush=True)
+    _rakp1(self, data)
+
+
+serversession.ServerSession._got_rakp1 = _logged_login
 
 
 GUID = "4c4c4544-0042-3510-8044-b4c04f4e3732"

@@ -12,6 +12,8 @@ from nodefence.fencing.inventory import InventoryError, load_inventory
 from nodefence.fencing.ipmi import IpmiDriver
 from nodefence.fencing.redfish import RedfishDriver
 
+from .closing import Opened
+
 SECRET = "pa55-w0rd-that-must-not-leak"
 
 
@@ -45,20 +47,19 @@ nodes:
     )
 
 
-async def test_a_valid_inventory_gives_a_driver_per_listed_node(tmp_path: Path) -> None:
+async def test_a_valid_inventory_gives_a_driver_per_listed_node(
+    tmp_path: Path, opened: Opened
+) -> None:
     inventory = load_inventory(valid(tmp_path))
     redfish = inventory.driver_for("worker1")
     ipmi = inventory.driver_for("worker2")
-    try:
-        assert isinstance(redfish, RedfishDriver)
-        assert redfish.source == "redfish https://10.0.0.11/redfish/v1/Systems/1"
-        assert isinstance(ipmi, IpmiDriver)
-        assert ipmi.source == "ipmi 10.0.0.12:6230"
-        assert inventory.driver_for("worker3") is None
-    finally:
-        for driver in (redfish, ipmi):
-            if driver is not None:
-                await driver.close()
+    assert isinstance(redfish, RedfishDriver)
+    assert isinstance(ipmi, IpmiDriver)
+    opened(redfish)
+    opened(ipmi)
+    assert redfish.source == "redfish https://10.0.0.11/redfish/v1/Systems/1"
+    assert ipmi.source == "ipmi 10.0.0.12:6230"
+    assert inventory.driver_for("worker3") is None
 
 
 def test_defaults_are_the_safe_ones(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ new bootID, and power is separate from the kubelet as on real machines."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ from nodefence.fencing.redfish import RedfishDriver
 from nodefence_sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
+
+from .closing import Opened
 
 NODE = "compute01"
 STARTUP_SECONDS = 30.0
@@ -75,32 +78,32 @@ async def test_inventory_lists_every_node_with_a_session_login(
     assert (tmp_path / "bmcs.yaml").stat().st_mode & 0o077 == 0
 
 
-async def test_force_off_stops_the_kubelet_and_on_reboots_it(cluster: Cluster) -> None:
+async def test_force_off_stops_the_kubelet_and_on_reboots_it(
+    cluster: Cluster, opened: Opened
+) -> None:
     sim = cluster.sim
     boot_before = sim.node_state(NODE)["bootID"]
-    driver = driver_for(cluster)
-    try:
-        assert (await driver.status(timeout=5)).state == "on"
-        off = await driver.power_off(timeout=5)
-        assert off.state == "off", off.detail
-        assert off.raw_state == "Off"
-        assert off.source == f"redfish {cluster.handle.url}/redfish/v1/Systems/{NODE}"
-        stopped = sim.node_state(NODE)
-        assert stopped["kubelet"] == "down"
+    driver = opened(driver_for(cluster))
+    assert (await driver.status(timeout=5)).state == "on"
+    off = await driver.power_off(timeout=5)
+    assert off.state == "off", off.detail
+    assert off.raw_state == "Off"
+    assert off.source == f"redfish {cluster.handle.url}/redfish/v1/Systems/{NODE}"
+    stopped = sim.node_state(NODE)
+    assert stopped["kubelet"] == "down"
 
-        # A dead kubelet renews nothing: a minute later its Lease is as old as the power-off and
-        # the node lifecycle controller has marked the node Unknown.
-        cluster.clock.advance(60)
-        sim.settle()
-        later = sim.node_state(NODE)
-        assert later["leaseRenewTime"] == stopped["leaseRenewTime"]
-        assert later["ready"] == "Unknown"
-        assert (await driver.status(timeout=5)).state == "off"
+    # A dead kubelet renews nothing: a minute later its Lease is as old as the power-off and
+    # the node lifecycle controller has marked the node Unknown.
+    cluster.clock.advance(60)
+    sim.settle()
+    later = sim.node_state(NODE)
+    assert later["leaseRenewTime"] == stopped["leaseRenewTime"]
+    assert later["ready"] == "Unknown"
+    assert (await driver.status(timeout=5)).state == "off"
 
-        on = await driver.power_on(timeout=5)
-        assert on.state == "on", on.detail
-    finally:
-        await driver.close()
+    on = await driver.power_on(timeout=5)
+    assert on.state == "on", on.detail
+    await driver.close()
     back = sim.node_state(NODE)
     assert back["kubelet"] == "up"
     assert back["ready"] == "True"
@@ -111,47 +114,40 @@ async def test_force_off_stops_the_kubelet_and_on_reboots_it(cluster: Cluster) -
 
 
 async def test_a_hung_kubelet_still_reads_on_and_keeps_its_age_after_force_off(
-    cluster: Cluster,
+    cluster: Cluster, opened: Opened
 ) -> None:
     sim = cluster.sim
     sim.node_down(NODE, since_seconds=1200)
     hung = sim.node_state(NODE)
-    driver = driver_for(cluster)
-    try:
-        assert (await driver.status(timeout=5)).state == "on"
-        assert (await driver.power_off(timeout=5)).state == "off"
-    finally:
-        await driver.close()
+    driver = opened(driver_for(cluster))
+    assert (await driver.status(timeout=5)).state == "on"
+    assert (await driver.power_off(timeout=5)).state == "off"
     # Powering off a dead kubelet does not make its last sign of life "now".
     assert sim.node_state(NODE)["leaseRenewTime"] == hung["leaseRenewTime"]
 
 
 async def test_power_off_of_a_machine_already_off_sends_no_second_action(
-    cluster: Cluster,
+    cluster: Cluster, opened: Opened
 ) -> None:
-    driver = driver_for(cluster)
-    try:
-        first = await driver.power_off(timeout=5)
-        second = await driver.power_off(timeout=5)
-    finally:
-        await driver.close()
+    driver = opened(driver_for(cluster))
+    first = await driver.power_off(timeout=5)
+    second = await driver.power_off(timeout=5)
     assert first.state == second.state == "off"
     assert cluster.bmcs.resets == [(NODE, "ForceOff")]
 
 
 async def test_a_kubelet_started_from_the_control_surface_means_the_machine_runs(
-    cluster: Cluster,
+    cluster: Cluster, opened: Opened
 ) -> None:
-    driver = driver_for(cluster)
-    try:
-        assert (await driver.power_off(timeout=5)).state == "off"
-        cluster.sim.node_up(NODE, reboot=True)
-        assert (await driver.status(timeout=5)).state == "on"
-    finally:
-        await driver.close()
+    driver = opened(driver_for(cluster))
+    assert (await driver.power_off(timeout=5)).state == "off"
+    cluster.sim.node_up(NODE, reboot=True)
+    assert (await driver.status(timeout=5)).state == "on"
 
 
-async def test_basic_auth_works_and_a_wrong_password_is_no_proof(cluster: Cluster) -> None:
+async def test_basic_auth_works_and_a_wrong_password_is_no_proof(
+    cluster: Cluster, opened: Opened
+) -> None:
     good = RedfishDriver(
         cluster.handle.url,
         username=cluster.bmcs.username,
@@ -165,34 +161,31 @@ async def test_basic_auth_works_and_a_wrong_password_is_no_proof(cluster: Cluste
         password=SecretStr("guessed-password"),
         system=NODE,
     )
-    try:
-        assert (await good.status(timeout=5)).state == "on"
-        refused = await bad_session.power_off(timeout=5)
-    finally:
-        await good.close()
-        await bad_session.close()
+    opened(good)
+    opened(bad_session)
+    assert (await good.status(timeout=5)).state == "on"
+    refused = await bad_session.power_off(timeout=5)
     assert refused.state == "unknown"
     assert "refused the configured credentials" in refused.detail
     assert cluster.bmcs.resets == []
     assert cluster.sim.node_state(NODE)["kubelet"] == "up"
 
 
-async def test_an_unknown_system_is_no_proof(cluster: Cluster) -> None:
-    driver = RedfishDriver(
-        cluster.handle.url,
-        username=cluster.bmcs.username,
-        password=cluster.bmcs.password,
-        system="no-such-node",
+async def test_an_unknown_system_is_no_proof(cluster: Cluster, opened: Opened) -> None:
+    driver = opened(
+        RedfishDriver(
+            cluster.handle.url,
+            username=cluster.bmcs.username,
+            password=cluster.bmcs.password,
+            system="no-such-node",
+        )
     )
-    try:
-        reading = await driver.power_off(timeout=5)
-    finally:
-        await driver.close()
+    reading = await driver.power_off(timeout=5)
     assert reading.state == "unknown"
     assert "not found" in reading.detail
 
 
-async def test_simulate_writes_a_loadable_bmc_inventory(tmp_path: Path) -> None:
+async def test_simulate_writes_a_loadable_bmc_inventory(tmp_path: Path, opened: Opened) -> None:
     out = tmp_path / "inventory.yaml"
     log = tmp_path / "simulate.log"
     with log.open("w") as sink:
@@ -206,14 +199,11 @@ async def test_simulate_writes_a_loadable_bmc_inventory(tmp_path: Path) -> None:
         while "listening on" not in log.read_text():
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "simulate did not start in time"
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         inventory = load_inventory(out)
         driver = inventory.driver_for("control02")
         assert driver is not None
-        try:
-            reading = await driver.status(timeout=5)
-        finally:
-            await driver.close()
+        reading = await opened(driver).status(timeout=5)
     finally:
         process.terminate()
         process.wait(timeout=10)
