@@ -29,6 +29,24 @@ class VolumeAttachmentFacts:
 class VolumePlan:
     delete: tuple[VolumeAttachmentFacts, ...]
     reason: Reason
+    # Attachments that stay on the dead node after this step: named in the decision and the
+    # Event, counted by ``nodefence_volumes_unreleased``.
+    kept: tuple[VolumeAttachmentFacts, ...] = ()
+
+
+GUARD = "volumes"
+SHOWN = 5
+
+
+def _listed(attachments: tuple[VolumeAttachmentFacts, ...]) -> str:
+    named = ", ".join(f"{a.name} ({a.persistent_volume})" for a in attachments[:SHOWN])
+    return named + (f" and {len(attachments) - SHOWN} more" if len(attachments) > SHOWN else "")
+
+
+def unreleased(reasons: tuple[Reason, ...]) -> Reason | None:
+    """The volumes reason of a decision that acted, when its volumes were not released: a fence
+    that leaves them attached is not a plain success, and its Event says so first."""
+    return next((r for r in reasons if r.guard == GUARD and not r.passed), None)
 
 
 def server_minor(version: str) -> tuple[int, int] | None:
@@ -45,7 +63,7 @@ def plan_volume_release(
     """Only attachments of this node, and only once no pod on the node still uses a claim."""
     node = facts.node
     if node is None:
-        return VolumePlan((), Reason("volumes", True, "no node, no volumes to release"))
+        return VolumePlan((), Reason(GUARD, True, "no node, no volumes to release"))
     mine = tuple(a for a in attachments if a.node_name == node.name)
     version = facts.cluster.server_version or "an unknown version"
     minor = server_minor(facts.cluster.server_version)
@@ -53,41 +71,54 @@ def plan_volume_release(
         return VolumePlan(
             (),
             Reason(
-                "volumes",
+                GUARD,
                 True,
                 f"Kubernetes {version} detaches the volumes of an out-of-service node itself",
             ),
         )
     if not mine:
-        return VolumePlan((), Reason("volumes", True, f"no volume is attached to {node.name}"))
+        return VolumePlan((), Reason(GUARD, True, f"no volume is attached to {node.name}"))
     names = ", ".join(a.persistent_volume for a in mine[:5]) + (" ..." if len(mine) > 5 else "")
     if not cleanup_allowed:
+        by_hand = (
+            "kubectl delete volumeattachment " + " ".join(a.name for a in mine)
+            if len(mine) <= SHOWN
+            else f"kubectl get volumeattachments | grep {node.name}, then delete those"
+        )
         return VolumePlan(
             (),
             Reason(
-                "volumes",
+                GUARD,
                 False,
-                f"Kubernetes {version} releases volumes of an out-of-service node only with the "
-                f"NodeOutOfServiceVolumeDetach gate; {len(mine)} volume(s) ({names}) may stay "
-                "attached to the dead node and block their pods elsewhere; the policy does not "
-                "allow nodefence to delete VolumeAttachments (volume_attachment_cleanup)",
+                f"VOLUMES NOT RELEASED: {len(mine)} VolumeAttachment(s) are still attached to "
+                f"{node.name}: {_listed(mine)}. Kubernetes {version} detaches the volumes of an "
+                "out-of-service node only with the NodeOutOfServiceVolumeDetach feature gate, "
+                "which the API does not show: unless it is on, pods that use them cannot start "
+                "on another node (Multi-Attach errors) until they go "
+                "(nodefence_volumes_unreleased shows whether they do). The policy does not let "
+                "nodefence delete them (volume_attachment_cleanup: true would, once the node's "
+                "pods are gone); to release them yourself once the machine is known to be off: "
+                f"{by_hand}",
             ),
+            kept=mine,
         )
     still_used = [p for p in facts.pods if p.has_pvc and p.node_name == node.name]
     if still_used:
         return VolumePlan(
             (),
             Reason(
-                "volumes",
+                GUARD,
                 False,
-                f"{len(still_used)} pod(s) with volumes are still on {node.name}; its "
-                "VolumeAttachments are released once they are gone",
+                f"{len(mine)} VolumeAttachment(s) stay attached to {node.name} for now "
+                f"({_listed(mine)}): {len(still_used)} pod(s) with volumes are still on it; "
+                "they are deleted once those pods are gone (a later reconcile pass)",
             ),
+            kept=mine,
         )
     return VolumePlan(
         mine,
         Reason(
-            "volumes",
+            GUARD,
             True,
             f"Kubernetes {version} may not detach volumes of an out-of-service node; deleting "
             f"{len(mine)} VolumeAttachment(s) of {node.name} ({names}) now that its pods are gone",

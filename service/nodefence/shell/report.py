@@ -16,8 +16,10 @@ import structlog
 
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import machine
+from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe
+from nodefence.engine.volumes import unreleased
 from nodefence.fencing.model import PowerReading
 from nodefence.kube.client import Deadline
 from nodefence.kube.events import EventRecorder
@@ -26,7 +28,13 @@ from nodefence.observability.metrics import Metrics
 log = structlog.get_logger(__name__)
 
 REFUSAL_REASONS = frozenset(
-    {"FenceRefused", "UnfenceRefused", "UnfenceDeferred", "FenceAwaitingApproval"}
+    {
+        "FenceRefused",
+        "UnfenceRefused",
+        "UnfenceDeferred",
+        "FenceAwaitingApproval",
+        "FenceProofContradicted",
+    }
 )
 
 
@@ -72,6 +80,8 @@ class Reporter:
                     self.metrics.node_fenced(decision.node, self.clock().timestamp())
                 elif result.action == "unfence":
                     self.metrics.node_unfenced(decision.node)
+                elif result.action == "proof-contradicted":
+                    self.metrics.proof_contradicted(decision.node, self.clock().timestamp())
         purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
         if purged:
             self.metrics.pod_purged(purged)
@@ -142,12 +152,19 @@ def node_event(
     blocked = [r for r in decision.reasons if not r.passed]
     powered_on = [r for r in results if r.action == "power-on"]
     rebooted = f"; power-on sent through its BMC ({powered_on[0].detail})" if powered_on else ""
+    contradicted = next((r for r in blocked if r.guard == PROOF_CONTRADICTED), None)
+    if contradicted is not None:
+        return ("FenceProofContradicted", contradicted.message, True)
+    # Volumes left attached make a fence no plain success: said before anything else.
+    stuck = unreleased(decision.reasons)
+    kept = f" {stuck.message}." if stuck is not None else ""
     if fenced:
         volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
         verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
         return (
             "NodeFenced",
-            f"out-of-service taint applied; {purged} pods purged{volumes}{rebooted}. {verdict}",
+            f"out-of-service taint applied; {purged} pods purged{volumes}{rebooted}.{kept} "
+            f"{verdict}",
             True,
         )
     if powered_on:
@@ -161,7 +178,7 @@ def node_event(
     if let_go and not unfenced:
         return ("FenceReleased", f"nodefence let go of its fence: {let_go[0].detail}", True)
     if purged:
-        return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0", True)
+        return ("PodsPurged", f"{purged} pods stuck Terminating deleted with grace 0.{kept}", True)
     if released:
         return (
             "VolumesReleased",
