@@ -1,0 +1,101 @@
+"""The one loop: read a snapshot, decide, commit; on a failed precondition read again.
+
+A snapshot is the node, its Lease and pods, the fence record, the cluster's counts and the API
+server's clock. ``decide`` is pure. No lock is held between replicas: the claim written on the
+record version the decision read is what keeps two replicas from both spending the last budget
+slot, however slow either is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+
+from nodefence.actions.executor import ActionResult
+from nodefence.actions.power_binding import bind_machine
+from nodefence.actions.record import RecordWriter
+from nodefence.engine.model import Decision, PowerEvidence
+from nodefence.errors import ClusterUnavailableError
+from nodefence.fencing.inventory import Inventory
+from nodefence.kube.client import Deadline
+from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.shell.commit import Commit
+from nodefence.shell.report import Reporter
+
+MAX_DECIDE_ATTEMPTS = 5
+
+Decider = Callable[[Snapshot], Decision]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """One turn of the loop: the last decision, everything its commits did, and the snapshot
+    it was made on."""
+
+    decision: Decision
+    results: list[ActionResult]
+    snapshot: Snapshot
+    # The out-of-service taint write went through during this pass.
+    fenced: bool = False
+
+    @property
+    def node_uid(self) -> str:
+        node = self.snapshot.facts.node
+        return node.uid if node is not None else ""
+
+
+class Loop:
+    def __init__(
+        self,
+        reader: FactsReader,
+        commit: Commit,
+        records: RecordWriter,
+        reporter: Reporter,
+        inventory: Inventory | None,
+    ) -> None:
+        self.reader = reader
+        self.commit = commit
+        self.records = records
+        self.reporter = reporter
+        self.inventory = inventory
+
+    async def run(
+        self,
+        name: str,
+        decider: Decider,
+        deadline: Deadline,
+        *,
+        prepare: Callable[[Snapshot], Awaitable[Snapshot]] | None = None,
+        token: str = "",
+    ) -> Pass:
+        """Read, decide, commit; on a failed precondition (or after housekeeping) again.
+        ``token`` names any claim this request writes, across its attempts; ``prepare`` adds
+        to each snapshot what is read from outside the cluster before deciding."""
+        token = token or self.records.new_token()
+        results: list[ActionResult] = []
+        fenced = False
+        power: PowerEvidence | None = None
+        for _attempt in range(MAX_DECIDE_ATTEMPTS):
+            snapshot = bind_machine(await self.reader.read(name, deadline), self.inventory)
+            if prepare is not None:
+                snapshot = await prepare(snapshot)
+            if power is not None:
+                # Timed on the API server's clock by the first read after the BMC answered.
+                evidence = dataclasses.replace(power, at=power.at or snapshot.server_time)
+                power = evidence
+                facts = dataclasses.replace(snapshot.facts, power=evidence)
+                snapshot = dataclasses.replace(snapshot, facts=facts)
+            decision = decider(snapshot)
+            if decision.dry_run or not decision.actions:
+                if decision.dry_run:
+                    self.reporter.log_decision(decision)
+                return Pass(decision, results, snapshot, fenced)
+            committed = await self.commit(decision, snapshot, token, deadline)
+            results.extend(committed.results)
+            fenced = fenced or committed.fenced
+            power = committed.power or power
+            if not committed.again:
+                return Pass(decision, results, snapshot, fenced)
+        raise ClusterUnavailableError(
+            f"node {name} kept changing while nodefence tried to write it"
+        )
