@@ -5,6 +5,7 @@ from __future__ import annotations
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
 from nodefence.kube.client import KubeClient, load_api_client
+from nodefence.kube.ratelimit import build_limiter
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline, PipelineOptions
 from nodefence.policy import Policy, load_policy
@@ -39,7 +40,10 @@ async def build_pipeline(
 ) -> Pipeline:
     metrics = metrics or Metrics()
     api = await load_api_client(kubeconfig)
-    kube = KubeClient(api, on_request=metrics.kube_api_request)
+    limiter = build_limiter(
+        settings.api_qps, settings.api_burst, settings.api_fence_qps, settings.api_fence_burst
+    )
+    kube = KubeClient(api, on_request=metrics.kube_api_request, limiter=limiter)
     options = PipelineOptions(
         namespace=settings.namespace,
         identity=settings.identity,

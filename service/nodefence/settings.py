@@ -73,6 +73,20 @@ class Settings(BaseSettings):
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     request_deadline_seconds: float = Field(default=20, gt=0)
+    # The process's own limit on the Kubernetes API (``kube.ratelimit``), as every client-go
+    # controller has one: 20 requests a second with bursts of 30 are kube-controller-manager's
+    # settings, which an operator already accepts from a core controller (client-go's library
+    # default is 5/10, kube-scheduler's 50/100); with them no second ever carries more than 50
+    # requests from one replica. Refusals are served from the watch-fed cache and shared reads,
+    # so a storm of hundreds of alerts stays within them. 0 turns the limit off.
+    api_qps: float = Field(default=20, ge=0)
+    api_burst: int = Field(default=30, ge=1)
+    # The writes of a fence in progress (claim, taint, purge, record writes) go first, and may
+    # also draw on this allowance when the shared bucket is empty: they are bounded by the fence
+    # budget, not by the number of alerts, and a node with hundreds of stuck pods is purged in
+    # about a second, as without the limit.
+    api_fence_qps: float = Field(default=500, ge=0)
+    api_fence_burst: int = Field(default=500, ge=0)
 
     namespace: str = Field(default_factory=_default_namespace)
     identity: str = Field(default_factory=socket.gethostname)

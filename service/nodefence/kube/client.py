@@ -29,6 +29,9 @@ import aiohttp
 from nodefence.engine.authorship import FIELD_MANAGER
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.library import defer_generated_modules
+from nodefence.kube.ratelimit import Priority, RateLimiter, read_priority
+from nodefence.kube.server_clock import ServerClock
+from nodefence.kube.singleflight import SingleFlight
 
 defer_generated_modules()
 # After the deferral: these import the library's configuration and client, not its models.
@@ -140,10 +143,17 @@ class KubeClient:
         *,
         on_request: RequestHook | None = None,
         call_timeout: float = 5.0,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.api = api
         self._on_request = on_request or (lambda _verb, _code: None)
         self.call_timeout = call_timeout
+        # The process's rate limit (``kube.ratelimit``); None: unlimited (one-shot commands).
+        self.limiter = limiter
+        # Concurrent GETs of one object share one request (``kube.singleflight``).
+        self.flights: SingleFlight[Dated] = SingleFlight()
+        # The API server's clock as its replies' Date headers show it, between requests.
+        self.server_clock = ServerClock()
 
     async def close(self) -> None:
         await self.api.close()
@@ -174,18 +184,48 @@ class KubeClient:
         )
 
     async def _call(
-        self, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
+        self,
+        verb: str,
+        factory: Callable[[], Awaitable[Any]],
+        deadline: Deadline | None,
+        priority: Priority | None = None,
     ) -> Json:
-        return (await self._dated(verb, factory, deadline)).body
+        return (await self._dated(verb, factory, deadline, priority)).body
+
+    async def _shared(
+        self, key: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
+    ) -> Dated:
+        """A GET that concurrent callers of the same ``key`` (path and query) share."""
+        return await self.flights.run(key, lambda: self._dated("get", factory, deadline))
+
+    async def _write(
+        self, key: str, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
+    ) -> Dated:
+        """A write to the object a shared GET of ``key`` reads: no read that starts after the
+        write returns joins a GET sent before it (a caller reads its own writes)."""
+        self.flights.forget(key)
+        try:
+            return await self._dated(verb, factory, deadline)
+        finally:
+            self.flights.forget(key)
 
     async def _dated(
-        self, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
+        self,
+        verb: str,
+        factory: Callable[[], Awaitable[Any]],
+        deadline: Deadline | None,
+        priority: Priority | None = None,
     ) -> Dated:
         deadline = deadline or Deadline(self.call_timeout * 3)
+        if priority is None:
+            # Reads at the caller's priority; writes are those of a fence in progress.
+            priority = read_priority() if verb in ("get", "list") else Priority.FENCE
         attempt = 0
         last_problem = "no attempt made"
         while True:
             attempt += 1
+            if self.limiter is not None:
+                await self.limiter.acquire(priority, deadline.remaining)
             timeout = max(0.05, min(self.call_timeout, deadline.remaining))
             retry_after: float | None = None
             try:
@@ -199,6 +239,7 @@ class KubeClient:
                         response.release()
                 status = int(response.status)
                 self._on_request(verb, str(status))
+                self.server_clock.saw(response.headers.get("Date"))
                 body: Json = json.loads(raw) if raw else {}
                 if status < 400:
                     return Dated(body, server_date(response.headers.get("Date")))
@@ -274,6 +315,8 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self.call_timeout, sock_read=idle_seconds
         )
+        if self.limiter is not None:
+            await self.limiter.acquire(Priority.LIVE)
         response = await self._send("GET", "/api/v1/nodes", query=query, timeout=timeout)
         status = int(response.status)
         self._on_request("watch", str(status))
@@ -287,14 +330,18 @@ class KubeClient:
         raise KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
 
     async def get_node(self, name: str, deadline: Deadline | None = None) -> Dated:
-        return await self._dated(
-            "get", lambda: self._send("GET", "/api/v1/nodes/{name}", name=name), deadline
+        return await self._shared(
+            f"/api/v1/nodes/{name}",
+            lambda: self._send("GET", "/api/v1/nodes/{name}", name=name),
+            deadline,
         )
 
     async def get_lease(self, namespace: str, name: str, deadline: Deadline | None = None) -> Dated:
         path = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
-        return await self._dated(
-            "get", lambda: self._send("GET", path, namespace=namespace, name=name), deadline
+        return await self._shared(
+            path.format(namespace=namespace, name=name),
+            lambda: self._send("GET", path, namespace=namespace, name=name),
+            deadline,
         )
 
     async def list_pods_on_node(self, node: str, deadline: Deadline | None = None) -> list[Json]:
@@ -313,8 +360,8 @@ class KubeClient:
     async def get_configmap_dated(
         self, namespace: str, name: str, deadline: Deadline | None = None
     ) -> Dated:
-        return await self._dated(
-            "get",
+        return await self._shared(
+            CONFIGMAP.format(namespace=namespace, name=name),
             lambda: self._send("GET", CONFIGMAP, namespace=namespace, name=name),
             deadline,
         )
@@ -353,6 +400,8 @@ class KubeClient:
             total=None, connect=self.call_timeout, sock_read=idle_seconds
         )
         path = "/api/v1/namespaces/{namespace}/configmaps"
+        if self.limiter is not None:
+            await self.limiter.acquire(Priority.LIVE)
         response = await self._send("GET", path, query=query, timeout=timeout, namespace=namespace)
         status = int(response.status)
         self._on_request("watch", str(status))
@@ -369,7 +418,9 @@ class KubeClient:
         self, namespace: str, configmap: Json, deadline: Deadline | None = None
     ) -> Dated:
         path = "/api/v1/namespaces/{namespace}/configmaps"
-        return await self._dated(
+        name = str((configmap.get("metadata") or {}).get("name", ""))
+        return await self._write(
+            CONFIGMAP.format(namespace=namespace, name=name),
             "create",
             lambda: self._send("POST", path, body=configmap, namespace=namespace),
             deadline,
@@ -379,7 +430,8 @@ class KubeClient:
         self, namespace: str, name: str, configmap: Json, deadline: Deadline | None = None
     ) -> Dated:
         """PUT with the resourceVersion in ``configmap``: 409 if anyone wrote it since."""
-        return await self._dated(
+        return await self._write(
+            CONFIGMAP.format(namespace=namespace, name=name),
             "update",
             lambda: self._send("PUT", CONFIGMAP, body=configmap, namespace=namespace, name=name),
             deadline,
@@ -393,7 +445,8 @@ class KubeClient:
     async def replace_node(self, name: str, node: Json, deadline: Deadline | None = None) -> Dated:
         """PUT with the uid and resourceVersion that were read: 409 if either changed, 422 only
         for an object the API server finds invalid (never confused with a lost race)."""
-        return await self._dated(
+        return await self._write(
+            f"/api/v1/nodes/{name}",
             "update",
             lambda: self._send(
                 "PUT",
@@ -410,13 +463,15 @@ class KubeClient:
     async def patch_node_json(
         self, name: str, operations: list[Json], deadline: Deadline | None = None
     ) -> Json:
-        return await self._call(
+        written = await self._write(
+            f"/api/v1/nodes/{name}",
             "patch",
             lambda: self._send(
                 "PATCH", "/api/v1/nodes/{name}", body=operations, content_type=JSON_PATCH, name=name
             ),
             deadline,
         )
+        return written.body
 
     async def delete_pod(
         self, namespace: str, name: str, uid: str, deadline: Deadline | None = None
@@ -456,7 +511,11 @@ class KubeClient:
     ) -> Json:
         path = "/api/v1/namespaces/{namespace}/events"
         return await self._call(
-            "create", lambda: self._send("POST", path, body=event, namespace=namespace), deadline
+            "create",
+            lambda: self._send("POST", path, body=event, namespace=namespace),
+            deadline,
+            # A report of what was done or refused: it waits behind everything that acts.
+            Priority.REFUSAL,
         )
 
     async def delete_volume_attachment(self, name: str, deadline: Deadline | None = None) -> Json:
