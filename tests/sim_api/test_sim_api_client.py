@@ -11,6 +11,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from nodefence_sim.resources import NODES
 from nodefence_sim.testing import SimulatorHandle
 
 Obj = dict[str, object]
@@ -267,31 +268,40 @@ async def test_watch_replays_from_resource_version_then_streams(
             "default",
             label_selector="app=web",
             resource_version=listed.metadata.resource_version,
-            timeout_seconds=5,
+            timeout_seconds=60,
         ):
             seen.append((event["type"], event["object"].metadata.name))
             if len(seen) == 2:
                 stream.stop()
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0)
+    # The watch replays from the listed resourceVersion, so the patch may land before it opens.
     await core.patch_namespaced_pod("w1", "default", {"metadata": {"labels": {"x": "y"}}})
-    await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(task, 60)
     assert seen == [("ADDED", "w1"), ("MODIFIED", "w1")]
 
 
 async def test_watch_ends_after_timeout_seconds(sim_api: SimulatorHandle) -> None:
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    """The server ends the stream itself once ``timeoutSeconds`` is up, cleanly (the client's
+    generous limit would fail the test if it never did), and not at the end of the replay:
+    a change made after the replay still arrives on it."""
+    events: list[tuple[str, str]] = []
     async with (
-        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http,
         http.get(
-            sim_api.url + "/api/v1/nodes", params={"watch": "true", "timeoutSeconds": "1"}
+            sim_api.url + "/api/v1/nodes", params={"watch": "true", "timeoutSeconds": "2"}
         ) as resp,
     ):
-        lines = [json.loads(line) async for line in resp.content if line.strip()]
-    elapsed = loop.time() - started
-    assert resp.status == 200
-    assert sorted(e["object"]["metadata"]["name"] for e in lines) == ["control02", "worker1"]
-    assert {e["type"] for e in lines} == {"ADDED"}
-    assert 0.9 <= elapsed < 5
+        assert resp.status == 200
+        async for line in resp.content:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            events.append((event["type"], event["object"]["metadata"]["name"]))
+            if len(events) == 2:
+                node = sim_api.sim.store.get(NODES, None, "worker1")
+                node["metadata"]["labels"]["after-the-replay"] = "yes"
+                sim_api.sim.store.update(NODES, None, "worker1", node)
+        assert resp.content.at_eof()
+    assert sorted(events[:2]) == [("ADDED", "control02"), ("ADDED", "worker1")]
+    assert events[2:] == [("MODIFIED", "worker1")]
