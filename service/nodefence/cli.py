@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         "status", help="what nodefence holds now: fenced nodes, half-written fences, approvals"
     )
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    fencing = sub.add_parser(
+        "check-fencing",
+        help="read every inventory node's power state (read-only); exit 0 only if all answered",
+    )
+    fencing.add_argument("node", nargs="*", help="only these nodes (default: every one)")
+    fencing.add_argument("-o", "--output", choices=("text", "json"), default="text")
     from nodefence.commands import entry as operator_commands
 
     operator_commands.register(sub)
@@ -306,6 +312,10 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return _plan(args.payload)
     if args.command == "status":
         return _status(args.output)
+    if args.command == "check-fencing":
+        from nodefence.fencing.check import main as check_fencing
+
+        return check_fencing(args.node, args.output)
     if args.command == "reconcile":
         return _reconcile()
     return _check_config()

@@ -1,0 +1,238 @@
+"""``nodefence check-fencing``: whether proof can be had, known before an incident needs it.
+
+Every inventory node's power state is read through the driver its entry names, read-only (a
+``status``, never an action), a bounded number at a time; a wrong password, an unreachable BMC or a
+missing agent shows up here with the node's name rather than during an outage. With the cluster,
+nodes a powering rule matches but the inventory lacks, and rule/entry driver disagreements, are
+named too: those nodes could not be fenced either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nodefence.fencing.inventory import Inventory
+from nodefence.fencing.registry import conflicts, entry_driver
+
+if TYPE_CHECKING:
+    from nodefence.policy import Policy
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One node's answer. ``target`` names where the driver points, never a credential."""
+
+    node: str
+    driver: str
+    target: str
+    state: str
+    seconds: float
+    error: str = ""
+
+    @property
+    def answered(self) -> bool:
+        return self.state in ("on", "off")
+
+
+@dataclass
+class FencingCheck:
+    nodes: list[NodeCheck] = field(default_factory=list)
+    # Cluster nodes a powering rule matches that have no inventory entry.
+    uncovered: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    cluster: str = "not checked"
+
+    @property
+    def ok(self) -> bool:
+        return all(n.answered for n in self.nodes) and not self.uncovered and not self.conflicts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "nodes": [{**asdict(n), "answered": n.answered} for n in self.nodes],
+            "uncovered": self.uncovered,
+            "conflicts": self.conflicts,
+            "cluster": self.cluster,
+        }
+
+
+async def read_node(inventory: Inventory, node: str, timeout: float) -> NodeCheck:  # noqa: ASYNC109
+    """One node's power state through its entry's driver: ``status`` only."""
+    started = time.monotonic()
+    driver_name = entry_driver(inventory, node)
+    if driver_name is None:
+        return NodeCheck(node, "", "", "unknown", 0.0, "not in the BMC inventory")
+    driver = inventory.driver_for(node)
+    if driver is None:
+        return NodeCheck(node, driver_name, "", "unknown", 0.0, "no driver for this entry")
+    try:
+        reading = await driver.status(timeout)
+    finally:
+        await driver.close()
+    seconds = round(time.monotonic() - started, 3)
+    target = _target(reading.source, driver_name)
+    return NodeCheck(node, driver_name, target, reading.state, seconds, reading.detail)
+
+
+def _target(source: str, driver: str) -> str:
+    # A reading's source is "<driver> <where>"; the driver has its own column.
+    prefix = f"{driver} "
+    return source[len(prefix) :] if source.startswith(prefix) else source
+
+
+async def read_nodes(
+    inventory: Inventory,
+    nodes: Sequence[str],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,  # noqa: ASYNC109
+) -> list[NodeCheck]:
+    """Each node read at most ``concurrency`` at a time, in the order given."""
+    limit = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(node: str) -> NodeCheck:
+        async with limit:
+            return await read_node(inventory, node, timeout)
+
+    return list(await asyncio.gather(*(one(node) for node in nodes)))
+
+
+def uncovered_nodes(
+    policy: Policy, inventory: Inventory | None, cluster_nodes: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """Cluster nodes some powering rule's node selector matches, without an inventory entry."""
+    from nodefence.engine.labels import parse_selector
+
+    powering = [r for r in policy.rules if r.fencing is not None and r.fencing.powers]
+    listed = inventory.nodes if inventory is not None else {}
+    return sorted(
+        name
+        for name, labels in cluster_nodes.items()
+        if name not in listed
+        and any(parse_selector(r.match.node_selector).matches(labels) for r in powering)
+    )
+
+
+async def check_fencing(
+    policy: Policy,
+    inventory: Inventory | None,
+    requested: Sequence[str],
+    cluster_nodes: Mapping[str, Mapping[str, str]] | None,
+    *,
+    cluster_note: str = "",
+    concurrency: int = DEFAULT_CONCURRENCY,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,  # noqa: ASYNC109
+) -> FencingCheck:
+    result = FencingCheck()
+    listed = sorted(inventory.nodes) if inventory is not None else []
+    names = list(dict.fromkeys(requested)) if requested else listed
+    if inventory is not None:
+        result.nodes = await read_nodes(inventory, names, concurrency=concurrency, timeout=timeout)
+    else:
+        result.nodes = [
+            NodeCheck(n, "", "", "unknown", 0.0, "no BMC inventory (NODEFENCE_BMC_INVENTORY)")
+            for n in names
+        ]
+    if cluster_nodes is None:
+        result.cluster = f"not checked: {cluster_note}" if cluster_note else "not checked"
+        result.conflicts = conflicts(policy, inventory)
+        return result
+    result.cluster = f"checked: {len(cluster_nodes)} nodes"
+    wanted = set(requested) if requested else None
+    result.uncovered = [
+        n
+        for n in uncovered_nodes(policy, inventory, cluster_nodes)
+        if wanted is None or n in wanted
+    ]
+    result.conflicts = conflicts(policy, inventory, cluster_nodes.items())
+    return result
+
+
+def as_text(result: FencingCheck) -> str:
+    lines = []
+    header = ("NODE", "DRIVER", "STATE", "SECONDS", "TARGET", "ERROR")
+    rows = [
+        (n.node, n.driver or "-", n.state, f"{n.seconds:.2f}", n.target or "-", n.error or "")
+        for n in result.nodes
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        lines.append(
+            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5]))
+            + (f"  {row[5]}" if row[5] else "")
+        )
+    for node in result.uncovered:
+        lines.append(f"MISSING  {node}: a fencing rule matches it but the BMC inventory lacks it")
+    for problem in result.conflicts:
+        lines.append(f"CONFLICT {problem}")
+    lines.append(f"cluster: {result.cluster}")
+    answered = sum(1 for n in result.nodes if n.answered)
+    verdict = "ok" if result.ok else "NOT OK"
+    lines.append(f"{verdict}: {answered} of {len(result.nodes)} nodes answered")
+    return "\n".join(lines)
+
+
+async def _cluster_nodes(seconds: float) -> tuple[dict[str, dict[str, str]] | None, str]:
+    """The cluster's nodes and their labels, or ``None`` and why (no KUBECONFIG, unreachable)."""
+    from nodefence.kube.client import Deadline, KubeClient, KubeError, load_api_client
+
+    try:
+        api = await load_api_client()
+    except Exception as exc:
+        return None, f"no cluster access (KUBECONFIG or in-cluster): {type(exc).__name__}"
+    kube = KubeClient(api)
+    try:
+        items = await kube.list_nodes(Deadline(seconds))
+    except (KubeError, OSError, TimeoutError) as exc:
+        return None, f"cannot list the cluster's nodes: {exc}"
+    finally:
+        await kube.close()
+    nodes: dict[str, dict[str, str]] = {}
+    for item in items:
+        meta = item.get("metadata") or {}
+        nodes[str(meta.get("name", ""))] = {
+            str(k): str(v) for k, v in (meta.get("labels") or {}).items()
+        }
+    return nodes, ""
+
+
+def main(nodes: Sequence[str], output: str) -> int:
+    """The ``check-fencing`` command: 0 only if every node answered (and, with the cluster,
+    every node a powering rule matches is in the inventory with the rule's driver)."""
+    import json
+    import sys
+
+    from nodefence.errors import ConfigError
+    from nodefence.observability.logging import configure_logging
+    from nodefence.policy import PolicyError
+    from nodefence.runtime import bmc_inventory, effective_policy
+    from nodefence.settings import load_settings
+
+    try:
+        settings = load_settings(auth_disabled=True, log_level="warning")
+        configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
+        policy = effective_policy(settings)
+        inventory = bmc_inventory(settings)
+    except (ConfigError, PolicyError) as exc:
+        print(f"nodefence: {exc}", file=sys.stderr)
+        return 2
+    if inventory is None and not nodes:
+        print(
+            "nodefence: no BMC inventory is configured (NODEFENCE_BMC_INVENTORY)", file=sys.stderr
+        )
+        return 2
+
+    async def run() -> FencingCheck:
+        cluster, note = await _cluster_nodes(settings.request_deadline_seconds)
+        return await check_fencing(policy, inventory, nodes, cluster, cluster_note=note)
+
+    result = asyncio.run(run())
+    print(json.dumps(result.as_dict(), indent=2) if output == "json" else as_text(result))
+    return 0 if result.ok else 1
