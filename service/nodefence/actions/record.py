@@ -20,6 +20,7 @@ from nodefence.engine.model import (
     ClaimAction,
     ConfirmAction,
     ObserveReadyAction,
+    ProofContradictedAction,
     ReleaseAction,
 )
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
@@ -234,6 +235,26 @@ class RecordWriter:
             return fence_record.with_entry(record, dataclasses.replace(entry, proof=text_at(now)))
 
         return await self._change("proof", node, uid, proven, deadline, claimed_by=claimed_by)
+
+    async def contradicted(
+        self, action: ProofContradictedAction, deadline: Deadline
+    ) -> ActionResult:
+        """The node came back with its fence-time boot ID: the entry says so from now on (at
+        the API server's time of this write), and its taint is held until a person releases
+        it. The first sighting stands; a later one changes nothing."""
+
+        def held(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            if entry.proof_contradicted_at is not None:
+                return record
+            return fence_record.with_entry(
+                record, dataclasses.replace(entry, proof_contradicted_at=now)
+            )
+
+        result = await self._change(
+            "proof-contradicted", action.node, action.node_uid, held, deadline
+        )
+        why = f"back with boot ID {action.boot_id}, the one it had when fenced"
+        return dataclasses.replace(result, detail=result.detail or why)
 
     async def observe(self, action: ObserveReadyAction, deadline: Deadline) -> ActionResult:
         def seen(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import guards, machine, mirror
+from nodefence.engine import audit, guards, machine, mirror
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
@@ -36,6 +36,7 @@ from nodefence.engine.model import (
     NodeFacts,
     ObserveReadyAction,
     PowerAction,
+    ProofContradictedAction,
     Reason,
     ReleaseAction,
     UnfenceAction,
@@ -662,6 +663,13 @@ def _resolved(
 def _unfence(
     record: _Record, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
 ) -> Decision:
+    audited = audit.contradiction(node, entry, rule)
+    if audited is not None:
+        # S10 after the fact: back with its fence-time boot ID, the machine was never off.
+        reason, first = audited
+        record.extend(reason)
+        hold = ProofContradictedAction(node.name, node.uid, node.boot_id)
+        return record.finish(Verdict.NOOP, (hold,) if first else ())
     checks = (
         guards.trusted_clock(facts.clock),
         guards.healthy_long_enough(node, entry, rule, record.now),

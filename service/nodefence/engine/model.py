@@ -324,6 +324,17 @@ class ObserveReadyAction:
     seen_at: datetime
 
 
+@dataclass(frozen=True)
+class ProofContradictedAction:
+    """Write into the record that the node came back with the boot ID it had at fence time:
+    the machine was never off, so its power-off proof was false. From then on its taint is held
+    until a person releases it."""
+
+    node: str
+    node_uid: str
+    boot_id: str
+
+
 Action = (
     ClaimAction
     | PowerAction
@@ -333,6 +344,7 @@ Action = (
     | UnfenceAction
     | ReleaseAction
     | ObserveReadyAction
+    | ProofContradictedAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 

@@ -67,6 +67,9 @@ class FenceEntry:
     # How many power-ons were sent in this incident (a reboot whose machine stays off is
     # powered on once more, never without bound).
     power_on_count: int = 0
+    # When nodefence saw the node back with the boot ID it had at fence time (API server clock):
+    # the machine was never off, so the proof was false, and the taint is held for a person.
+    proof_contradicted_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ def _entry(raw: Mapping[str, Any]) -> FenceEntry:
         taint_added=parse_instant(raw.get("taintAdded")),
         taint_version=str(raw.get("taintVersion", "")),
         power_on_count=int(raw.get("powerOnCount", 0)),
+        proof_contradicted_at=parse_instant(raw.get("proofContradictedAt")),
     )
 
 
@@ -168,6 +172,7 @@ _KEYS = {
     "taint_added": "taintAdded",
     "taint_version": "taintVersion",
     "power_on_count": "powerOnCount",
+    "proof_contradicted_at": "proofContradictedAt",
 }
 
 

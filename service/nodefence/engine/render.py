@@ -12,6 +12,7 @@ from nodefence.engine.model import (
     FenceAction,
     ObserveReadyAction,
     PowerAction,
+    ProofContradictedAction,
     PurgePodAction,
     ReleaseAction,
     UnfenceAction,
@@ -87,6 +88,13 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "node_uid": action.node_uid,
             "seen_at": instant(action.seen_at),
         }
+    if isinstance(action, ProofContradictedAction):
+        return {
+            "type": "proof-contradicted",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "boot_id": action.boot_id,
+        }
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -131,6 +139,11 @@ def _action_line(action: Action) -> str:
         return f"release node {action.node} from {CONFIGMAP} ({action.why})"
     if isinstance(action, ObserveReadyAction):
         return f"record that node {action.node} was seen Ready at {instant(action.seen_at)}"
+    if isinstance(action, ProofContradictedAction):
+        return (
+            f"record in {CONFIGMAP} that node {action.node}'s power-off proof was false (back "
+            f"with boot ID {action.boot_id}) and hold its taint for a person"
+        )
     return f"remove the out-of-service taint from node {action.node} ({action.effect})"
 
 

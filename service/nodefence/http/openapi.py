@@ -205,6 +205,18 @@ _ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "seen_at": {"type": "string"},
         },
     },
+    "ProofContradictedAction": {
+        "type": "object",
+        "description": "Record that the node came back with its fence-time boot ID (its "
+        "power-off proof was false) and hold its taint until a person releases it.",
+        "required": ["type", "node", "node_uid", "boot_id"],
+        "properties": {
+            "type": {"const": "proof-contradicted"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "boot_id": {"type": "string"},
+        },
+    },
 }
 
 _DECISION_SCHEMA: dict[str, Any] = {

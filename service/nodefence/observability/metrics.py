@@ -77,6 +77,20 @@ class Metrics:
             ["node"],
             registry=registry,
         )
+        self.proofs_contradicted = Counter(
+            "nodefence_proof_contradicted_total",
+            "Fenced nodes found back with the boot ID they had when fenced: the power-off "
+            "proof was false (the BMC or agent lied, or acted on another machine).",
+            ["node"],
+            registry=registry,
+        )
+        self.contradicted_nodes = Gauge(
+            "nodefence_proof_contradicted_nodes",
+            "Nodes whose power-off proof was found false and whose taint nodefence holds until "
+            "a person releases it; the value is when it was found, in unix seconds.",
+            ["node"],
+            registry=registry,
+        )
         self.approval_pending = Gauge(
             "nodefence_approval_pending_seconds",
             "How long a fence has been waiting for a human approval.",
@@ -196,6 +210,16 @@ class Metrics:
             self.fenced_nodes.remove(node)
         except KeyError:
             return
+
+    def proof_contradicted(self, node: str, found_at_unix: float) -> None:
+        self.proofs_contradicted.labels(node=node).inc()
+        self.contradicted_nodes.labels(node=node).set(found_at_unix)
+
+    def contradicted_nodes_are(self, found_at_unix: dict[str, float]) -> None:
+        """Replace the gauge with what the fence record holds, dropping nodes since released."""
+        self.contradicted_nodes.clear()
+        for node, moment in found_at_unix.items():
+            self.contradicted_nodes.labels(node=node).set(moment)
 
     def fenced_nodes_are(self, fenced_at_unix: dict[str, float]) -> None:
         """Replace the gauge with what the fence record says, dropping nodes since unfenced."""

@@ -71,3 +71,11 @@ class BackgroundRefresh:
                 if e.phase is fence_record.Phase.FENCED and e.fenced_at is not None
             }
         )
+        # Held for a person while the record says so, by whichever replica found it.
+        self.metrics.contradicted_nodes_are(
+            {
+                e.node: e.proof_contradicted_at.timestamp()
+                for e in held.entries
+                if e.proof_contradicted_at is not None
+            }
+        )
