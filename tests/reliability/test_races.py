@@ -10,18 +10,21 @@ receiver against the simulated API server and its Redfish BMCs, with real kubect
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodefence.engine import record as fence_record
+from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS, NODES
 from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import (
     eventually,
@@ -31,7 +34,8 @@ from pipeline.harness import (
     terminating_on,
 )
 
-from .support import firing, kill_node
+from .holding_proxy import holding_proxy
+from .support import firing, kill_node, until
 
 NODE = "control02"
 TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
@@ -107,7 +111,8 @@ async def test_an_admins_taint_on_a_claimed_node_is_never_adopted_purged_under_o
         assert refused["verdict"] == "noop", refused
         assert (NODE, "ForceOff") in bmcs.resets
         held = entry(cluster)
-        assert held is not None and held["phase"] == "claimed", held
+        assert held is not None
+        assert held["phase"] == "claimed", held
         assert oos_taints(cluster, NODE) == []
 
         await kubectl(cluster, "taint", "node", NODE, TAINT)
@@ -150,7 +155,8 @@ async def test_nodefences_own_taint_carries_its_authorship_into_the_record(
         [decision] = await receiver.alert(firing(NODE))
         assert decision["verdict"] == "fence", decision
         held = entry(cluster)
-        assert held is not None and held["phase"] == "fenced", held
+        assert held is not None
+        assert held["phase"] == "fenced", held
         [taint] = oos_taints(cluster, NODE)
         assert held["taintAdded"] == taint["timeAdded"], (held, taint)
         assert held["taintVersion"]
@@ -161,3 +167,130 @@ async def test_nodefences_own_taint_carries_its_authorship_into_the_record(
             if "f:taints" in (m.get("fieldsV1") or {}).get("f:spec", {})
         ]
         assert "nodefence" in owners, owners
+
+
+def claimed_by(replica: str) -> Callable[[WatchEvent], bool]:
+    """Whether a store event is ``replica``'s claim of NODE landing in the fence record."""
+
+    def landed(event: WatchEvent) -> bool:
+        if event.resource.key != CONFIGMAPS.key:
+            return False
+        if event.object["metadata"].get("name") != fence_record.CONFIGMAP:
+            return False
+        text = (event.object.get("data") or {}).get(fence_record.FENCE_PREFIX + NODE)
+        if not text:
+            return False
+        held = json.loads(text)
+        return held["phase"] == "claimed" and str(held.get("claimedBy", "")).startswith(replica)
+
+    return landed
+
+
+async def test_a_delayed_replicas_stale_step_never_powers_off_a_rebooted_machine(
+    bmc_cluster: tuple[SimulatorHandle, Path], tmp_path: Path
+) -> None:
+    """Attack 2 (S7): rule action reboot. Replica r1 claims, then everything it sends the API
+    server is held. Replica r2 completes the whole incident (ForceOff, taint, purge, On). When
+    r1's step resumes it finds the entry moved on and does nothing: the BMC saw one ForceOff
+    and one On, in that order, and the machine is running."""
+    cluster, inventory = bmc_cluster
+    bmcs = bmcs_of(cluster.sim)
+    await kill_node(cluster, NODE)
+    policy = redfish_policy("reboot")
+    async with holding_proxy(cluster.port, tmp_path) as (proxy, kubeconfig):
+        slow = dataclasses.replace(cluster, kubeconfig=kubeconfig)
+        hold_r1 = claimed_by("r1/")
+
+        def shut_on_claim(event: WatchEvent) -> None:
+            if hold_r1(event):
+                proxy.hold()
+
+        cluster.sim.store.add_listener(shut_on_claim)
+        async with (
+            start_receiver(
+                slow, policy=policy, identity="r1", bmc_inventory=inventory, deadline_seconds=60
+            ) as r1,
+            start_receiver(
+                cluster, policy=policy, identity="r2", bmc_inventory=inventory, settle_seconds=1
+            ) as r2,
+        ):
+            first = asyncio.create_task(r1.alert(firing(NODE)))
+            await eventually(lambda: proxy.held > 0 or first.done(), within=30)
+            assert not first.done(), first.result()
+            assert bmcs.resets == [], "r1 is held before its power-off is recorded"
+
+            [completed] = await r2.alert(firing(NODE))
+            assert completed["verdict"] == "fence", completed
+            assert bmcs.resets == [(NODE, "ForceOff"), (NODE, "On")], bmcs.resets
+            done = entry(cluster)
+            assert done is not None
+            assert done["phase"] == "fenced"
+            assert done["powerOnCount"] == 1
+
+            proxy.release()
+            [late] = await first
+            assert late["verdict"] != "fence" or not any(
+                r["action"] == "power-off" and r["outcome"] == "done" for r in late["results"]
+            ), late
+            assert bmcs.resets == [(NODE, "ForceOff"), (NODE, "On")], bmcs.resets
+            assert cluster.sim.node_state(NODE)["kubelet"] == "up"
+            after = entry(cluster)
+            assert after is not None
+            assert after["powerOffSentAt"] == done["powerOffSentAt"], "never rewritten"
+
+
+async def test_reconcile_powers_a_fenced_machine_on_once_more_when_it_reads_off(
+    bmc_cluster: tuple[SimulatorHandle, Path],
+) -> None:
+    """Attack 2's aftermath: a fenced node whose machine reads Off after its power-on was sent
+    (a late ForceOff from anywhere) is powered on once more by the reconcile pass, which says
+    so; after the bounded number of power-ons it stops and says a person must look."""
+    cluster, inventory = bmc_cluster
+    bmcs = bmcs_of(cluster.sim)
+    await kill_node(cluster, NODE)
+    # A long healthy delay: the node stays fenced while it is up between the power-offs.
+    policy = redfish_policy("reboot", healthy_delay_seconds=3600)
+    async with start_receiver(
+        cluster, policy=policy, bmc_inventory=inventory, settle_seconds=1
+    ) as receiver:
+        [fenced] = await receiver.alert(firing(NODE))
+        assert fenced["verdict"] == "fence", fenced
+        assert bmcs.resets[-1] == (NODE, "On")
+        # A stale power-off lands after the power-on: the machine is off, the node fenced.
+        await off_through_redfish(cluster, inventory)
+        assert cluster.sim.node_state(NODE)["kubelet"] != "up"
+
+        async def powered_on_again() -> bool:
+            status, body = await receiver.post("/reconcile", {})
+            assert status == 200, body
+            return bmcs.resets.count((NODE, "On")) == 2
+
+        await until(powered_on_again, within=30, interval=0.5)
+        held = entry(cluster)
+        assert held is not None
+        assert held["powerOnCount"] == 2
+        said = [e["message"] for e in node_events(cluster, NODE) if e["reason"] == "NodePoweredOn"]
+        assert said, node_events(cluster, NODE)
+
+        await off_through_redfish(cluster, inventory)
+        cursor = len(bmcs.resets)
+        for _ in range(3):
+            status, body = await receiver.post("/reconcile", {})
+            assert status == 200, body
+        assert (NODE, "On") not in bmcs.resets[cursor:], "bounded: no third power-on"
+        [decision] = [d for d in body["decisions"] if d["node"] == NODE]
+        assert "does not power it on again" in json.dumps(decision), decision
+        assert cluster.sim.node_state(NODE)["kubelet"] != "up"
+
+
+async def off_through_redfish(cluster: SimulatorHandle, inventory: Path) -> None:
+    """The machine hung twenty minutes ago (its kubelet silent since, the BMC still reading
+    On), then a ForceOff from outside nodefence reached it through its Redfish endpoint."""
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    driver = load_inventory(inventory).driver_for(NODE)
+    assert driver is not None
+    try:
+        reading = await driver.power_off(5)
+    finally:
+        await driver.close()
+    assert reading.state == "off", reading

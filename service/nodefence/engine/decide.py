@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import audit, guards, machine, mirror
+from nodefence.engine import audit, guards, machine, mirror, reboot
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
@@ -619,20 +619,25 @@ def _purge_leftovers(
     if not (clock.passed and s1.passed and s2.passed):
         record.add("purge", False, "the node shows signs of life; its pods are not purged")
         return record.finish(Verdict.NOOP, confirm)
+    stays = reboot.left_behind(purges, facts.pods)
+    fencing = rule.fencing
+    reboots = fencing is not None and fencing.action == "reboot" and fencing.powers
+    if reboots and fencing is not None and entry.phase is Phase.FENCED and stays == purges:
+        step = reboot.next_step(
+            node,
+            entry,
+            fencing,
+            power=facts.power,
+            now=record.now,
+            stays=stays,
+            pods=facts.pods,
+        )
+        record.add(reboot.REBOOT, step.passed, step.message)
+        if step.action is not None:
+            verdict = Verdict.PURGE if step.action.send else Verdict.NOOP
+            return record.finish(verdict, (*confirm, step.action), confirmed_down=True)
+        return record.finish(Verdict.NOOP, confirm, confirmed_down=True)
     if not purges:
-        fencing = rule.fencing
-        reboot = fencing is not None and fencing.action == "reboot" and fencing.powers
-        if reboot and entry.phase is Phase.FENCED and entry.power_on_sent_at is None:
-            assert fencing is not None
-            record.add(
-                "reboot",
-                True,
-                "the stuck pods are gone: powering the machine on again through its BMC "
-                "(the rule's fencing.action is reboot); the unfence follows once it is back "
-                "with a new boot ID",
-            )
-            power_on = PowerAction(node.name, node.uid, fencing.driver, "on", True, entry=entry)
-            return record.finish(Verdict.PURGE, (*confirm, power_on), confirmed_down=True)
         record.add("verdict", True, "already fenced and nothing left to purge")
         return record.finish(Verdict.NOOP, confirm, confirmed_down=True)
     return record.finish(Verdict.PURGE, (*confirm, *purges), confirmed_down=True)

@@ -13,6 +13,7 @@ from nodefence.actions import power_binding
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.record import RecordWriter
 from nodefence.engine.model import Decision, Facts, PowerAction, PowerEvidence
+from nodefence.engine.record import Phase
 from nodefence.fencing.inventory import Inventory
 from nodefence.fencing.registry import power_driver
 from nodefence.kube.client import Deadline
@@ -90,7 +91,10 @@ class PowerStep:
         done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
         detail = f"{said}: {reading.detail}" if reading.detail else said
         proof = power_binding.proof_to_record(facts, evidence)
-        if action.operation != "on" and proof:
+        # A fenced node's machine read again (a reboot that did not come back) proves nothing
+        # new: the fence's proof stays as it was.
+        fencing = action.entry is None or action.entry.phase is Phase.CLAIMED
+        if action.operation != "on" and proof and fencing:
             # Written before the taint: a crash after it cannot lose the proof.
             written = await self.records.proof(
                 action.node,
