@@ -30,6 +30,7 @@ SELF_ALERTS = {
     "NodefencePausedTooLong",
     "NodefenceReconcileStalled",
     "NodefenceVolumesUnreleased",
+    "NodefenceProofContradicted",
 }
 
 
@@ -203,5 +204,6 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
         "nodefence_reconcile_last_success_timestamp_seconds",
         "nodefence_reconcile_interval_seconds",
         "nodefence_volumes_unreleased",
+        "nodefence_proof_contradicted_nodes",
     }
     assert used == documented
