@@ -77,7 +77,8 @@ def _settings(**overrides: Any) -> Any:
     try:
         return load_settings(**overrides)
     except ConfigError as exc:
-        print(f"nodefence: invalid settings: {exc}", file=sys.stderr)
+        # The message already begins "invalid settings:".
+        print(f"nodefence: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -88,7 +89,8 @@ def _policy_or_exit(settings: Any) -> Any:
     try:
         return effective_policy(settings)
     except PolicyError as exc:
-        print(f"nodefence: invalid policy: {exc}", file=sys.stderr)
+        # The message already says "invalid policy FILE:" or "cannot read policy FILE:".
+        print(f"nodefence: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -136,7 +138,7 @@ def _fencing_or_exit(settings: Any, policy: Any) -> None:
 def _serve() -> int:
     from nodefence.http.app import run
     from nodefence.observability.logging import configure_logging
-    from nodefence.runtime import build_pipeline
+    from nodefence.runtime import build_service
 
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
@@ -144,8 +146,8 @@ def _serve() -> int:
     _fencing_or_exit(settings, policy)
 
     async def main() -> None:
-        pipeline = await build_pipeline(settings, policy=policy)
-        await run(settings, pipeline, metrics=pipeline.metrics)
+        service = await build_service(settings, policy=policy)
+        await run(settings, service.pipeline, metrics=service.metrics, slack=service.slack)
 
     asyncio.run(main())
     return 0
@@ -156,8 +158,8 @@ def _plan(payload_file: Path) -> int:
 
     from nodefence.alerts.events import extract_events
     from nodefence.alerts.webhook import WebhookPayload
+    from nodefence.commands.common import connected_pipeline
     from nodefence.observability.logging import configure_logging
-    from nodefence.runtime import build_pipeline
 
     # Planning only reads; it needs no webhook credentials.
     settings = _settings(auth_disabled=True, dry_run=True, log_level="warning")
@@ -172,30 +174,24 @@ def _plan(payload_file: Path) -> int:
     )
 
     async def main() -> int:
-        pipeline = await build_pipeline(settings, policy=policy)
-        try:
+        async with connected_pipeline(settings, policy) as pipeline:
             _print_decisions(await pipeline.handle_events(events))
-        finally:
-            await pipeline.close()
         return 0
 
     return asyncio.run(main())
 
 
 def _reconcile() -> int:
+    from nodefence.commands.common import connected_pipeline
     from nodefence.observability.logging import configure_logging
-    from nodefence.runtime import build_pipeline
 
     settings = _settings(auth_disabled=True)
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
     policy = _policy_or_exit(settings)
 
     async def main() -> int:
-        pipeline = await build_pipeline(settings, policy=policy)
-        try:
+        async with connected_pipeline(settings, policy) as pipeline:
             _print_decisions(await pipeline.reconcile())
-        finally:
-            await pipeline.close()
         return 0
 
     return asyncio.run(main())
@@ -278,8 +274,13 @@ def _check_config() -> int:
         "bmc_inventory": inventory.describe() if inventory is not None else None,
         "alertmanager": alertmanager.describe() if alertmanager is not None else UNCONFIGURED,
     }
+    from nodefence.commands.reach import reachability
+
+    report["reachability"], problems = asyncio.run(reachability(settings, policy))
     print(json.dumps(report, indent=2, default=str))
-    return 0
+    for problem in problems:
+        print(f"nodefence: check-config: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,95 @@
+"""What ``check-config`` checks beyond the files: that the cluster and Alertmanager it is
+configured for answer, and that nodefence's namespace can be read with the credentials in use.
+
+A check that exits 0 while the API server is unreachable tells an operator the opposite of the
+truth, so anything configured that does not answer makes ``check-config`` fail. Only what is
+configured is checked: without ``KUBECONFIG`` and outside a cluster there is no API to reach
+(the files are still checked, as in CI), and the report says the cluster was not checked.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
+from nodefence.engine import record as fence_record
+from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.client import Deadline, KubeClient, KubeError, load_api_client
+from nodefence.kube.facts import CONTROL_CONFIGMAP
+from nodefence.policy import Policy
+from nodefence.settings import Settings
+
+CONNECT_SECONDS = 5.0
+IN_CLUSTER = "KUBERNETES_SERVICE_HOST"
+
+
+def cluster_configured() -> bool:
+    return bool(os.environ.get("KUBECONFIG")) or bool(os.environ.get(IN_CLUSTER))
+
+
+async def _kubernetes(settings: Settings, problems: list[str]) -> dict[str, Any]:
+    from kubernetes_asyncio.config import ConfigException
+
+    if not cluster_configured():
+        return {"checked": False, "why": "no KUBECONFIG, and not running in a cluster"}
+    try:
+        api = await load_api_client()
+    except (ConfigException, OSError) as exc:
+        problems.append(f"no usable cluster configuration: {exc}")
+        return {"checked": True, "reachable": False, "error": str(exc)}
+    kube = KubeClient(api)
+    server = str(api.configuration.host)
+    deadline = Deadline(min(CONNECT_SECONDS, settings.request_deadline_seconds))
+    try:
+        info = await kube.version(deadline)
+        report: dict[str, Any] = {
+            "checked": True,
+            "reachable": True,
+            "server": server,
+            "version": info.get("gitVersion"),
+        }
+        reads: dict[str, str] = {}
+        for name in (fence_record.CONFIGMAP, CONTROL_CONFIGMAP):
+            try:
+                await kube.get_configmap(settings.namespace, name, deadline)
+                reads[name] = "readable"
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                reads[name] = "absent (not written yet)"
+        report["namespace"] = {settings.namespace: reads}
+        return report
+    except ClusterUnavailableError as exc:
+        problems.append(f"cannot reach the Kubernetes API at {server}: {exc}")
+        return {"checked": True, "reachable": False, "server": server, "error": str(exc)}
+    except KubeError as exc:
+        problems.append(
+            f"the Kubernetes API at {server} refused a read in namespace {settings.namespace}: "
+            f"{exc}"
+        )
+        return {"checked": True, "reachable": True, "server": server, "error": str(exc)}
+    finally:
+        await kube.close()
+
+
+async def _alertmanager(settings: Settings, policy: Policy, problems: list[str]) -> dict[str, Any]:
+    config = settings.alertmanager
+    if config is None:
+        return {"checked": False, "why": "NODEFENCE_ALERTMANAGER_URL is unset"}
+    try:
+        firing = await active_alerts(config, policy.alerts.names, policy.alerts.node_labels)
+    except AlertmanagerUnavailableError as exc:
+        problems.append(str(exc))
+        return {"checked": True, "reachable": False, "error": str(exc)}
+    return {"checked": True, "reachable": True, "node_alerts_firing": len(firing)}
+
+
+async def reachability(settings: Settings, policy: Policy) -> tuple[dict[str, Any], list[str]]:
+    """The report's ``reachability`` section and the problems that make check-config fail."""
+    problems: list[str] = []
+    report = {
+        "kubernetes": await _kubernetes(settings, problems),
+        "alertmanager": await _alertmanager(settings, policy, problems),
+    }
+    return report, problems

@@ -1,0 +1,177 @@
+"""The command line at its edges: an API server that does not answer is one clear line and a
+non-zero exit for every command that needs it; a reader that stops reading (``| head``) ends the
+command quietly; ``check-config`` fails when what it is configured to reach does not answer;
+error messages say their prefix once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bench.processes import free_port, processes
+
+from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.kubeconfig import write_kubeconfig
+
+from .operator_support import Cluster, start_cluster
+
+UNREACHABLE = "cannot reach the Kubernetes API"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with processes(tmp_path) as procs:
+        yield start_cluster(procs, tmp_path)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("NODEFENCE_", "KUBE"))}
+    return {**base, "NODEFENCE_AUTH_DISABLED": "true", **extra}
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nodefence", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def closed_port_kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig whose server is a loopback port nothing listens on."""
+    return write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("status", "-o", "json"),
+        ("explain", "compute01"),
+        ("release", "compute01", "--reason", "r", "--yes"),
+        ("pause", "--reason", "r"),
+        ("resume",),
+        ("plan", "--payload", "{payload}"),
+        ("reconcile",),
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_an_unreachable_api_is_one_line_and_a_non_zero_exit(
+    args: tuple[str, ...], closed_port_kubeconfig: Path, tmp_path: Path
+) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps(webhook([node_alert("compute01")])))
+    argv = [a.replace("{payload}", str(payload)) for a in args]
+    started = time.monotonic()
+
+    result = _run(*argv, env=_env(KUBECONFIG=str(closed_port_kubeconfig)))
+
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"nodefence: {UNREACHABLE} (KUBECONFIG={closed_port_kubeconfig})")
+    assert "Connect call failed" in lines[0]
+    assert result.stdout == ""
+    print(f"{' '.join(args)}: exit {result.returncode} after {took:.1f}s")
+
+
+def test_check_config_fails_when_the_api_it_is_configured_for_does_not_answer(
+    closed_port_kubeconfig: Path,
+) -> None:
+    result = _run("check-config", env=_env(KUBECONFIG=str(closed_port_kubeconfig)))
+
+    assert result.returncode == 1
+    assert f"nodefence: check-config: {UNREACHABLE} at http://127.0.0.1:" in result.stderr
+    assert "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    assert report["reachability"]["kubernetes"]["reachable"] is False
+
+
+def test_check_config_reports_the_cluster_and_alertmanager_it_reaches(cluster: Cluster) -> None:
+    result = _run("check-config", env=_env(KUBECONFIG=str(cluster.kubeconfig)))
+
+    assert result.returncode == 0, result.stderr
+    kubernetes = json.loads(result.stdout)["reachability"]["kubernetes"]
+    assert kubernetes["reachable"] is True
+    assert kubernetes["version"] == "v1.24.8"
+    assert kubernetes["namespace"]["nodefence"]["nodefence-fences"] == "absent (not written yet)"
+
+    silent = f"http://127.0.0.1:{free_port()}"
+    failed = _run(
+        "check-config",
+        env=_env(KUBECONFIG=str(cluster.kubeconfig), NODEFENCE_ALERTMANAGER_URL=silent),
+    )
+
+    assert failed.returncode == 1
+    assert f"nodefence: check-config: Alertmanager at {silent}" in failed.stderr
+    assert json.loads(failed.stdout)["reachability"]["alertmanager"]["reachable"] is False
+
+
+def test_check_config_without_any_cluster_checks_the_files_only() -> None:
+    result = _run("check-config", env=_env())
+
+    assert result.returncode == 0, result.stderr
+    kubernetes = json.loads(result.stdout)["reachability"]["kubernetes"]
+    assert kubernetes == {"checked": False, "why": "no KUBECONFIG, and not running in a cluster"}
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(cluster: Cluster) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "nodefence", "status", "-o", "json"],
+            env=_env(KUBECONFIG=str(cluster.kubeconfig)),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+
+    assert result.stderr == ""
+    assert result.returncode == 141
+
+
+def test_status_piped_into_head_prints_its_first_line_and_nothing_on_stderr(
+    cluster: Cluster,
+) -> None:
+    result = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m nodefence status | head -1"],
+        env=_env(KUBECONFIG=str(cluster.kubeconfig)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0
+    assert result.stdout == "Pause switch: not paused\n"
+    assert result.stderr == ""
+
+
+def test_bad_settings_and_policy_say_their_prefix_once(tmp_path: Path) -> None:
+    settings = _run("status", env=_env(NODEFENCE_REQUEST_DEADLINE_SECONDS="-1"))
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("rules: [x]\n")
+    policy = _run("status", env=_env(NODEFENCE_POLICY_FILE=str(policy_file)))
+
+    assert settings.returncode == 2
+    assert settings.stderr.count("invalid settings") == 1, settings.stderr
+    assert settings.stderr.startswith("nodefence: invalid settings: request_deadline_seconds")
+    assert policy.returncode == 2
+    assert policy.stderr.count("invalid policy") == 1, policy.stderr
+    assert policy.stderr.startswith(f"nodefence: invalid policy {policy_file}: rules[0]")
