@@ -219,6 +219,24 @@ class RecordWriter:
             expected=expected,
         )
 
+    async def power_not_sent(
+        self, node: str, uid: str, claimed_by: str, deadline: Deadline
+    ) -> ActionResult:
+        """Takes back the power-off mark of a step whose driver sent nothing (it could not read
+        the machine's state, the BMC refused the login, the agent is missing): with no action
+        out, the claim is rolled back at once instead of being held for the claim timeout, and
+        the first delivery after the fix goes ahead."""
+
+        def unsent(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
+            del now
+            return fence_record.with_entry(
+                record, dataclasses.replace(entry, power_off_sent_at=None)
+            )
+
+        return await self._change(
+            "power-off-not-sent", node, uid, unsent, deadline, claimed_by=claimed_by
+        )
+
     async def proof(
         self,
         node: str,

@@ -86,6 +86,12 @@ class PowerStep:
         finally:
             await driver.close()
         self.reporter.power_reading(action, reading)
+        unsent = action.send and action.operation == "off" and not reading.reset_sent
+        if unsent and reading.state == "unknown":
+            # Marked as sent, but the driver sent nothing: unmarked, so the claim goes.
+            await self.records.power_not_sent(
+                action.node, action.node_uid, action.claimed_by or token, deadline
+            )
         evidence = power_binding.evidence_of(action, reading, identity)
         said = f"{reading.source} reports {reading.raw_state or reading.state}"
         done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
