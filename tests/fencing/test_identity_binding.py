@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from nodefence.fencing.binding import NodeIdentity, identity_problems
+from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import SYSTEMS, bmcs_of
 from nodefence_sim.simulation import Simulation
@@ -176,3 +178,29 @@ async def test_a_stated_identity_must_be_the_one_reported(
     assert "8a5c2c4e" in text, text
     assert bmcs_of(cluster.sim).resets == []
     assert oos_taints(cluster, NODE) == []
+
+
+async def test_the_live_check_asks_every_bmc_which_machine_it_controls(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """What check-fencing calls: every listed node's target is asked for its identity (read
+    only) and judged against its Node; a wrong line and a second spelling of one BMC are named,
+    the rest pass."""
+    other_address = cluster.url.replace("127.0.0.1", "localhost")
+    bmcs = inventory(
+        tmp_path,
+        cluster,
+        compute01={"system": f"{SYSTEMS}/control01"},
+        control03={"address": other_address, "system": f"{SYSTEMS}/control02"},
+    )
+    nodes = [
+        NodeIdentity(name, system_uuid=system_uuid(name))
+        for name in ("compute01", "compute02", "control01", "control02", "control03")
+    ]
+    checks = {c.node: c for c in await identity_problems(load_inventory(bmcs), nodes, timeout=10)}
+    assert bmcs_of(cluster.sim).resets == []
+    assert checks["compute02"].bound, checks["compute02"].message
+    for name, twin in (("compute01", "control01"), ("control03", "control02")):
+        assert not checks[name].bound
+        assert twin in checks[name].message, checks[name].message
+        assert not checks[twin].bound, "one machine for two nodes proves nothing for either"
