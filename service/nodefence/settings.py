@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     # Seconds between the reconcile passes each serving receiver runs on its own (jittered);
     # 0 turns them off (a receiver that scales to zero relies on the reconcile CronJob).
     reconcile_interval: float = Field(default=60, ge=0, le=3600)
+    # Seconds between the read-only probes of every inventory node's power state (jittered);
+    # 0 turns them off. A probe reads status only, never sends a power action.
+    fencing_probe_interval: float = Field(default=900, ge=0, le=86400)
     basic_auth_user: str | None = None
     basic_auth_password: SecretStr | None = None
     auth_disabled: bool = False

@@ -8,6 +8,7 @@ import signal
 from aiohttp import web
 
 from nodefence.decision_log import DECISIONS, add_decision_routes
+from nodefence.fencing.probe import fencing_probe_for
 from nodefence.http import handlers, openapi
 from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
 from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
@@ -75,6 +76,7 @@ async def run(
     """
     app = build_app(settings, pipeline, metrics=metrics)
     reconciler = reconcile_loop_for(settings, pipeline, app[METRICS], app[DECISIONS])
+    prober = fencing_probe_for(settings, app[METRICS].registry)
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -95,6 +97,7 @@ async def run(
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
         reconciler.start()
+        prober.start()
         log.info(
             "listening",
             addresses=[str(address) for address in runner.addresses],
@@ -109,6 +112,6 @@ async def run(
         for signum in installed:
             loop.remove_signal_handler(signum)
         # A reconcile pass in progress and requests in flight finish side by side.
-        await asyncio.gather(reconciler.stop(), runner.cleanup())
+        await asyncio.gather(reconciler.stop(), prober.stop(), runner.cleanup())
         await pipeline.close()
         log.info("stopped")

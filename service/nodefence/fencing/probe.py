@@ -1,0 +1,149 @@
+"""The read-only background probe of ``nodefence serve``: whether each inventory node's proof path
+works, known before the node dies.
+
+Every ``NODEFENCE_FENCING_PROBE_INTERVAL`` seconds (jittered, so replicas drift apart) each node's
+power state is read through its entry's driver, a bounded number at a time; a read is a
+``status`` and nothing else, never a power action. ``nodefence_fencing_ready{node,driver}`` is 1
+when the node's BMC or agent answered On or Off and 0 otherwise, and
+``nodefence_fencing_probe_timestamp_seconds{node,driver}`` says when it was last read, so the
+shipped alert ``NodefenceFencingUnavailable`` can tell a failing path from a probe that stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+from prometheus_client import CollectorRegistry, Gauge
+
+from nodefence.fencing.check import NodeCheck, read_nodes
+from nodefence.fencing.inventory import Inventory
+
+if TYPE_CHECKING:
+    from nodefence.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+JITTER = 0.1
+PROBE_CONCURRENCY = 4
+PROBE_TIMEOUT_SECONDS = 30.0
+# The first round comes soon after the start, not a whole interval later: a replica that starts
+# with a wrong password says so within minutes.
+FIRST_ROUND_SECONDS = (5.0, 60.0)
+
+
+class ProbeMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.ready = Gauge(
+            "nodefence_fencing_ready",
+            "1 when the node's BMC or fence agent answered the last read-only power-state probe "
+            "(proof can be had), 0 when it did not",
+            ["node", "driver"],
+            registry=registry,
+        )
+        self.timestamp = Gauge(
+            "nodefence_fencing_probe_timestamp_seconds",
+            "Unix time of the last read-only power-state probe of the node",
+            ["node", "driver"],
+            registry=registry,
+        )
+
+    def observe(self, checks: list[NodeCheck], now: float) -> None:
+        for check in checks:
+            driver = check.driver or "none"
+            self.ready.labels(check.node, driver).set(1 if check.answered else 0)
+            self.timestamp.labels(check.node, driver).set(now)
+
+
+class FencingProbe:
+    def __init__(
+        self,
+        inventory: Inventory | None,
+        metrics: ProbeMetrics,
+        *,
+        interval: float,
+        concurrency: int = PROBE_CONCURRENCY,
+        timeout: float = PROBE_TIMEOUT_SECONDS,
+        wall_clock: Callable[[], float] = time.time,
+        first_round: tuple[float, float] = FIRST_ROUND_SECONDS,
+    ) -> None:
+        self.inventory = inventory
+        self.metrics = metrics
+        self.interval = interval
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.wall_clock = wall_clock
+        self.first_round = first_round
+        self.rounds = 0
+        self.last: list[NodeCheck] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0 and self.inventory is not None and bool(self.inventory.nodes)
+
+    async def probe_once(self) -> list[NodeCheck]:
+        """One round over every inventory node: status reads only."""
+        if self.inventory is None:
+            return []
+        checks = await read_nodes(
+            self.inventory,
+            sorted(self.inventory.nodes),
+            concurrency=self.concurrency,
+            timeout=min(self.timeout, max(1.0, self.interval)),
+        )
+        self.metrics.observe(checks, self.wall_clock())
+        self.rounds += 1
+        self.last = checks
+        for check in checks:
+            if not check.answered:
+                log.warning(
+                    "fencing_probe_failed",
+                    node=check.node,
+                    driver=check.driver,
+                    target=check.target,
+                    error=check.error,
+                )
+        log.info(
+            "fencing_probe",
+            nodes=len(checks),
+            answered=sum(1 for c in checks if c.answered),
+        )
+        return checks
+
+    def start(self) -> None:
+        if self.enabled and self._task is None:
+            self._task = asyncio.create_task(self._run(), name="fencing-probe")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _run(self) -> None:
+        low, high = self.first_round
+        first = random.uniform(min(low, self.interval), min(high, self.interval))  # noqa: S311
+        await asyncio.sleep(first)
+        while True:
+            try:
+                await self.probe_once()
+            except Exception:
+                log.exception("fencing_probe_error")
+            await asyncio.sleep(self.interval * random.uniform(1 - JITTER, 1 + JITTER))  # noqa: S311
+
+
+def fencing_probe_for(settings: Settings, registry: CollectorRegistry) -> FencingProbe:
+    """The probe ``serve`` runs, from the settings (the inventory was validated at start)."""
+    from nodefence.runtime import bmc_inventory
+
+    interval = float(settings.fencing_probe_interval)
+    inventory = bmc_inventory(settings) if interval > 0 else None
+    return FencingProbe(inventory, ProbeMetrics(registry), interval=interval)

@@ -1,0 +1,136 @@
+"""The background probe of ``serve``: each inventory node's power state read on its own, status
+only, exported as ``nodefence_fencing_ready{node,driver}`` with the time of the read."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from nodefence.fencing.inventory import load_inventory
+from nodefence.fencing.probe import FencingProbe, ProbeMetrics
+from nodefence.http.app import run
+from nodefence.observability.metrics import Metrics
+from nodefence.policy import parse_policy
+from nodefence.runtime import build_pipeline
+from nodefence.settings import Settings
+from nodefence_sim.testing import SimulatorHandle
+from pipeline.harness import eventually
+
+from .agents import AGENT_PASSWORD, ScriptedAgent, scripted_agent
+from .peers import free_port
+from .test_fence_agent_pipeline import cluster
+
+__all__ = ["cluster"]
+
+
+def two_agents(tmp_path: Path) -> tuple[Path, ScriptedAgent, ScriptedAgent]:
+    good = scripted_agent(tmp_path / "good", "honest")
+    bad = scripted_agent(tmp_path / "bad", "refuses")
+    data: dict[str, Any] = {
+        "defaults": {"fence-agent": {"parameters": good.parameters()}},
+        "nodes": {
+            "compute01": {"driver": "fence-agent", "agent": str(good.path)},
+            "compute02": {"driver": "fence-agent", "agent": str(bad.path)},
+        },
+    }
+    path = tmp_path / "bmcs.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, good, bad
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{wanted}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_one_round_marks_each_node_ready_or_not_and_sends_no_action(
+    tmp_path: Path,
+) -> None:
+    path, good, bad = two_agents(tmp_path)
+    registry = CollectorRegistry()
+    probe = FencingProbe(
+        load_inventory(path), ProbeMetrics(registry), interval=60, wall_clock=lambda: 1234.0
+    )
+    checks = {c.node: c for c in await probe.probe_once()}
+    assert checks["compute01"].answered
+    assert not checks["compute02"].answered
+    assert AGENT_PASSWORD not in checks["compute02"].error
+    ready = registry.get_sample_value
+    assert ready("nodefence_fencing_ready", {"node": "compute01", "driver": "fence-agent"}) == 1
+    assert ready("nodefence_fencing_ready", {"node": "compute02", "driver": "fence-agent"}) == 0
+    stamp = ready(
+        "nodefence_fencing_probe_timestamp_seconds", {"node": "compute02", "driver": "fence-agent"}
+    )
+    assert stamp == 1234.0
+    # Read-only: status and nothing else, on either machine.
+    assert good.actions() == ["status"]
+    assert bad.actions() == ["status"]
+    assert good.power == "on"
+
+
+def test_an_interval_of_zero_or_no_inventory_runs_nothing(tmp_path: Path) -> None:
+    path, _, _ = two_agents(tmp_path)
+    off = FencingProbe(load_inventory(path), ProbeMetrics(CollectorRegistry()), interval=0)
+    empty = FencingProbe(None, ProbeMetrics(CollectorRegistry()), interval=60)
+    assert not off.enabled
+    assert not empty.enabled
+
+
+async def test_serve_probes_on_its_own_and_exports_the_result(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    path, good, _ = two_agents(tmp_path)
+    port = free_port()
+    settings = Settings(
+        alert_token=SecretStr("probe-test-token"),
+        namespace="nodefence",
+        identity="replica-1",
+        host="127.0.0.1",
+        port=port,
+        bmc_inventory=path,
+        fencing_probe_interval=1,
+        reconcile_interval=0,
+    )
+    metrics = Metrics()
+    policy = parse_policy({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
+    pipeline = await build_pipeline(
+        settings, metrics=metrics, policy=policy, kubeconfig=str(cluster.kubeconfig)
+    )
+    stop = asyncio.Event()
+    serving = asyncio.create_task(run(settings, pipeline, metrics=metrics, stop=stop))
+
+    async def exported() -> str | None:
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://127.0.0.1:{port}/metrics") as reply,
+            ):
+                text = await reply.text()
+        except aiohttp.ClientError:
+            return None
+        rounds = [a for a in good.actions() if a == "status"]
+        if (
+            len(rounds) < 2
+            or sample(text, "nodefence_fencing_ready", node="compute02", driver="fence-agent")
+            is None
+        ):
+            return None
+        return text
+
+    try:
+        text = await eventually(exported, within=60, interval=0.2)
+    finally:
+        stop.set()
+        await serving
+    assert sample(text, "nodefence_fencing_ready", driver="fence-agent", node="compute01") == 1
+    assert sample(text, "nodefence_fencing_ready", driver="fence-agent", node="compute02") == 0
+    assert set(good.actions()) == {"status"}
