@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 import pytest
-from engine_factories import NODE, NOW
+from engine_factories import NODE, NOW, ago
 from hypothesis import given
 from hypothesis import strategies as st
-from test_engine_properties import PROFILE, Case, cases
+from test_engine_properties import PROFILE, Case, all_decisions, cases, own
 
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.identity import (
@@ -35,7 +35,10 @@ from nodefence.engine.model import (
     FenceAction,
     PowerAction,
     PowerEvidence,
+    ProofContradictedAction,
+    UnfenceAction,
 )
+from nodefence.engine.record import with_entry
 from nodefence.policy import Policy, parse_policy
 
 MACHINE = "4C4C4544-0042-3510-8044-B4C04F4E3732"
@@ -320,3 +323,32 @@ def test_s10_a_matching_identity_never_blocks_on_its_own(case: Case, spelling: s
     proven = dataclasses.replace(facts, node=node, machine=bind(), power=evidence)
     decision = decide(event, proven, policy, NOW, approval=approval)
     assert not [r for r in decision.reasons if r.guard == IDENTITY and not r.passed]
+
+
+@PROFILE
+@given(
+    case=cases,
+    action=st.sampled_from(["verify", "off", "reboot"]),
+    held=st.booleans(),
+    same_boot=st.booleans(),
+)
+def test_s10_a_fence_whose_proof_was_contradicted_is_never_released_by_nodefence(
+    case: Case, action: str, *, held: bool, same_boot: bool
+) -> None:
+    """A node fenced on a BMC's Off that is back with its fence-time boot ID, or whose fence
+    the record already holds as contradicted, is never unfenced, whatever else the facts say;
+    the first sighting is written down, a later one only repeated."""
+    event, facts, policy, approval = case
+    policy = powering(policy, action)
+    node, entry = facts.node, own(facts)
+    if node is None or entry is None or not (held or same_boot):
+        return
+    boot_id = node.boot_id if same_boot else f"{node.boot_id}-before"
+    entry = dataclasses.replace(
+        entry, boot_id=boot_id, proof_contradicted_at=ago(60) if held else None
+    )
+    facts = dataclasses.replace(facts, record=with_entry(facts.record, entry))
+    for decision in all_decisions(event, facts, policy, approval):
+        assert not any(isinstance(a, UnfenceAction) for a in decision.actions), decision
+        marks = [a for a in decision.actions if isinstance(a, ProofContradictedAction)]
+        assert not (held and marks), "a held fence is marked once, not again"
