@@ -37,57 +37,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
+
+from .support import api, kubectl, until
 
 pytestmark = [
     pytest.mark.kubectl,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
-
-REPO = Path(__file__).resolve().parents[2]
-DEADLINE = 30.0
-
-
-async def kubectl(handle: SimulatorHandle, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        "kubectl",
-        "--kubeconfig",
-        str(handle.kubeconfig),
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "HOME": str(handle.kubeconfig.parent)},
-        cwd=REPO,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode()
-
-
-def api(handle: SimulatorHandle) -> client.ApiClient:
-    configuration = client.Configuration()
-    config.load_kube_config(str(handle.kubeconfig), client_configuration=configuration)
-    return client.ApiClient(configuration)
-
-
-async def until(check: Any, what: str) -> None:
-    """Poll ``check()`` (a coroutine function) until true or the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while not await check():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def test_apply_kustomize_overlay_creates_every_object(seed: SimulatorHandle) -> None:

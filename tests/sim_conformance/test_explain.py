@@ -22,7 +22,7 @@ from nodefence_sim.api.openapi_schemas import REF_PREFIX, SUBRESOURCE_KINDS, ref
 from nodefence_sim.resources import RESOURCE_TYPES
 from nodefence_sim.testing import SimulatorHandle
 
-from .test_conformance import kubectl
+from .support import kubectl
 
 needs_kubectl = pytest.mark.skipif(
     shutil.which("kubectl") is None, reason="kubectl is not installed"

@@ -25,7 +25,7 @@ from kubernetes import client
 from nodefence_sim.resources import CONFIGMAPS, DEPLOYMENTS
 from nodefence_sim.testing import SimulatorHandle
 
-from .test_conformance import api, kubectl
+from .support import api, kubectl
 
 pytestmark = pytest.mark.kubectl
 

@@ -26,7 +26,7 @@ import pytest
 
 from nodefence_sim.testing import SimulatorHandle
 
-from .test_conformance import kubectl, until
+from .support import kubectl, until
 
 pytestmark = [
     pytest.mark.kubectl,

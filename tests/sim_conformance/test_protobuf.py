@@ -41,7 +41,7 @@ from nodefence_sim.errors import ApiError
 from nodefence_sim.resources import CONFIGMAPS, PODS
 from nodefence_sim.testing import SimulatorHandle
 
-from .test_conformance import api, kubectl
+from .support import api, kubectl
 
 # ---------------------------------------------------------------- wire helpers
 

@@ -40,7 +40,7 @@ from kubernetes.client.rest import ApiException
 
 from nodefence_sim.testing import SimulatorHandle
 
-from .test_conformance import api, kubectl
+from .support import api, kubectl
 
 pytestmark = [
     pytest.mark.kubectl,
