@@ -31,6 +31,8 @@ SELF_ALERTS = {
     "NodefenceReconcileStalled",
     "NodefenceVolumesUnreleased",
     "NodefenceProofContradicted",
+    "NodefenceFencingUnavailable",
+    "NodefencePowerActionFailed",
 }
 
 
@@ -205,5 +207,7 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
         "nodefence_reconcile_interval_seconds",
         "nodefence_volumes_unreleased",
         "nodefence_proof_contradicted_nodes",
+        "nodefence_fencing_ready",
+        "nodefence_power_actions_total",
     }
     assert used == documented
