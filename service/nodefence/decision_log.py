@@ -10,6 +10,7 @@ aggregated by Prometheus.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from nodefence.http.problems import Problem
 from nodefence.observability.metrics import Metrics
 
 DECISION_LOG_SIZE = 200
+_WHOLE = re.compile(r"[0-9]{1,6}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def _query_int(request: web.Request, name: str, default: int, upper: int) -> int
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= upper:
+    if not _WHOLE.fullmatch(raw) or not 1 <= int(raw) <= upper:
         raise Problem(
             400,
             kind="bad-query",

@@ -41,6 +41,7 @@ from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy
 from nodefence.shell.commit import Commit
+from nodefence.shell.dry_run_power import read_power
 from nodefence.shell.loop import Loop
 from nodefence.shell.power_step import PowerStep
 from nodefence.shell.proof import ExternalProof
@@ -188,7 +189,15 @@ class Pipeline:
         first = await self.loop.run(event.node, decider, deadline, prepare=with_power, token=token)
         decision, results, fenced = first.decision, list(first.results), first.fenced
         if decision.dry_run:
-            return decision
+            # S8: no write; the BMC is only asked, so a dry run shows whether proof would work.
+            return await read_power(
+                decision,
+                first.snapshot.facts,
+                policy=self.policy,
+                inventory=self.loop.inventory,
+                metrics=self.metrics,
+                deadline=deadline,
+            )
         if decision.verdict is Verdict.AWAIT_APPROVAL and self.approvals is not None:
             await self.approvals.request(decision, first.snapshot, deadline)
         if decision.verdict is Verdict.FENCE and fenced:

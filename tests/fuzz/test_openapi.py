@@ -70,7 +70,7 @@ def test_routes_needing_credentials_are_marked_secured() -> None:
     for path, operations in paths.items():
         for operation in operations.values():
             secured = operation["security"] != []
-            assert secured == (path in ("/alerts", "/reconcile")), path
+            assert secured == (path in ("/alerts", "/reconcile", "/decisions")), path
 
 
 def test_served_document_is_the_description(stack: Stack) -> None:

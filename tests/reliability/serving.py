@@ -8,6 +8,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -67,6 +68,7 @@ async def serving(
     identity: str = "replica-a",
     policy: dict[str, Any] | None = None,
     deadline: float = 20,
+    bmc_inventory: Path | None = None,
 ) -> AsyncIterator[Serving]:
     """``nodefence serve`` in this process (``http.app.run``), as a Deployment runs it."""
     token = secrets.token_urlsafe(16)
@@ -79,6 +81,7 @@ async def serving(
         port=port,
         reconcile_interval=interval,
         request_deadline_seconds=deadline,
+        bmc_inventory=bmc_inventory,
     )
     pipeline = await build_pipeline(
         settings,

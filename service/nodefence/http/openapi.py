@@ -356,6 +356,49 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _DECISIONS, "401": _UNAUTHENTICATED, "503": _UNAVAILABLE},
             }
         },
+        "/decisions": {
+            "get": {
+                "operationId": "getDecisions",
+                "summary": "This replica's last decisions, newest first (webhooks and reconcile "
+                "passes, dry-run ones included): what a dry run would have done, and why.",
+                "security": _SECURED,
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                    },
+                    {
+                        "name": "node",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only decisions about this node.",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "dry_run",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only dry-run decisions (true) or only real ones (false).",
+                        "schema": {"type": "boolean"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The decisions this replica kept (at most 200, lost on "
+                        "restart), each with when and from where it was recorded.",
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/LoggedDecisions"}
+                            }
+                        },
+                    },
+                    "400": _problem("A query parameter is not valid."),
+                    "401": _UNAUTHENTICATED,
+                },
+            }
+        },
         "/slack/interactions": {
             "post": {
                 "operationId": "postSlackInteractions",
@@ -477,6 +520,32 @@ def _build() -> dict[str, Any]:
             },
         },
         "Decision": _DECISION_SCHEMA,
+        "LoggedDecisions": {
+            "type": "object",
+            "required": ["decisions"],
+            "properties": {
+                "decisions": {
+                    "type": "array",
+                    "items": {
+                        "allOf": [
+                            {"$ref": "#/components/schemas/Decision"},
+                            {
+                                "type": "object",
+                                "required": ["recorded_at", "source"],
+                                "properties": {
+                                    "recorded_at": {"type": "string", "format": "date-time"},
+                                    "source": {
+                                        "type": "string",
+                                        "description": "The route (/alerts, /reconcile) or "
+                                        "reconcile-loop.",
+                                    },
+                                },
+                            },
+                        ]
+                    },
+                }
+            },
+        },
         **_ACTION_SCHEMAS,
         "Problem": _PROBLEM_SCHEMA,
     }

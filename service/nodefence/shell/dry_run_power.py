@@ -1,0 +1,85 @@
+"""In dry-run, the BMC is asked, never told: a week of dry-run should show not only what would
+have been fenced but whether the proof would have worked.
+
+A dry-run decision that would power a machine off (or read it) instead reads, read-only, which
+machine the target controls and its power state, and says what it found in a reason of its own
+(``dry-run-power``): no power action is sent, and nothing is written to the cluster (S8). The
+read is counted like any other (``nodefence_power_actions_total{action="status"}``), so the
+dashboard's power-state panel shows a dry-run week's reads too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nodefence.actions import power_binding
+from nodefence.engine.model import Decision, Facts, PowerAction, Reason
+from nodefence.fencing.inventory import Inventory
+from nodefence.fencing.registry import power_driver
+from nodefence.kube.client import Deadline
+from nodefence.observability.metrics import Metrics
+from nodefence.policy import Policy
+
+GUARD = "dry-run-power"
+MARGIN_SECONDS = 1.0
+
+
+async def read_power(
+    decision: Decision,
+    facts: Facts,
+    *,
+    policy: Policy,
+    inventory: Inventory | None,
+    metrics: Metrics,
+    deadline: Deadline,
+) -> Decision:
+    """``decision`` with what a read-only look at its node's BMC found (unchanged when it is
+    not a dry run or would not touch a BMC)."""
+    action = next((a for a in decision.actions if isinstance(a, PowerAction)), None)
+    if not decision.dry_run or action is None:
+        return decision
+    rule = policy.rule_named(decision.rule)
+    budget = max(0.5, deadline.remaining - MARGIN_SECONDS)
+    timeout = min(rule.fencing.timeout_seconds, budget) if rule and rule.fencing else budget
+    would = (
+        f"a real run would power it {action.operation} and read it back"
+        if action.send
+        else "a real run would read it back"
+    )
+    driver, detail = power_driver(inventory, action.node, action.driver)
+    if driver is None:
+        return _with(
+            decision, False, f"dry run: no power-state read of node {action.node}: {detail}"
+        )
+    try:
+        _reported, bound = await power_binding.before_action(driver, facts, timeout)
+        if not bound.bound:
+            metrics.power_action(action.driver, "status", "unknown")
+            return _with(
+                decision,
+                False,
+                f"dry run: the {action.driver} target of node {action.node} is not shown to be "
+                f"its machine, so a real run would send nothing and have no proof: "
+                f"{bound.message}",
+            )
+        reading = await driver.status(timeout)
+    finally:
+        await driver.close()
+    metrics.power_action(action.driver, "status", reading.state)
+    said = reading.raw_state or reading.state
+    answered = reading.state != "unknown"
+    identity = f"; {bound.message}" if bound.message else ""
+    text = (
+        f"dry run: read-only, {reading.source} reports node {action.node}'s machine {said}"
+        f"{identity}; no power action sent, {would}"
+        if answered
+        else f"dry run: read-only, {reading.source} gave no power state for node "
+        f"{action.node} ({reading.detail or 'no answer'}): a real run would have no proof"
+    )
+    return _with(decision, answered, text)
+
+
+def _with(decision: Decision, passed: bool, message: str) -> Decision:
+    return dataclasses.replace(
+        decision, reasons=(*decision.reasons, Reason(GUARD, passed, message))
+    )
