@@ -178,7 +178,9 @@ class ApprovalStory:
 
 async def run_approval_demo(out: TextIO | None = None) -> int:
     timeline = Timeline(out)
-    configure_logging("json", "warning")
+    # The refusals this story shows (a non-approver pressing Approve) are logged as warnings;
+    # the timeline says what happened, so a raw log line would only interrupt it.
+    configure_logging("json", "error")
     sim = Simulation.from_scenario("seed")
     sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
     token = secrets.token_urlsafe(24)

@@ -538,7 +538,8 @@ def _fresh(
         "verdict",
         True,
         f"all guards passed: fencing node {node.name} with the out-of-service taint "
-        f"({claim.effect}); proof: {proof}",
+        # A proof text that says "no proof" is not introduced as a proof.
+        f"({claim.effect}); " + (proof if proof.startswith(guards.NO_PROOF) else f"proof: {proof}"),
     )
     if pending is None:
         steps: tuple[Action, ...] = (
