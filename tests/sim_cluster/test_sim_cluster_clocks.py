@@ -10,43 +10,27 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from nodefence_sim.controllers.kubelet import LEASE_NAMESPACE
-from nodefence_sim.resources import LEASES
 from nodefence_sim.simulation import Simulation
-from nodefence_sim.store import Obj, parse_time, rfc3339
+from nodefence_sim.store import parse_time, rfc3339
 
-from .conftest import FakeClock, add_node, add_pod, cond, node, node_sim, pod
+from .support import (
+    FakeClock,
+    add_pod,
+    cond,
+    entry,
+    lease,
+    node,
+    node_with_pods,
+    pod,
+    renew_time,
+)
 
 GRACE = 40
 
 
 @pytest.fixture
 def cluster(clock: FakeClock) -> Simulation:
-    sim = node_sim(clock)
-    add_node(sim, "control02")
-    add_pod(sim, "mariadb-server-1", "control02")
-    add_pod(sim, "ovs-db", "control02", daemonset=True)
-    sim.settle()
-    return sim
-
-
-def lease(sim: Simulation) -> Obj:
-    found = sim.store.peek(LEASES, LEASE_NAMESPACE, "control02")
-    assert found is not None
-    return found
-
-
-def entry(obj: Obj, manager: str, subresource: str = "") -> dict[str, Any]:
-    for item in obj["metadata"]["managedFields"]:
-        if item["manager"] == manager and item.get("subresource", "") == subresource:
-            return dict(item)
-    raise AssertionError(f"no {manager}/{subresource} entry in {obj['metadata']}")
-
-
-def renew_time(sim: Simulation) -> datetime:
-    moment = parse_time(lease(sim)["spec"]["renewTime"])
-    assert moment is not None
-    return moment
+    return node_with_pods(clock)
 
 
 def run_for(sim: Simulation, clock: FakeClock, seconds: int, step: int = 2) -> None:

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import rfc3339
 
-from .conftest import FakeClock, add_node, add_pod, node_sim, pod
+from .support import FakeClock, add_node, add_pod, node_sim, pod
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from nodefence_sim.resources import EVENTS, LEASES, NODES, PODS, ResourceType
 from nodefence_sim.store import DeleteOptions, Obj, WatchEvent
 from nodefence_sim.wakeup import Agenda, significant
 
-from .conftest import FakeClock, add_node, add_pod, node, node_sim
+from .support import FakeClock, add_node, add_pod, node, node_sim
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from nodefence_sim.resources import LEASES, PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import DeleteOptions, Obj, parse_time, rfc3339
 
-from .conftest import FakeClock, add_pod, cond, node, pod
+from .support import FakeClock, add_pod, cond, node, pod
 
 
 def lease(sim: Simulation, name: str = "control02") -> Obj:

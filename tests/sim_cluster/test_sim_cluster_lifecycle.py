@@ -10,7 +10,7 @@ from nodefence_sim.resources import EVENTS, NODES
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import Obj, rfc3339
 
-from .conftest import FakeClock, add_node, add_pod, node, node_sim, pod
+from .support import FakeClock, add_node, add_pod, node, node_sim, pod
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
 

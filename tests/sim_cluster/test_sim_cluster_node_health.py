@@ -11,7 +11,7 @@ from nodefence_sim.resources import LEASES, NODES, PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import parse_time, rfc3339
 
-from .conftest import FakeClock, add_node, add_pod, cond, node, node_sim, pod
+from .support import FakeClock, add_node, add_pod, cond, node, node_sim, pod
 
 OUT_OF_SERVICE = {
     "key": "node.kubernetes.io/out-of-service",

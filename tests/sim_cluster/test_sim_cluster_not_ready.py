@@ -14,20 +14,23 @@ from aiohttp.test_utils import TestClient
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import rfc3339
 
-from .conftest import FakeClock, add_node, add_pod, cond, node, node_sim, pod
-from .test_sim_cluster_clocks import entry, lease, renew_time
+from .support import (
+    FakeClock,
+    cond,
+    entry,
+    lease,
+    node,
+    node_with_pods,
+    pod,
+    renew_time,
+)
 
 Client = TestClient[web.Request, web.Application]
 
 
 @pytest.fixture
 def cluster(clock: FakeClock) -> Simulation:
-    sim = node_sim(clock)
-    add_node(sim, "control02")
-    add_pod(sim, "mariadb-server-1", "control02")
-    add_pod(sim, "ovs-db", "control02", daemonset=True)
-    sim.settle()
-    return sim
+    return node_with_pods(clock)
 
 
 def taints(sim: Simulation) -> dict[tuple[str, str], str]:

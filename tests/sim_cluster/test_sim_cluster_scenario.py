@@ -20,7 +20,7 @@ from nodefence_sim.scenario import ScenarioError, creation_order, load_scenario,
 from nodefence_sim.simulation import SimSettings, Simulation, parse_version
 from nodefence_sim.store import Obj
 
-from .conftest import FakeClock, cond, node_sim
+from .support import FakeClock, cond, node_sim
 
 SCENARIO = """
 simulation:
