@@ -92,6 +92,34 @@ def test_defaults_are_shared_and_node_placeholders_filled(tmp_path: Path) -> Non
     assert isinstance(two.parameters["password"], SecretStr)
 
 
+def test_named_defaults_serve_the_entries_that_use_them(tmp_path: Path) -> None:
+    openstack = scripted_agent(tmp_path / "os", "honest")
+    aws = scripted_agent(tmp_path / "aws", "honest")
+    inventory = load(
+        tmp_path,
+        {
+            "defaults": {
+                "openstack": {
+                    "driver": "fence-agent",
+                    "agent": str(openstack.path),
+                    "parameters": {"password": SECRET, "project-name": "k8s"},
+                },
+                "aws": {"driver": "fence-agent", "agent": str(aws.path)},
+            },
+            "nodes": {
+                "vm1": {"use": "openstack", "parameters": {"plug": "5f0c"}},
+                "vm2": {"use": "aws", "parameters": {"plug": "i-0abc"}},
+            },
+        },
+    )
+    one, two = inventory.nodes["vm1"], inventory.nodes["vm2"]
+    assert one.agent == str(openstack.path)
+    assert one.parameters["project-name"] == "k8s"
+    assert one.parameters["plug"] == "5f0c"
+    assert two.agent == str(aws.path)
+    assert "password" not in two.parameters
+
+
 def test_defaults_also_serve_redfish_entries(tmp_path: Path) -> None:
     inventory = load(
         tmp_path,
@@ -118,8 +146,9 @@ def test_defaults_also_serve_redfish_entries(tmp_path: Path) -> None:
         ({"parameters": {"debug_file": "/tmp/x"}}, None, "parameter debug_file is not allowed"),
         ({"parameters": {"bad key": "x"}}, None, "is not a fence agent option name"),
         ({}, {"fence-agent": {"parameters": {"ip": "{host}"}}}, "unknown placeholder {host}"),
-        ({}, {"pdu": {}}, "defaults.pdu: unknown driver"),
-        ({}, {"fence-agent": {"driver": "ipmi"}}, "the key under defaults names it"),
+        ({}, {"pdu": {}}, "defaults.pdu: no entry uses it"),
+        ({}, {"fence-agent": {"driver": "ipmi"}}, "the defaults of a driver are its own"),
+        ({"use": "aws"}, None, "nodes.w1.use: no defaults named 'aws'"),
     ],
 )
 def test_bad_fence_agent_entries_fail_clearly(

@@ -23,15 +23,18 @@ It is a YAML file mounted from a Secret (``NODEFENCE_BMC_INVENTORY``)::
         parameters: {plug: 5f0c..., auth-url: https://keystone:5000/v3, password: s3cret}
 
 Many nodes often share one BMC model or one cloud account: ``defaults.<driver>`` holds the
-fields (and fence agent ``parameters``) every entry of that driver starts from, an entry's own
-values win, and ``{node}`` in a default's string value is the node's name::
+fields (and fence agent ``parameters``) every entry of that driver starts from, or
+``defaults.<name>`` those of the entries that say ``use: <name>`` (one per cloud account, say);
+an entry's own values win, and ``{node}`` in a default's string value is the node's name::
 
     defaults:
       fence-agent:
         agent: fence_redfish
         parameters: {username: fencer, password: s3cret, systems_uri: /redfish/v1/Systems/{node}}
+      aws-prod: {driver: fence-agent, agent: fence_aws, parameters: {region: eu-west-1}}
     nodes:
       worker4: {driver: fence-agent, parameters: {ip: 10.0.0.14}}
+      worker5: {use: aws-prod, parameters: {plug: i-0abc...}}
 
 Before any power action and again with the proof, the machine must be shown to be the node's:
 a Redfish system's ``UUID`` or the IPMI system GUID equal to the Node's ``systemUUID``, a fence
@@ -288,42 +291,58 @@ def load_inventory(path: str | Path) -> Inventory:
         raise InventoryError(f"{where}: {problems}") from None
 
 
+_DRIVERS = ("redfish", "ipmi", "fence-agent")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """``defaults.<driver>`` merged under each entry of that driver (the entry's own fields and
-    ``parameters`` win), with ``{node}`` in the defaults' strings replaced by the node's name."""
+    """Shared fields merged under the entries (an entry's own fields and ``parameters`` win),
+    with ``{node}`` in the shared strings replaced by the node's name. An entry takes
+    ``defaults.<its use:>`` when it names one, otherwise ``defaults.<its driver>``; a named
+    default may set the driver. A default no entry takes is an error (a misspelt name would
+    otherwise leave every entry without its credentials)."""
     data = dict(data)
     defaults = data.pop("defaults", None)
     if defaults is None:
-        return data
+        defaults = {}
     if not isinstance(defaults, dict):
-        raise ValueError("defaults: must map a driver name to the fields its entries share")  # noqa: TRY004 - pydantic reports ValueError
-    known = ("redfish", "ipmi", "fence-agent")
-    for driver, shared in defaults.items():
-        if driver not in known:
-            raise ValueError(f"defaults.{driver}: unknown driver (use {', '.join(known)})")
+        raise ValueError("defaults: must map a name to the fields its entries share")  # noqa: TRY004 - pydantic reports ValueError
+    for name, shared in defaults.items():
         if not isinstance(shared, dict):
-            raise ValueError(f"defaults.{driver}: must be a mapping of fields")  # noqa: TRY004 - pydantic reports ValueError
-        if "driver" in shared:
-            raise ValueError(f"defaults.{driver}.driver: the key under defaults names it")
-        _check_placeholders(shared, f"defaults.{driver}")
+            raise ValueError(f"defaults.{name}: must be a mapping of fields")  # noqa: TRY004 - pydantic reports ValueError
+        if name in _DRIVERS and shared.get("driver", name) != name:
+            raise ValueError(f"defaults.{name}.driver: the defaults of a driver are its own")
+        _check_placeholders(shared, f"defaults.{name}")
     nodes = data.get("nodes")
     if not isinstance(nodes, dict):
         return data
+    used: set[str] = set()
     merged: dict[Any, Any] = {}
-    for node, entry in nodes.items():
-        shared = defaults.get(entry.get("driver")) if isinstance(entry, dict) else None
+    for node, given in nodes.items():
+        if not isinstance(given, dict):
+            merged[node] = given
+            continue
+        entry = {k: v for k, v in given.items() if k != "use"}
+        name = given.get("use")
+        if name is not None and name not in defaults:
+            raise ValueError(f"nodes.{node}.use: no defaults named {name!r}")
+        shared = defaults.get(name if name is not None else entry.get("driver"))
         if not isinstance(shared, dict):
             merged[node] = entry
             continue
+        used.add(str(name if name is not None else entry.get("driver")))
         combined = {**_fill(shared, str(node)), **entry}
         own = entry.get("parameters")
         base = _fill(shared.get("parameters"), str(node))
         if isinstance(base, dict) and (own is None or isinstance(own, dict)):
             combined["parameters"] = {**base, **(own or {})}
         merged[node] = combined
+    for name in defaults:
+        if name not in used:
+            raise ValueError(
+                f"defaults.{name}: no entry uses it (an entry takes defaults.<its driver>, or "
+                "the defaults it names with use:)"
+            )
     data["nodes"] = merged
     return data
 
