@@ -20,6 +20,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="nodefence",
         description="Verified non-graceful node shutdown handling for Kubernetes.",
     )
+    from nodefence import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("serve", help="run the Alertmanager webhook receiver on $PORT")

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from .conftest import (
     DEPLOY,
     NAMESPACE,
     OVERLAYS,
-    REPO,
     Obj,
     find,
     kustomize,
@@ -88,7 +86,9 @@ def test_no_secret_values_are_shipped(objs: list[Obj]) -> None:
 
 
 def test_images_carry_the_package_version(objs: list[Obj]) -> None:
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    # The one source of the version (pyproject.toml reads it too).
+    from nodefence import __version__ as version
+
     templates = pod_templates(objs)
     assert templates
     for label, tpl in templates:
