@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
 import structlog
 
-from nodefence.actions.executor import Executor
 from nodefence.actions.record import RecordWriter
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
@@ -34,27 +33,19 @@ from nodefence.engine.model import (
     Verdict,
 )
 from nodefence.errors import ClusterUnavailableError
-from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, KubeClient, KubeError
-from nodefence.kube.events import EventRecorder
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy
-from nodefence.shell.commit import Commit
 from nodefence.shell.dry_run_power import read_power
 from nodefence.shell.loop import Loop
-from nodefence.shell.power_step import PowerStep
 from nodefence.shell.proof import ExternalProof
 from nodefence.shell.refresh import BackgroundRefresh, read_fence_record
-from nodefence.shell.report import FenceNotifier, Reporter
+from nodefence.shell.report import Reporter
 from nodefence.shell.settle import Settle
 from nodefence.shell.volumes import VolumeRelease
 
 log = structlog.get_logger(__name__)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class ApprovalRequester(Protocol):
@@ -72,6 +63,8 @@ class PipelineOptions:
     deadline_seconds: float = 20.0
     settle_seconds: float = 3.0
     purge_concurrency: int = 16
+    # Refusals may stand on cached facts (``shell.cached_refusal``); off: every alert read live.
+    cached_refusals: bool = True
 
 
 class Pipeline:
@@ -79,48 +72,41 @@ class Pipeline:
 
     def __init__(
         self,
+        *,
         kube: KubeClient,
         policy: Policy,
         metrics: Metrics,
-        options: PipelineOptions | None = None,
-        *,
-        clock: Callable[[], datetime] = utcnow,
-        inventory: Inventory | None = None,
+        options: PipelineOptions,
+        clock: Callable[[], datetime],
+        reader: FactsReader,
+        records: RecordWriter,
+        loop: Loop,
+        reporter: Reporter,
+        proof: ExternalProof,
+        settle: Settle,
+        volumes: VolumeRelease,
+        refresh: BackgroundRefresh,
         alertmanager: AlertmanagerConfig | None = None,
+        approvals: ApprovalRequester | None = None,
     ) -> None:
         self.kube = kube
-        self.inventory = inventory
-        self.alertmanager = alertmanager
         self.policy = policy
         self.metrics = metrics
-        self.options = options or PipelineOptions()
+        # Read at each request (settle time, deadline), so a test may shorten them.
+        self.options = options
         self.clock = clock
-        self.reader = FactsReader(kube, self.options.namespace)
-        self.executor = Executor(kube, purge_concurrency=self.options.purge_concurrency)
-        keep = max((r.flap_window_seconds for r in policy.rules), default=0)
-        self.records = RecordWriter(
-            kube, self.options.namespace, self.options.identity, keep_releases_seconds=keep
-        )
-        self.events = EventRecorder(kube, self.options.identity)
-        self.reporter = Reporter(metrics, self.events, clock)
-        self.power_step = PowerStep(policy, inventory, self.records, self.reporter)
-        commit = Commit(self.records, self.executor, self.power_step)
-        self.loop = Loop(self.reader, commit, self.records, self.reporter, inventory)
-        self.proof = ExternalProof(self.reader, policy)
-        self.settle = Settle(self.reader, self.executor)
-        self.volumes = VolumeRelease(kube, self.reader, self.executor, policy)
-        self.refresh = BackgroundRefresh(self.reader, metrics)
-        self.approvals: ApprovalRequester | None = None
+        self.reader = reader
+        self.records = records
+        self.loop = loop
+        self.reporter = reporter
+        self.proof = proof
+        self.settle = settle
+        self.volumes = volumes
+        self.refresh = refresh
+        self.alertmanager = alertmanager
+        self.approvals = approvals
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
-
-    @property
-    def notifier(self) -> FenceNotifier | None:
-        return self.reporter.notifier
-
-    @notifier.setter
-    def notifier(self, notifier: FenceNotifier | None) -> None:
-        self.reporter.notifier = notifier
 
     async def close(self) -> None:
         """Stop the background refresh, then the client."""
@@ -186,7 +172,15 @@ class Pipeline:
                 own_claim=token,
             )
 
-        first = await self.loop.run(event.node, decider, deadline, prepare=with_power, token=token)
+        # Refusals may stand on cached facts; anything that acts is read live (shell.loop).
+        first = await self.loop.run(
+            event.node,
+            decider,
+            deadline,
+            prepare=with_power,
+            token=token,
+            cached=approval is None and self.options.cached_refusals,
+        )
         decision, results, fenced = first.decision, list(first.results), first.fenced
         if decision.dry_run:
             # S8: no write; the BMC is only asked, so a dry run shows whether proof would work.
@@ -231,8 +225,13 @@ class Pipeline:
         for key in held.unreadable:
             log.warning("fence_record_unreadable", key=key)
         decisions: list[Decision] = []
-        for entry in held.entries:
-            name = entry.node
+        uids = {entry.node: entry.uid for entry in held.entries}
+        # S3: nodes whose mirror says nodefence fenced them but whose entry is gone (a deleted
+        # or rolled-back record) are judged too: reported, and adopted back where proven.
+        cluster = await self.reader.cluster(deadline)
+        orphans = tuple(sorted(set(cluster.mirrored) - set(uids)))
+        self.metrics.fences_without_record_are(orphans)
+        for name in (*uids, *orphans):
 
             def decider(snapshot: Snapshot, name: str = name) -> Decision:
                 return decide_reconcile(snapshot.facts, self.policy, snapshot.now, name)
@@ -240,7 +239,7 @@ class Pipeline:
             done = await self.loop.run(name, decider, deadline)
             decision, results = done.decision, list(done.results)
             if not decision.dry_run:
-                node_uid = done.node_uid or entry.uid
+                node_uid = done.node_uid or uids.get(name, "")
                 decision, released = await self.volumes.release(decision, node_uid, deadline)
                 results.extend(released)
                 decision = await self.reporter.report(

@@ -12,7 +12,9 @@ from typing import Protocol
 from nodefence.engine.model import AlertEvent, Decision
 
 
-class Pipeline(Protocol):
+class PipelineApi(Protocol):
+    """What the receiver needs of the pipeline (``nodefence.pipeline.Pipeline``)."""
+
     @property
     def alert_names(self) -> Sequence[str]:
         """Alert names the policy handles; the node is resolved only for these."""

@@ -1,15 +1,41 @@
-"""Assembling a pipeline from settings: the one place that knows how the parts fit."""
+"""Assembling nodefence from settings: the one place that knows how the parts fit.
+
+Every part is built here and handed what it needs through its constructor; nothing is set on a
+part after it is built.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from nodefence.actions.executor import Executor
+from nodefence.actions.record import RecordWriter
+from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
 from nodefence.kube.client import KubeClient, load_api_client
+from nodefence.kube.events import EventRecorder
+from nodefence.kube.facts import FactsReader
 from nodefence.kube.ratelimit import build_limiter
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline import Pipeline, PipelineOptions
+from nodefence.pipeline import ApprovalRequester, Pipeline, PipelineOptions
 from nodefence.policy import Policy, load_policy
 from nodefence.settings import Settings
+from nodefence.shell.commit import Commit
+from nodefence.shell.loop import Loop
+from nodefence.shell.power_step import PowerStep
+from nodefence.shell.proof import ExternalProof
+from nodefence.shell.refresh import BackgroundRefresh
+from nodefence.shell.report import FenceNotifier, Reporter
+from nodefence.shell.settle import Settle
+from nodefence.shell.volumes import VolumeRelease
+from nodefence.slack.routes import SlackIntegration, check_slack_settings, slack_parts
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def effective_policy(settings: Settings) -> Policy:
@@ -31,6 +57,62 @@ def bmc_inventory(settings: Settings) -> Inventory | None:
         raise ConfigError(str(exc)) from None
 
 
+def assemble_pipeline(
+    kube: KubeClient,
+    policy: Policy,
+    metrics: Metrics,
+    options: PipelineOptions,
+    *,
+    inventory: Inventory | None = None,
+    alertmanager: AlertmanagerConfig | None = None,
+    approvals: ApprovalRequester | None = None,
+    notifier: FenceNotifier | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> Pipeline:
+    """The shell's parts, each built once and given the parts it works with."""
+    reader = FactsReader(kube, options.namespace)
+    executor = Executor(kube, purge_concurrency=options.purge_concurrency)
+    keep = max((r.flap_window_seconds for r in policy.rules), default=0)
+    records = RecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
+    reporter = Reporter(metrics, EventRecorder(kube, options.identity), clock, notifier)
+    power_step = PowerStep(policy, inventory, records, reporter)
+    loop = Loop(reader, Commit(records, executor, power_step), records, reporter, inventory)
+    return Pipeline(
+        kube=kube,
+        policy=policy,
+        metrics=metrics,
+        options=options,
+        clock=clock,
+        reader=reader,
+        records=records,
+        loop=loop,
+        reporter=reporter,
+        proof=ExternalProof(reader, policy),
+        settle=Settle(reader, executor),
+        volumes=VolumeRelease(kube, reader, executor, policy),
+        refresh=BackgroundRefresh(reader, metrics),
+        alertmanager=alertmanager,
+        approvals=approvals,
+    )
+
+
+def pipeline_options(settings: Settings) -> PipelineOptions:
+    return PipelineOptions(
+        namespace=settings.namespace,
+        identity=settings.identity,
+        deadline_seconds=settings.request_deadline_seconds,
+        cached_refusals=settings.cached_refusals,
+    )
+
+
+async def _connect(settings: Settings, metrics: Metrics, kubeconfig: str | None) -> KubeClient:
+    api = await load_api_client(kubeconfig)
+    limiter = build_limiter(
+        settings.api_qps, settings.api_burst, settings.api_fence_qps, settings.api_fence_burst
+    )
+    return KubeClient(api, on_request=metrics.kube_api_request, limiter=limiter)
+
+
 async def build_pipeline(
     settings: Settings,
     *,
@@ -38,22 +120,58 @@ async def build_pipeline(
     policy: Policy | None = None,
     kubeconfig: str | None = None,
 ) -> Pipeline:
+    """The pipeline alone, without Slack: for the one-shot commands (plan, reconcile, status)
+    and for a receiver that answers alerts only."""
     metrics = metrics or Metrics()
-    api = await load_api_client(kubeconfig)
-    limiter = build_limiter(
-        settings.api_qps, settings.api_burst, settings.api_fence_qps, settings.api_fence_burst
-    )
-    kube = KubeClient(api, on_request=metrics.kube_api_request, limiter=limiter)
-    options = PipelineOptions(
-        namespace=settings.namespace,
-        identity=settings.identity,
-        deadline_seconds=settings.request_deadline_seconds,
-    )
-    return Pipeline(
+    policy = policy or effective_policy(settings)
+    inventory = bmc_inventory(settings)
+    kube = await _connect(settings, metrics, kubeconfig)
+    return assemble_pipeline(
         kube,
-        policy or effective_policy(settings),
+        policy,
         metrics,
-        options,
-        inventory=bmc_inventory(settings),
+        pipeline_options(settings),
+        inventory=inventory,
         alertmanager=settings.alertmanager,
     )
+
+
+@dataclass(frozen=True)
+class Service:
+    """Everything ``serve`` runs: the pipeline and the Slack integration around it."""
+
+    pipeline: Pipeline
+    slack: SlackIntegration
+    metrics: Metrics
+
+    async def close(self) -> None:
+        await self.pipeline.close()
+
+
+async def build_service(
+    settings: Settings,
+    *,
+    metrics: Metrics | None = None,
+    policy: Policy | None = None,
+    kubeconfig: str | None = None,
+) -> Service:
+    """The receiver's parts: the pipeline, built with Slack's approval requester and notifier
+    when the settings configure them, and the interactions that hear the approvers' answers.
+    Settings the policy cannot work with stop it before anything connects."""
+    metrics = metrics or Metrics()
+    policy = policy or effective_policy(settings)
+    check_slack_settings(settings, policy)
+    inventory = bmc_inventory(settings)
+    kube = await _connect(settings, metrics, kubeconfig)
+    slack = slack_parts(settings, policy, kube, metrics, utcnow)
+    pipeline = assemble_pipeline(
+        kube,
+        policy,
+        metrics,
+        pipeline_options(settings),
+        inventory=inventory,
+        alertmanager=settings.alertmanager,
+        approvals=slack.approvals,
+        notifier=slack.notifier,
+    )
+    return Service(pipeline, slack.integration(settings, pipeline), metrics)

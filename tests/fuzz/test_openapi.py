@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (
 
 from nodefence.http.app import build_app
 from nodefence.http.openapi import OPENAPI_PATH, openapi_document
-from nodefence.pipeline_api import Pipeline
+from nodefence.pipeline_api import PipelineApi
 from nodefence.settings import Settings
 
 from .stack import Stack
@@ -42,7 +42,7 @@ def test_document_is_valid_openapi_3_1() -> None:
 
 
 def test_every_served_route_is_described() -> None:
-    app = build_app(Settings(auth_disabled=True), cast(Pipeline, object()))
+    app = build_app(Settings(auth_disabled=True), cast(PipelineApi, object()))
     described = {
         (method.upper(), path)
         for path, operations in openapi_document()["paths"].items()

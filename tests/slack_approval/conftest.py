@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_service
 from nodefence.settings import Settings
 from nodefence.slack.fake import (
     FakeSlack,
@@ -148,13 +148,14 @@ async def world() -> AsyncIterator[World]:
             slack_timeout_seconds=2,
             request_deadline_seconds=10,
         )
-        pipeline = await build_pipeline(
+        service = await build_service(
             settings, policy=parse_policy(POLICY), kubeconfig=str(cluster.kubeconfig)
         )
+        pipeline = service.pipeline
         pipeline.options = type(pipeline.options)(
             namespace="nodefence", identity="replica-1", deadline_seconds=10, settle_seconds=0.5
         )
-        app = build_app(settings, pipeline, metrics=pipeline.metrics)
+        app = build_app(settings, pipeline, metrics=pipeline.metrics, slack=service.slack)
         integration = app[SLACK]
         runner = web.AppRunner(app)
         await runner.setup()

@@ -135,16 +135,18 @@ async def test_unauthorised_user_gets_an_ephemeral_answer(world: World) -> None:
 
 
 async def test_approval_policy_without_slack_settings_refuses_to_start(world: World) -> None:
-    from aiohttp import web
-
     from nodefence.errors import ConfigError
+    from nodefence.runtime import build_service
     from nodefence.settings import Settings
-    from nodefence.slack.routes import add_slack_routes
 
     interactions = world.integration.interactions
     assert interactions is not None
     with pytest.raises(ConfigError, match="NODEFENCE_SLACK_SIGNING_SECRET"):
-        add_slack_routes(web.Application(), Settings(auth_disabled=True), interactions.pipeline)
+        await build_service(
+            Settings(auth_disabled=True),
+            policy=interactions.pipeline.policy,
+            kubeconfig=str(world.cluster.kubeconfig),
+        )
 
 
 async def test_notice_on_fence(world: World) -> None:

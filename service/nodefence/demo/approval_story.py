@@ -26,7 +26,7 @@ from nodefence.demo.timeline import StepFailedError, Timeline
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_service
 from nodefence.settings import Settings
 from nodefence.slack.fake import (
     FakeSlack,
@@ -199,8 +199,11 @@ async def run_approval_demo(out: TextIO | None = None) -> int:
             slack_api_url=slack.api_url,
         )
         policy = parse_policy({"rules": [{"name": "ask-first", "approval": "slack"}]})
-        pipeline = await build_pipeline(settings, policy=policy, kubeconfig=str(cluster.kubeconfig))
-        async with serving(settings, pipeline) as receiver, aiohttp.ClientSession() as session:
+        service = await build_service(settings, policy=policy, kubeconfig=str(cluster.kubeconfig))
+        async with (
+            serving(settings, service.pipeline, service.slack) as receiver,
+            aiohttp.ClientSession() as session,
+        ):
             timeline.say(
                 f"simulated cluster at {cluster.url}; Slack stand-in at {slack.url}; "
                 f"nodefence listening at {receiver}"

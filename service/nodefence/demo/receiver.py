@@ -11,12 +11,15 @@ from aiohttp import web
 from nodefence.http.app import build_app
 from nodefence.pipeline import Pipeline
 from nodefence.settings import Settings
+from nodefence.slack.routes import NO_SLACK, SlackIntegration
 
 
 @asynccontextmanager
-async def serving(settings: Settings, pipeline: Pipeline) -> AsyncIterator[str]:
+async def serving(
+    settings: Settings, pipeline: Pipeline, slack: SlackIntegration = NO_SLACK
+) -> AsyncIterator[str]:
     """Yield the receiver's base URL."""
-    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
+    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics, slack=slack))
     await runner.setup()
     try:
         await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -16,13 +16,12 @@ from nodefence.http.middleware import observe_middleware
 from nodefence.http.problems import problem_middleware
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline import Pipeline as LivePipeline
-from nodefence.pipeline_api import Pipeline
+from nodefence.pipeline_api import PipelineApi
 from nodefence.reconcile_loop import reconcile_loop_for
 from nodefence.settings import Settings
-from nodefence.slack.routes import add_slack_routes
+from nodefence.slack.routes import NO_SLACK, SlackIntegration, add_slack_routes
 
-__all__ = ["PROTECTED_PATHS", "Pipeline", "build_app", "run"]
+__all__ = ["PROTECTED_PATHS", "build_app", "run"]
 
 PROTECTED_PATHS = frozenset({"/alerts", "/reconcile", "/decisions"})
 
@@ -30,9 +29,14 @@ log = get_logger("nodefence.http")
 
 
 def build_app(
-    settings: Settings, pipeline: Pipeline, *, metrics: Metrics | None = None
+    settings: Settings,
+    pipeline: PipelineApi,
+    *,
+    metrics: Metrics | None = None,
+    slack: SlackIntegration = NO_SLACK,
 ) -> web.Application:
-    """The receiver. Pass ``metrics`` to share one registry with the pipeline's own counters."""
+    """The receiver. Pass ``metrics`` to share one registry with the pipeline's own counters,
+    and ``slack`` (from ``runtime.build_service``) to answer Slack's approval buttons."""
     warn_if_disabled(settings)
     metrics = metrics if metrics is not None else Metrics()
     app = web.Application(
@@ -55,18 +59,17 @@ def build_app(
     app.router.add_get("/metrics", handlers.get_metrics)
     add_decision_routes(app)
     app.router.add_get(openapi.OPENAPI_PATH, openapi.get_openapi)
-    integration = add_slack_routes(app, settings, pipeline)
-    if integration.notifier is not None and isinstance(pipeline, LivePipeline):
-        pipeline.notifier = integration.notifier
+    add_slack_routes(app, settings, slack)
     return app
 
 
 async def run(
     settings: Settings,
-    pipeline: Pipeline,
+    pipeline: PipelineApi,
     *,
     metrics: Metrics | None = None,
     stop: asyncio.Event | None = None,
+    slack: SlackIntegration = NO_SLACK,
 ) -> None:
     """Serve until SIGTERM or SIGINT (or ``stop`` is set), then shut down gracefully.
 
@@ -74,7 +77,7 @@ async def run(
     to ``request_deadline_seconds`` to finish, and only then is the pipeline closed, so no
     decision is cut off between its write to the cluster and its answer to Alertmanager.
     """
-    app = build_app(settings, pipeline, metrics=metrics)
+    app = build_app(settings, pipeline, metrics=metrics, slack=slack)
     reconciler = reconcile_loop_for(settings, pipeline, app[METRICS], app[DECISIONS])
     prober = fencing_probe_for(settings, app[METRICS].registry)
     runner = web.AppRunner(

@@ -20,7 +20,7 @@ from nodefence.errors import ClusterUnavailableError
 from nodefence.http.problems import Problem, validation_problem
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import CONTENT_TYPE, Metrics
-from nodefence.pipeline_api import Pipeline
+from nodefence.pipeline_api import PipelineApi
 from nodefence.settings import Settings
 
 # When the deadline passes the work is abandoned; every action is idempotent, so the retry
@@ -37,7 +37,7 @@ class ServiceState:
 
 
 SETTINGS = web.AppKey("settings", Settings)
-PIPELINE = web.AppKey("pipeline", Pipeline)
+PIPELINE = web.AppKey("pipeline", PipelineApi)
 METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ServiceState)
 

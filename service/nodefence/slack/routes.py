@@ -1,15 +1,21 @@
-"""Wiring of the Slack integration into the receiver: requester, notifier and the route."""
+"""The Slack integration: who asks for approval, who tells people, and the route that hears the
+answers. The runtime builds it in two steps around the pipeline: the requester and the notifier
+first (the pipeline is built with them), then the interactions (built with the pipeline)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from aiohttp import web
 
 from nodefence.errors import ConfigError
 from nodefence.http.problems import Problem
+from nodefence.kube.client import KubeClient
+from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline
-from nodefence.pipeline_api import Pipeline as PipelineApi
+from nodefence.policy import Policy
 from nodefence.settings import Settings
 from nodefence.slack.approvals import SlackApprovals
 from nodefence.slack.client import SlackClient
@@ -26,6 +32,8 @@ class SlackIntegration:
     interactions: Interactions | None
 
 
+NO_SLACK = SlackIntegration(None, None, None)
+
 SLACK = web.AppKey("slack", SlackIntegration)
 
 _APPROVAL_SETTINGS = {
@@ -36,17 +44,17 @@ _APPROVAL_SETTINGS = {
 }
 
 
-def _uses_approval(pipeline: Pipeline) -> bool:
-    return any(rule.approval == "slack" for rule in pipeline.policy.rules)
+def _uses_approval(policy: Policy) -> bool:
+    return any(rule.approval == "slack" for rule in policy.rules)
 
 
-def build_slack(settings: Settings, pipeline: Pipeline) -> SlackIntegration:
-    """The integration the settings and the policy ask for.
+def check_slack_settings(settings: Settings, policy: Policy) -> None:
+    """Refuse to start on settings the policy cannot work with.
 
     A policy rule with ``approval: slack`` and incomplete Slack settings is a configuration
     error: such a rule would hold every fence forever without ever asking anyone.
     """
-    approval = _uses_approval(pipeline)
+    approval = _uses_approval(policy)
     missing = [env for name, env in _APPROVAL_SETTINGS.items() if getattr(settings, name) is None]
     if approval and not settings.slack_approvers and not settings.slack_approver_groups:
         missing.append("NODEFENCE_SLACK_APPROVERS or NODEFENCE_SLACK_APPROVER_GROUPS")
@@ -59,39 +67,75 @@ def build_slack(settings: Settings, pipeline: Pipeline) -> SlackIntegration:
         raise ConfigError(
             "NODEFENCE_SLACK_NOTIFY needs NODEFENCE_SLACK_BOT_TOKEN and NODEFENCE_SLACK_CHANNEL"
         )
+
+
+@dataclass(frozen=True)
+class SlackParts:
+    """The parts the pipeline is built with: the approval requester and the notifier."""
+
+    client: SlackClient | None = None
+    approvals: SlackApprovals | None = None
+    notifier: SlackNotifier | None = None
+
+    def integration(self, settings: Settings, pipeline: Pipeline) -> SlackIntegration:
+        """With the pipeline built, the interactions that answer the approval buttons."""
+        secret, key, channel = (
+            settings.slack_signing_secret,
+            settings.approval_key,
+            settings.slack_channel,
+        )
+        approvals, client = self.approvals, self.client
+        if approvals is None or client is None or secret is None or key is None or not channel:
+            return SlackIntegration(None, self.notifier, None)
+        interactions = Interactions(
+            pipeline=pipeline,
+            approvals=approvals,
+            slack=client,
+            signing_secret=secret,
+            approval_key=key,
+            channel=channel,
+            approvers=settings.slack_approvers,
+            approver_groups=settings.slack_approver_groups,
+            deadline_seconds=settings.request_deadline_seconds,
+            max_body_bytes=settings.max_body_bytes,
+            clock=pipeline.clock,
+        )
+        return SlackIntegration(self.approvals, self.notifier, interactions)
+
+
+def slack_parts(
+    settings: Settings,
+    policy: Policy,
+    kube: KubeClient,
+    metrics: Metrics,
+    clock: Callable[[], datetime],
+) -> SlackParts:
+    """The requester and notifier the settings and the policy ask for (after
+    ``check_slack_settings``)."""
     token = settings.slack_bot_token
     channel = settings.slack_channel
     if token is None or channel is None:
-        return SlackIntegration(None, None, None)
+        return SlackParts()
     slack = SlackClient(
         token, base_url=settings.slack_api_url, timeout=settings.slack_timeout_seconds
     )
     notifier = SlackNotifier(slack, channel) if settings.slack_notify else None
-    if not approval or settings.approval_key is None or settings.slack_signing_secret is None:
-        return SlackIntegration(None, notifier, None)
+    if (
+        not _uses_approval(policy)
+        or settings.approval_key is None
+        or settings.slack_signing_secret is None
+    ):
+        return SlackParts(slack, None, notifier)
     approvals = SlackApprovals(
         slack,
-        pipeline.kube,
+        kube,
         channel=channel,
         approval_key=settings.approval_key,
         ttl_seconds=settings.approval_ttl_seconds,
-        metrics=pipeline.metrics,
-        clock=pipeline.clock,
+        metrics=metrics,
+        clock=clock,
     )
-    interactions = Interactions(
-        pipeline=pipeline,
-        approvals=approvals,
-        slack=slack,
-        signing_secret=settings.slack_signing_secret,
-        approval_key=settings.approval_key,
-        channel=channel,
-        approvers=settings.slack_approvers,
-        approver_groups=settings.slack_approver_groups,
-        deadline_seconds=settings.request_deadline_seconds,
-        max_body_bytes=settings.max_body_bytes,
-        clock=pipeline.clock,
-    )
-    return SlackIntegration(approvals, notifier, interactions)
+    return SlackParts(slack, approvals, notifier)
 
 
 async def _not_configured(_request: web.Request) -> web.Response:
@@ -103,27 +147,21 @@ async def _not_configured(_request: web.Request) -> web.Response:
 
 
 def add_slack_routes(
-    app: web.Application, settings: Settings, pipeline: PipelineApi
-) -> SlackIntegration:
-    """Add ``POST /slack/interactions`` and, for a live pipeline, connect the approval requester.
+    app: web.Application, settings: Settings, integration: SlackIntegration
+) -> None:
+    """Add ``POST /slack/interactions``.
 
     Presses answered in the background are awaited when the application shuts down, before the
     pipeline's clients are closed.
     """
-    if not isinstance(pipeline, Pipeline):
-        integration = SlackIntegration(None, None, None)
-    else:
-        integration = build_slack(settings, pipeline)
-        pipeline.approvals = integration.approvals
     app[SLACK] = integration
     interactions = integration.interactions
     if interactions is None:
         app.router.add_post(INTERACTIONS_PATH, _not_configured)
-        return integration
+        return
     app.router.add_post(INTERACTIONS_PATH, interactions.handle)
 
     async def drain(_app: web.Application) -> None:
         await interactions.tasks.drain(settings.request_deadline_seconds)
 
     app.on_shutdown.append(drain)
-    return integration
