@@ -238,7 +238,8 @@ class ServeProcess:
                     return response.status == 200
             return False
 
-        await until(healthy, within=20, interval=0.05)
+        # Generous: the process imports the whole service first, on a machine that may be busy.
+        await until(healthy, within=60, interval=0.05)
         return self
 
     def kill(self) -> None:

@@ -128,7 +128,7 @@ async def _crash_and_recover(seed: int) -> None:
                     assert await _deliver(http, second.url, token, "/reconcile") == 200
                     return not await cluster.terminating_on(NODE)
 
-                await until(finished, within=15, interval=0.2)
+                await until(finished, within=60, interval=0.2)
 
             nodes = await cluster.nodes()
             assert orphans(nodes) == []

@@ -105,7 +105,7 @@ async def test_s3_a_slow_fence_step_cannot_let_a_second_replica_spend_the_slot(
         start_receiver(cluster, identity="replica-b") as b,
     ):
         first = asyncio.create_task(a.alert(firing(NODE)))
-        await eventually(lambda: record_of(cluster).entry(NODE), within=10, interval=0.02)
+        await eventually(lambda: record_of(cluster).entry(NODE), within=30, interval=0.02)
         [second] = await b.alert(firing(OTHER))
         [fenced] = await first
     assert fenced["verdict"] == "fence", fenced
@@ -442,7 +442,8 @@ async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
         renewed = server_stamped(cluster.sim.store.peek(LEASES, "kube-node-lease", NODE) or {})
         return renewed is not None and renewed > written
 
-    await eventually(renewed_since, within=20)
+    # Kubelets renew every 2 s; the limit holds on a busy machine.
+    await eventually(renewed_since, within=60)
     cluster.sim.node_down(NODE)
     rule = {**WRITTEN_PROOF, "min_not_ready_seconds": 0, "lease_staleness_seconds": 1}
     async with start_receiver(cluster, policy={"rules": [rule]}) as receiver:
@@ -451,7 +452,8 @@ async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
             [decision] = await receiver.alert(firing(NODE))
             return decision if blocked(decision) == ["power-off"] else None
 
-        stale = await eventually(refused_for_proof_alone, within=20, interval=0.5)
+        # NotReady after the 5 s grace; the limit holds on a busy machine.
+        stale = await eventually(refused_for_proof_alone, within=60, interval=0.5)
         assert "write it again" in power_reason(stale), stale
         assert not oos_taints(cluster, NODE)
 
