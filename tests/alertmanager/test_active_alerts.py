@@ -46,7 +46,7 @@ async def test_only_active_unsilenced_uninhibited_handled_alerts_naming_a_node(
         events = await active_alerts(config, NAMES, NODE_LABELS)
         return events if set(by_node(events)) == {"n1", "n2"} else None
 
-    events = await poll(settled, within=15, what="only n1 and n2 returned")
+    events = await poll(settled, within=60, what="only n1 and n2 returned")
     found = by_node(events)
     first = found["n1"]
     assert first.alertname == "KubeNodeNotReady"
