@@ -25,7 +25,8 @@ from nodefence_sim.store import DeleteOptions
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 T = TypeVar("T")
-WITHIN = 15.0
+# Generous: a poll returns as soon as the index agrees, and must hold on a busy machine.
+WITHIN = 30.0
 
 
 async def eventually(probe: Callable[[], Awaitable[T]], within: float = WITHIN) -> T:
