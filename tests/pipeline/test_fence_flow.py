@@ -200,7 +200,7 @@ async def test_fenced_nodes_gauge_comes_from_the_ledger_on_any_replica(
                 text = await response.text()
             return f'nodefence_fenced_nodes{{node="{NODE}"}}' in text
 
-        await eventually(gauge, within=10, interval=0.2)
+        await eventually(gauge, within=30, interval=0.2)
 
 
 async def test_a_deferral_said_by_the_alert_and_by_reconcile_is_one_event(
