@@ -159,7 +159,7 @@ async def kill_node(cluster: SimulatorHandle, name: str) -> None:
 
 
 async def until(
-    probe: Callable[[], Awaitable[object]], *, within: float = 15.0, interval: float = 0.05
+    probe: Callable[[], Awaitable[object]], *, within: float = 30.0, interval: float = 0.05
 ) -> None:
     """Poll an asynchronous probe until it returns something truthy; fail at the deadline."""
     deadline = time.monotonic() + within
