@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     # about a second, as without the limit.
     api_fence_qps: float = Field(default=500, ge=0)
     api_fence_burst: int = Field(default=500, ge=0)
+    # Refuse from the cache, act on live reads: a firing alert is first decided on the watch-fed
+    # node index and a shared fence record read, and that decision stands only as a refusal
+    # (``shell.cached_refusal``). Off: every alert reads the node, Lease, pods and record live.
+    cached_refusals: bool = True
 
     namespace: str = Field(default_factory=_default_namespace)
     identity: str = Field(default_factory=socket.gethostname)

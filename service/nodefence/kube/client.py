@@ -207,7 +207,7 @@ class KubeClient:
         try:
             return await self._dated(verb, factory, deadline)
         finally:
-            self.flights.forget(key)
+            self.flights.wrote(key)
 
     async def _dated(
         self,

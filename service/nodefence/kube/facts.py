@@ -20,6 +20,7 @@ from nodefence.engine.model import (
     PowerEvidence,
 )
 from nodefence.kube import pause_watch
+from nodefence.kube.cached_facts import NodeFactsCache
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import lease_facts, node_facts, pod_facts, power_proof
 from nodefence.kube.node_index import NodeIndex, count, list_summaries, summarize
@@ -73,6 +74,8 @@ class FactsReader:
         self._pause: tuple[float, str | None] | None = None
         self._cluster: tuple[float, asyncio.Future[ClusterFacts]] | None = None
         self.nodes: NodeIndex | None = None
+        # Each Node as the index last saw it, for refusals from the cache (``kube.cached_facts``).
+        self.node_facts = NodeFactsCache()
         # The pause switch as last read, with when it began (``nodefence_paused_since_seconds``).
         self.pause: PauseState = NOT_PAUSED
         self.pause_watch: PauseWatch | None = None
@@ -82,7 +85,7 @@ class FactsReader:
         """From now on take the cluster counts from a watch-fed ``NodeIndex`` (a serving
         receiver; one-shot commands list the nodes once instead)."""
         if self.nodes is None and not self._closed:
-            self.nodes = NodeIndex(self.kube)
+            self.nodes = NodeIndex(self.kube, listener=self.node_facts)
             self.nodes.start()
         if self.pause_watch is None and not self._closed:
             self.pause_watch = PauseWatch(self.kube, self.namespace)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
@@ -101,8 +101,22 @@ def count(summaries: Iterable[NodeSummary]) -> ClusterFacts:
     )
 
 
+class NodeListener(Protocol):
+    """Told every Node the index sees, whole, before it is summarised (``kube.cached_facts``
+    keeps what the cached refusals need of each)."""
+
+    def put(self, name: str, node: Json) -> None: ...
+
+    def drop(self, name: str) -> None: ...
+
+    def keep_only(self, names: set[str]) -> None: ...
+
+
 async def list_summaries(
-    kube: KubeClient, deadline: Deadline | None = None
+    kube: KubeClient,
+    deadline: Deadline | None = None,
+    *,
+    listener: NodeListener | None = None,
 ) -> tuple[dict[str, NodeSummary], str]:
     """Every Node, summarised a page at a time (no more than one page of whole Nodes is ever
     held), and the list's resourceVersion."""
@@ -112,6 +126,8 @@ async def list_summaries(
         page = await kube.list_node_page(token, deadline, limit=LIST_PAGE_SIZE)
         for node in page.get("items") or []:
             nodes[_name(node)] = summarize(node)
+            if listener is not None:
+                listener.put(_name(node), node)
         meta = page.get("metadata") or {}
         token = meta.get("continue") or None
         if token is None:
@@ -142,8 +158,10 @@ class NodeIndex:
         max_age: float = MAX_AGE_SECONDS,
         watch_seconds: int = WATCH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        listener: NodeListener | None = None,
     ) -> None:
         self.kube = kube
+        self.listener = listener
         self.max_age = max_age
         self.watch_seconds = watch_seconds
         self.clock = clock
@@ -210,7 +228,11 @@ class NodeIndex:
 
     async def _list(self) -> None:
         started = self.clock()
-        nodes, version = await list_summaries(self.kube, Deadline(LIST_DEADLINE_SECONDS))
+        nodes, version = await list_summaries(
+            self.kube, Deadline(LIST_DEADLINE_SECONDS), listener=self.listener
+        )
+        if self.listener is not None:
+            self.listener.keep_only(set(nodes))
         self.nodes = nodes
         self._counted = None
         self.resource_version = version
@@ -246,8 +268,13 @@ class NodeIndex:
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if kind in ("ADDED", "MODIFIED"):
             self._put(_name(obj), summarize(obj))
-        elif kind == "DELETED" and self.nodes.pop(_name(obj), None) is not None:
-            self._counted = None
+            if self.listener is not None:
+                self.listener.put(_name(obj), obj)
+        elif kind == "DELETED":
+            if self.nodes.pop(_name(obj), None) is not None:
+                self._counted = None
+            if self.listener is not None:
+                self.listener.drop(_name(obj))
         if version:
             self.resource_version = version
         self.heard_at = self.clock()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -31,6 +32,9 @@ class FlightStats:
 class SingleFlight(Generic[T]):
     def __init__(self) -> None:
         self._flights: dict[str, asyncio.Future[T]] = {}
+        self._written: dict[str, asyncio.Event] = {}
+        # When (monotonic) a write of each object last returned.
+        self.last_write: dict[str, float] = {}
         self.stats = FlightStats()
 
     async def run(self, key: str, read: Callable[[], Awaitable[T]]) -> T:
@@ -48,6 +52,19 @@ class SingleFlight(Generic[T]):
         """Callers from now on send a request of their own (the object is being written);
         those already waiting keep the request they joined."""
         self._flights.pop(key, None)
+
+    def written(self, key: str) -> asyncio.Event:
+        """Set once the next write of the object behind ``key`` has returned."""
+        return self._written.setdefault(key, asyncio.Event())
+
+    def wrote(self, key: str) -> None:
+        """A write of the object behind ``key`` returned: later reads send their own request,
+        and whoever waits for it is woken."""
+        self.forget(key)
+        self.last_write[key] = time.monotonic()
+        event = self._written.pop(key, None)
+        if event is not None:
+            event.set()
 
     def _land(self, key: str, flight: asyncio.Future[T]) -> None:
         if self._flights.get(key) is flight:

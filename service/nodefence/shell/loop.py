@@ -19,6 +19,7 @@ from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline
 from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.shell.cached_refusal import CachedRefusal
 from nodefence.shell.commit import Commit
 from nodefence.shell.report import Reporter
 
@@ -58,6 +59,7 @@ class Loop:
         self.records = records
         self.reporter = reporter
         self.inventory = inventory
+        self.cached = CachedRefusal(reader, inventory)
 
     async def run(
         self,
@@ -67,10 +69,17 @@ class Loop:
         *,
         prepare: Callable[[Snapshot], Awaitable[Snapshot]] | None = None,
         token: str = "",
+        cached: bool = False,
     ) -> Pass:
         """Read, decide, commit; on a failed precondition (or after housekeeping) again.
         ``token`` names any claim this request writes, across its attempts; ``prepare`` adds
-        to each snapshot what is read from outside the cluster before deciding."""
+        to each snapshot what is read from outside the cluster before deciding. ``cached``:
+        first decide on cached facts (``shell.cached_refusal``); that decision stands only as
+        a refusal without any action, otherwise it is discarded and everything read live."""
+        if cached:
+            refused = await self.cached.run(name, decider, deadline)
+            if refused is not None:
+                return Pass(refused[0], [], refused[1])
         token = token or self.records.new_token()
         results: list[ActionResult] = []
         fenced = False

@@ -1,0 +1,85 @@
+"""Which decisions may stand on cached facts: refusals, and only for reasons the cache can show.
+
+A refusal changes nothing and the reconcile pass judges every still-active alert again within a
+period, so it does not need the evidence an action needs. The shell may decide first on what
+it holds without a request (the node as the watch-fed index last saw it, the fence record from
+a read shared by concurrent requests, the cluster counts); this module says whether that
+decision stands. It stands only if it has no action at all and every guard that blocked it
+rests on facts the cache really holds. Anything else is discarded and decided again on live
+reads, with every precondition: a cached fact never leads to a claim, power action, taint,
+purge or unfence.
+
+The cached snapshot holds no Lease, no pods and no power reading. The reasons of the guards
+that read those (``NOT_READ``) are dropped from a decision that stands, since they were judged
+on an absence, not on the cluster; a decision is never refused because of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from nodefence.engine import guards, machine
+from nodefence.engine.model import Decision, Reason, Verdict
+from nodefence.engine.wording import duration
+
+CACHED = "cached-facts"
+# Guards whose refusal may come from the cache: each reads only the node as the index saw it
+# (Ready, NotReady since when, labels, nodefence's annotations, taints), the fence record, the
+# cluster counts or the pause switch.
+CACHEABLE = frozenset(
+    {
+        "paused",
+        "exclusion",
+        "rule",
+        "fence-in-progress",
+        guards.READY,
+        guards.NOT_READY_DURATION,
+        guards.FOREIGN_TAINT,
+        guards.STORM,
+        guards.STORM_COOLDOWN,
+        guards.BUDGET,
+        guards.READY_FRACTION,
+        guards.FLAP,
+    }
+)
+# Guards about facts a cached snapshot does not hold.
+NOT_READ = frozenset({guards.LEASE, guards.POWER_OFF, machine.IDENTITY})
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one fact of a cached decision came from, and how old it was."""
+
+    fact: str
+    source: str
+    age_seconds: float
+
+    def __str__(self) -> str:
+        return f"{self.fact} from {self.source} ({duration_text(self.age_seconds)} old)"
+
+
+def duration_text(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else duration(seconds)
+
+
+def refusal_on_cache(decision: Decision, sources: tuple[Source, ...]) -> Decision | None:
+    """``decision`` (made on cached facts from ``sources``) as it stands, saying so; None when
+    it must be made again on live reads."""
+    if decision.actions or decision.dry_run:
+        return None
+    if decision.verdict not in (Verdict.NOOP, Verdict.SKIP):
+        return None
+    kept = [r for r in decision.reasons if r.guard not in NOT_READ]
+    blocking = [r for r in kept if not r.passed]
+    if not blocking or any(r.guard not in CACHEABLE for r in blocking):
+        return None
+    said = "; ".join(str(s) for s in sources)
+    note = Reason(
+        CACHED,
+        True,
+        f"refused on cached facts, without a live read: {said}; the Lease, pods and power "
+        "state were not read (a refusal needs none of them; any action is decided on live "
+        "reads)",
+    )
+    return dataclasses.replace(decision, reasons=(note, *kept))

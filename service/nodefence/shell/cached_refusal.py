@@ -1,0 +1,181 @@
+"""Refuse from the cache, act on live reads.
+
+Before the loop reads a node's live facts (node, Lease, pods, fence record: four requests), a
+firing alert is decided on what the receiver already holds: the node as the watch-fed index saw
+it, the cluster counts, the pause switch, and the fence record from a read shared by every
+request of the last ``RECORD_SHARE_SECONDS`` (one read, however many alerts arrive at once). A
+node the index saw Ready is refused by S1 without any request at all.
+
+That decision stands only if ``engine.cached.refusal_on_cache`` says so: no action, and every
+guard that blocked it rests on cached facts. Otherwise it is discarded here, never committed,
+and the caller runs the live loop, which reads everything again and decides afresh with every
+precondition; so a cached fact never leads to a claim, power action, taint, purge or unfence.
+
+Freshness is stated, not assumed. The index is used only while it heard from the API server
+within its bound (``NodeIndex.fresh``, 30 s); its watch delivers every change of every Node, so
+what it holds is the API server's own view, not any kubelet's clock (S11). ``now`` for the
+cached decision is the API server's clock: the ``Date`` of its latest reply, moved on by this
+process's monotonic clock (``kube.server_clock``), never its wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+
+from nodefence.actions.power_binding import bind_machine
+from nodefence.engine import record as fence_record
+from nodefence.engine.cached import Source, refusal_on_cache
+from nodefence.engine.model import API_SERVER_CLOCK, ClaimAction, Decision, Facts
+from nodefence.fencing.inventory import Inventory
+from nodefence.kube.client import CONFIGMAP, Deadline
+from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.kube.ratelimit import Priority, reads_at
+
+# A refusal of a NotReady node may rest on a fence record read this recently by any request:
+# the budget seen full a second ago is, at worst, a refusal the reconcile pass revisits.
+RECORD_SHARE_SECONDS = 1.0
+# A Ready node's S1 refusal reads nothing; the record it is judged with may be this old (the
+# index's own bound). An older one is read again, shared.
+RECORD_READY_SECONDS = 30.0
+
+# How long a cached decision that would claim waits for another request's claim to land.
+CLAIM_WAIT_SECONDS = 2.0
+
+Decider = Callable[[Snapshot], Decision]
+
+
+def _claims(decision: Decision) -> bool:
+    return any(isinstance(a, ClaimAction) for a in decision.actions)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedRecord:
+    """The fence record as one read returned it, and when (monotonic) that read was sent."""
+
+    record: fence_record.FenceRecord
+    data: dict[str, str]
+    read_at: float
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """How many decisions stood on cached facts, and how many went on to live reads."""
+
+    refused: int = 0
+    live: int = 0
+    record_reads: int = 0
+    # Cached decisions that waited for another request's claim before being made again.
+    waited: int = 0
+
+
+class CachedRefusal:
+    def __init__(
+        self,
+        reader: FactsReader,
+        inventory: Inventory | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reader = reader
+        self.inventory = inventory
+        self.clock = clock
+        self.stats = CacheStats()
+        self._record: SharedRecord | None = None
+        # When (monotonic) a request of this process last went on to claim a budget slot.
+        self._claiming: float | None = None
+
+    async def run(
+        self, name: str, decider: Decider, deadline: Deadline
+    ) -> tuple[Decision, Snapshot] | None:
+        """A refusal made on cached facts, or None: the caller reads live and decides again.
+
+        A cached decision that would claim a budget slot while another request of this
+        process is claiming one waits for that claim's record write (at most
+        ``CLAIM_WAIT_SECONDS``) and is made again on the record read after it: in a storm the
+        first dead node is fenced and the other alerts see the budget it spent from one shared
+        read, instead of each reading its node live to find the same."""
+        for attempt in range(2):
+            decision, stood = await self._decide(name, decider, deadline, fresh=attempt > 0)
+            if stood is not None:
+                self.stats.refused += 1
+                return stood
+            if decision is None or not _claims(decision) or attempt > 0:
+                break
+            claiming = self._claiming
+            if claiming is None or self.clock() - claiming > CLAIM_WAIT_SECONDS:
+                self._claiming = self.clock()
+                break
+            self.stats.waited += 1
+            flights = self.reader.kube.flights
+            if flights.last_write.get(self._record_key, -1.0) < claiming:
+                wait = min(CLAIM_WAIT_SECONDS, deadline.remaining / 2)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await flights.written(self._record_key).wait()
+        self.stats.live += 1
+        return None
+
+    @property
+    def _record_key(self) -> str:
+        return CONFIGMAP.format(namespace=self.reader.namespace, name=fence_record.CONFIGMAP)
+
+    async def _decide(
+        self, name: str, decider: Decider, deadline: Deadline, *, fresh: bool
+    ) -> tuple[Decision | None, tuple[Decision, Snapshot] | None]:
+        """The decision on cached facts (None: nothing to decide on), and it with its
+        snapshot if it stands."""
+        index = self.reader.nodes
+        counts = index.fresh() if index is not None else None
+        node = self.reader.node_facts.get(name)
+        if counts is None or node is None or node.is_control_plane:
+            # No fresh index, a node it has not seen, or the quorum guard's live count of
+            # control-plane peers: nothing here to refuse on.
+            return None, None
+        ready = node.ready is not None and node.ready.status == "True"
+        within = RECORD_READY_SECONDS if ready else RECORD_SHARE_SECONDS
+        shared = await self._shared_record(deadline, -1.0 if fresh else within)
+        now = self.reader.kube.server_clock.now()
+        if now is None:
+            return None, None
+        with reads_at(Priority.REFUSAL):
+            cluster = await self.reader.cluster(deadline)
+        record_age = max(0.0, self.clock() - shared.read_at)
+        facts = Facts(
+            node=node,
+            lease=None,
+            pods=(),
+            cluster=cluster,
+            record=shared.record,
+            clock=API_SERVER_CLOCK,
+        )
+        snapshot = bind_machine(Snapshot(facts, None, shared.data, now), self.inventory)
+        sources = (
+            Source(f"node {name}", "the watch-fed node index", counts.age),
+            Source("the fence record", "a read shared by concurrent requests", record_age),
+            Source("the cluster counts", "the watch-fed node index", counts.age),
+        )
+        decision = decider(snapshot)
+        stood = refusal_on_cache(decision, sources)
+        return decision, (stood, snapshot) if stood is not None else None
+
+    async def _shared_record(self, deadline: Deadline, within: float) -> SharedRecord:
+        """The fence record from a read at most ``within`` seconds old, else read now (one
+        request, shared by every caller in flight, behind every request that acts)."""
+        held = self._record
+        written = self.reader.kube.flights.last_write.get(self._record_key, -1.0)
+        if held is not None and written < held.read_at and self.clock() - held.read_at <= within:
+            # Not older than ``within``, and no write of the record by this process since.
+            return held
+        started = self.clock()
+        with reads_at(Priority.REFUSAL):
+            dated = await self.reader.record(deadline)
+        self.stats.record_reads += 1
+        record, data = fence_record.from_configmap(dated.body)
+        shared = SharedRecord(record, data, started)
+        if self._record is None or self._record.read_at <= started:
+            self._record = shared
+        return shared

@@ -1,0 +1,135 @@
+"""Refuse from the cache, act on live reads, against the simulated API server.
+
+The watch-fed node index is frozen for these tests the way a real one goes stale: its watches
+hang at the API server, so it stops hearing of changes while what it holds still counts as
+fresh (its bound raised, so the test does not race it on a slow machine). Then the cache and
+the live cluster disagree, and what nodefence does is checked on the wire (the simulator's
+request log) and at the machine (the simulated BMCs' resets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodefence.engine.cached import CACHED
+from nodefence.kube.node_index import NodeIndex
+from nodefence_sim.faults import WRITE_VERBS, FaultRule
+from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
+from nodefence_sim.testing import SimulatorHandle
+
+from .harness import Receiver, eventually, firing, inference, node, oos_taints, start_receiver
+
+NODE = "compute01"
+REDFISH_OFF: dict[str, Any] = {
+    "rules": [
+        {
+            "name": "default",
+            "fencing": {"driver": "redfish", "action": "off", "timeout_seconds": 10},
+        }
+    ],
+    "cluster": {"max_fenced_nodes": 2, "storm_not_ready_fraction": 0.6, "min_ready_fraction": 0.5},
+}
+
+
+def ready_in_cluster(cluster: SimulatorHandle, name: str) -> bool:
+    conditions = node(cluster, name)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+async def following(receiver: Receiver) -> NodeIndex:
+    """The receiver's node index, once it has listed the cluster (as a serving receiver's
+    readiness probe starts it)."""
+    assert (await receiver.pipeline.ready())[0]
+    index = receiver.pipeline.reader.nodes
+    assert index is not None
+    await eventually(lambda: index.fresh() is not None, within=30)
+    return index
+
+
+async def freeze(cluster: SimulatorHandle, index: NodeIndex) -> FaultRule:
+    """From now on the index hears nothing: every new watch of the nodes hangs. Returns once
+    the watch it had open has ended (so no change reaches it any more); its freshness bound is
+    raised so what it holds stays in use however slow the machine."""
+    index.max_age = 3600
+    since = cluster.faults.cursor
+    rule = cluster.faults.hang(None, verbs=("watch",), path="/api/v1/nodes")
+    await eventually(
+        lambda: any(r.verb == "watch" for r in cluster.faults.requests(since)), within=60
+    )
+    return rule
+
+
+def writes_since(cluster: SimulatorHandle, since: int) -> list[str]:
+    """Writes to anything but Events (a refusal's report)."""
+    return [
+        f"{r.method} {r.path}"
+        for r in cluster.faults.requests(since)
+        if r.verb in WRITE_VERBS and "/events" not in r.path
+    ]
+
+
+@pytest.fixture
+async def receiver(cluster: SimulatorHandle) -> AsyncIterator[Receiver]:
+    async with start_receiver(cluster, policy=inference()) as started:
+        yield started
+
+
+async def test_a_node_the_index_saw_ready_is_refused_by_s1_without_a_request(
+    cluster: SimulatorHandle, receiver: Receiver
+) -> None:
+    await following(receiver)
+    [warm] = await receiver.alert(firing(NODE))  # the fence record read once, shared after
+    assert warm["verdict"] == "noop", warm
+    since = cluster.faults.cursor
+    [decision] = await receiver.alert(firing(NODE))
+    assert decision["verdict"] == "noop", decision
+    blocked = [r["guard"] for r in decision["reasons"] if not r["passed"]]
+    assert blocked == ["ready"], decision
+    [note] = [r for r in decision["reasons"] if r["guard"] == CACHED]
+    assert "watch-fed node index" in note["message"], note
+    assert " s old" in note["message"], note
+    # Neither the Lease nor pods were judged: a refusal needs neither.
+    assert not any(r["guard"] == "lease" for r in decision["reasons"]), decision
+    sent = [f"{r.method} {r.path}" for r in cluster.faults.requests(since)]
+    assert sent == [], sent
+
+
+async def test_a_stale_cache_saying_notready_never_acts_on_a_live_ready_node(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """The index saw the node die and then stopped hearing; the node came back. The decision
+    made on the cache would fence; it is discarded, the live read finds the node Ready, and
+    nothing is claimed, powered off or tainted."""
+    bmcs = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+    async with start_receiver(cluster, policy=REDFISH_OFF, bmc_inventory=bmcs) as receiver:
+        index = await following(receiver)
+        cluster.sim.node_down(NODE, since_seconds=1200)
+        cached = receiver.pipeline.reader.node_facts
+
+        def cache_says_dead() -> bool:
+            facts = cached.get(NODE)
+            return facts is not None and facts.ready is not None and facts.ready.status != "True"
+
+        await eventually(cache_says_dead, within=30)
+        await freeze(cluster, index)
+        cluster.sim.node_up(NODE, since_seconds=600)
+        assert ready_in_cluster(cluster, NODE)
+        assert cache_says_dead()
+        assert index.fresh() is not None
+        since = cluster.faults.cursor
+        stats = receiver.pipeline.loop.cached.stats
+        refused_before, live_before = stats.refused, stats.live
+        [decision] = await receiver.alert(firing(NODE))
+        assert decision["verdict"] == "noop", decision
+        blocked = [r["guard"] for r in decision["reasons"] if not r["passed"]]
+        assert "ready" in blocked, decision
+        assert not any(r["guard"] == CACHED for r in decision["reasons"]), decision
+        assert (stats.refused, stats.live) == (refused_before, live_before + 1)
+        assert writes_since(cluster, since) == []
+        assert bmcs_of(cluster.sim).resets == []
+        assert not oos_taints(cluster, NODE)
+        assert ready_in_cluster(cluster, NODE)
