@@ -5,11 +5,14 @@ and kubectl finds the node, the fence record and the BMC as they were."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from bench.processes import processes
+import yaml
+from bench.processes import eventually, free_port, get_json, http, processes
 
 from .operator_support import INFERENCE_POLICY, KUBECTL, Cluster, start_cluster
 
@@ -169,4 +172,84 @@ def test_labels_given_on_the_command_line_select_the_rule(cluster: Cluster) -> N
     report = json.loads(critical.stdout)
     assert report["alert"]["labels"]["severity"] == "critical"
     assert report["decision"]["rule"] == "critical-only"
+    assert report["outcome"] == "would fence it"
+
+
+@pytest.mark.skipif(
+    shutil.which("prometheus-alertmanager") is None,
+    reason="prometheus-alertmanager not on PATH (Debian package prometheus-alertmanager)",
+)
+def test_an_alert_firing_in_alertmanager_is_explained_with_its_own_labels(
+    cluster: Cluster,
+) -> None:
+    """With NODEFENCE_ALERTMANAGER_URL set, explain takes the alert Alertmanager holds firing:
+    its labels (a rule may match on them) and its fingerprint."""
+    config = cluster.workdir / "alertmanager.yml"
+    config.write_text(
+        yaml.safe_dump({"route": {"receiver": "null"}, "receivers": [{"name": "null"}]})
+    )
+    port = free_port()
+    am_url = f"http://127.0.0.1:{port}"
+    am = cluster.procs.start(
+        "alertmanager",
+        [
+            "prometheus-alertmanager",
+            f"--config.file={config}",
+            f"--storage.path={cluster.workdir / 'am-data'}",
+            "--cluster.listen-address=",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+    )
+    cluster.procs.wait_ready(am, f"{am_url}/-/ready")
+    now = datetime.now(UTC)
+    labels = {
+        "alertname": "KubeNodeNotReady",
+        "node": "compute02",
+        "severity": "critical",
+        "team": "storage",
+    }
+    posted, body = http(
+        "POST",
+        f"{am_url}/api/v2/alerts",
+        [
+            {
+                "labels": labels,
+                "startsAt": (now - timedelta(minutes=5)).isoformat(),
+                "endsAt": (now + timedelta(hours=1)).isoformat(),
+            }
+        ],
+    )
+    assert posted == 200, body
+    held = eventually(
+        lambda: get_json(f"{am_url}/api/v2/alerts"), within=30, what="alert held by Alertmanager"
+    )
+    policy = cluster.policy(
+        "rules:\n"
+        "  - name: storage-critical\n"
+        "    match:\n"
+        "      alert_labels:\n"
+        "        team: storage\n"
+        "    fencing:\n"
+        "      driver: none\n"
+    )
+    cluster.down("compute02", since_seconds=1200)
+
+    result = cluster.nodefence(
+        "explain",
+        "compute02",
+        "-o",
+        "json",
+        env={
+            "NODEFENCE_AUTH_DISABLED": "true",
+            "NODEFENCE_POLICY_FILE": str(policy),
+            "NODEFENCE_ALERTMANAGER_URL": am_url,
+        },
+    )
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["alert"]["source"] == f"firing in Alertmanager ({am_url})"
+    assert report["alert"]["labels"] == labels
+    assert report["alert"]["fingerprint"] == held[0]["fingerprint"]
+    assert report["decision"]["rule"] == "storage-critical"
     assert report["outcome"] == "would fence it"
