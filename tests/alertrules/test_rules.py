@@ -33,6 +33,7 @@ SELF_ALERTS = {
     "NodefenceProofContradicted",
     "NodefenceFencingUnavailable",
     "NodefencePowerActionFailed",
+    "NodefenceFenceRecordMissing",
 }
 
 
@@ -209,5 +210,6 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
         "nodefence_proof_contradicted_nodes",
         "nodefence_fencing_ready",
         "nodefence_power_actions_total",
+        "nodefence_fences_without_record",
     }
     assert used == documented

@@ -27,7 +27,10 @@ from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import (
+    NO_HEALTHY_DELAY,
+    Receiver,
     eventually,
+    inference,
     node_events,
     oos_taints,
     start_receiver,
@@ -294,3 +297,118 @@ async def off_through_redfish(cluster: SimulatorHandle, inventory: Path) -> None
     finally:
         await driver.close()
     assert reading.state == "off", reading
+
+
+async def watching_nodes(receiver: Receiver) -> None:
+    """As a serving receiver does from its first readiness probe: the cluster counts (the
+    out-of-service taints among them) come from the watch-fed node index."""
+    async with receiver.session.get(receiver.url + "/readyz") as reply:
+        assert reply.status == 200
+    index = receiver.pipeline.reader.nodes
+    assert index is not None
+    await eventually(lambda: index.fresh() is not None)
+
+
+def indexed_taints(receiver: Receiver) -> tuple[str, ...]:
+    """The nodes with an out-of-service taint as the receiver's node index counts them."""
+    index = receiver.pipeline.reader.nodes
+    counts = index.fresh() if index is not None else None
+    return counts.facts.out_of_service if counts is not None else ()
+
+
+async def test_a_deleted_record_does_not_free_the_budget_and_is_reported_and_adopted_back(
+    cluster: SimulatorHandle,
+) -> None:
+    """Attack 3 (S3): compute01 fenced with a budget of 1; an admin deletes the fence record;
+    compute02 dies. Its fence is refused (compute01's taint still spends the slot); the
+    reconcile pass reports the lost entry (Warning Event, metric) and, since the API server
+    shows nodefence wrote compute01's taint, writes its entry back. The fixture's watch checks
+    on every node write that no two nodes carry nodefence's fence at once."""
+    for name in ("compute01", "compute02"):
+        cluster.sim.node_down(name, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        await watching_nodes(receiver)
+        [fenced] = await receiver.alert(firing("compute01"))
+        assert fenced["verdict"] == "fence", fenced
+        await kubectl(cluster, "-n", "nodefence", "delete", "configmap", fence_record.CONFIGMAP)
+        assert record_data(cluster) == {}
+        await eventually(lambda: "compute01" in indexed_taints(receiver))
+
+        [refused] = await receiver.alert(firing("compute02"))
+        assert refused["verdict"] == "noop", refused
+        budget = [r for r in refused["reasons"] if r["guard"] == "fence-budget"]
+        assert budget, refused
+        assert not budget[0]["passed"]
+        assert "compute01" in budget[0]["message"]
+        assert oos_taints(cluster, "compute02") == []
+
+        status, body = await receiver.post("/reconcile", {})
+        assert status == 200, body
+        missing = [
+            e for e in node_events(cluster, "compute01") if e["reason"] == "FenceRecordMissing"
+        ]
+        assert missing, node_events(cluster, "compute01")
+        assert missing[0]["type"] == "Warning"
+        assert 'nodefence_fences_without_record{node="compute01"} 1.0' in (
+            receiver.metrics.exposition().decode()
+        )
+        adopted = entry(cluster, "compute01")
+        assert adopted is not None
+        assert adopted["phase"] == "fenced"
+        [taint] = oos_taints(cluster, "compute01")
+        assert adopted["taintAdded"] == taint["timeAdded"]
+
+        [still] = await receiver.alert(firing("compute02"))
+        assert still["verdict"] == "noop", still
+
+
+async def test_an_admins_hand_fenced_node_spends_the_budget(cluster: SimulatorHandle) -> None:
+    """S3: a node an admin fenced by hand with kubectl counts against max_fenced_nodes, though
+    nodefence's record does not hold it; and its taint is never adopted or removed."""
+    for name in ("compute01", "compute02"):
+        cluster.sim.node_down(name, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        await watching_nodes(receiver)
+        await kubectl(cluster, "taint", "node", "compute02", TAINT)
+        await eventually(lambda: "compute02" in indexed_taints(receiver))
+        [refused] = await receiver.alert(firing("compute01"))
+        assert refused["verdict"] == "noop", refused
+        budget = next(r for r in refused["reasons"] if r["guard"] == "fence-budget")
+        assert not budget["passed"]
+        assert "compute02" in budget["message"]
+        assert oos_taints(cluster, "compute01") == []
+        status, _ = await receiver.post("/reconcile", {})
+        assert status == 200
+        assert entry(cluster, "compute02") is None
+        assert len(oos_taints(cluster, "compute02")) == 1
+
+
+async def test_nodefence_keeps_keys_of_the_record_it_does_not_own(cluster: SimulatorHandle) -> None:
+    """Attack 9: a key someone else added to nodefence-fences survives nodefence's writes
+    (claim, confirm, release)."""
+    cluster.sim.node_down("compute01", since_seconds=1200)
+    async with start_receiver(cluster, policy=inference(NO_HEALTHY_DELAY)) as receiver:
+        await kubectl(
+            cluster,
+            "-n",
+            "nodefence",
+            "create",
+            "configmap",
+            fence_record.CONFIGMAP,
+            "--from-literal=owner-note=kept by the platform team",
+        )
+        [fenced] = await receiver.alert(firing("compute01"))
+        assert fenced["verdict"] == "fence", fenced
+        assert record_data(cluster)["owner-note"] == "kept by the platform team"
+        cluster.sim.node_up("compute01", since_seconds=600, reboot=True)
+        await eventually(lambda: cluster.sim.node_state("compute01")["kubelet"] == "up")
+
+        async def unfenced() -> bool:
+            status, _ = await receiver.post("/reconcile", {})
+            assert status == 200
+            return not oos_taints(cluster, "compute01")
+
+        await until(unfenced, within=30, interval=0.3)
+        data = record_data(cluster)
+        assert data["owner-note"] == "kept by the platform team"
+        assert fence_record.RELEASED_PREFIX + "compute01" in data

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import audit, guards, machine, mirror, reboot
+from nodefence.engine import audit, guards, machine, mirror, orphans, reboot
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
@@ -250,6 +250,13 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
     if isinstance(prepared, Decision):
         return prepared
     node, entry = prepared
+    if entry is None and orphans.is_orphan(node, facts):
+        orphan = orphans.judge(node, facts)
+        record.add(orphans.RECORD, orphan.adopted, orphan.message)
+        if orphan.claim is None:
+            _not_ours(record, node)
+            return record.finish(Verdict.NOOP)
+        return record.finish(Verdict.NOOP, (orphan.claim,))
     if entry is None:
         _not_ours(record, node)
         return record.finish(Verdict.NOOP)
@@ -455,7 +462,9 @@ def _fresh(
         guards.lease_is_stale(node, facts.lease, rule, record.now),
         guards.no_storm(facts.cluster, policy.cluster),
         guards.storm_cooled_down(facts.cluster, policy.cluster, record.now),
-        guards.within_fence_budget(node, facts.record, policy.cluster),
+        guards.within_fence_budget(
+            node, facts.record, policy.cluster, facts.cluster.out_of_service
+        ),
         guards.ready_fraction_kept(node, facts.cluster, policy.cluster),
         guards.control_plane_quorum(node, facts.cluster, facts.record, policy.cluster),
     )

@@ -331,22 +331,39 @@ def _written_proof(
     )
 
 
-def within_fence_budget(node: NodeFacts, record: FenceRecord, policy: ClusterPolicy) -> Reason:
+def within_fence_budget(
+    node: NodeFacts,
+    record: FenceRecord,
+    policy: ClusterPolicy,
+    tainted: tuple[str, ...] = (),
+) -> Reason:
     """S3: the number of nodes fenced at once is bounded, this node aside if already counted.
     The count is the fence record's, and the claim that spends a slot is written on the record
-    version this was judged on, so no two replicas can spend the last slot."""
-    others = sorted(set(record.holders) - {node.name})
+    version this was judged on, so no two replicas can spend the last slot. Every other node
+    carrying an out-of-service taint (``tainted``) counts too, whatever the record says: an
+    admin's hand-fenced node has moved its workloads just the same, and a record that lost an
+    entry (deleted, restored from an old copy) must not free the slot of a taint still on."""
+    held = set(record.holders) - {node.name}
+    outside = sorted(set(tainted) - held - {node.name})
+    others = sorted(held)
+    spent = len(others) + len(outside)
     limit = policy.max_fenced_nodes
-    if len(others) >= limit:
-        listed = f" ({_listing(others)})" if others else ""
+    listed = f" ({_listing(others)})" if others else ""
+    extra = (
+        f" and {len(outside)} other node(s) carrying an out-of-service taint outside "
+        f"nodefence's record ({_listing(outside)})"
+        if outside
+        else ""
+    )
+    if spent >= limit:
         return _block(
             BUDGET,
-            f"{len(others)} node(s) already fenced by nodefence{listed}; "
+            f"{len(others)} node(s) already fenced by nodefence{listed}{extra}; "
             f"the budget allows at most {limit}",
         )
     return _pass(
         BUDGET,
-        f"{len(others)} other node(s) fenced by nodefence; the budget allows {limit}",
+        f"{len(others)} other node(s) fenced by nodefence{extra}; the budget allows {limit}",
     )
 
 

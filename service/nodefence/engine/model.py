@@ -135,6 +135,11 @@ class ClusterFacts:
     ready_since: tuple[datetime, ...] = ()
     # Set when an operator paused nodefence cluster-wide (the control ConfigMap); says by whom.
     paused_reason: str | None = None
+    # S3: the nodes carrying an out-of-service taint, whoever applied it (an admin's hand-fenced
+    # node spends the budget too), and those of them whose mirror annotations say nodefence
+    # fenced them (compared with the record, they show a record that lost entries).
+    out_of_service: tuple[str, ...] = ()
+    mirrored: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

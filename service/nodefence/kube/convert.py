@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
 from nodefence.engine.model import (
     CONTROL_PLANE_LABELS,
     OUT_OF_SERVICE_KEY,
@@ -240,7 +241,23 @@ def cluster_facts(
         server_version=server_version,
         ready_since=recovered,
         paused_reason=paused_reason,
+        out_of_service=tuple(sorted(_name(n) for n in nodes if _tainted(n))),
+        mirrored=tuple(sorted(_name(n) for n in nodes if _tainted(n) and _mirrored(n))),
     )
+
+
+def _name(node: Json) -> str:
+    return str((node.get("metadata") or {}).get("name", ""))
+
+
+def _tainted(node: Json) -> bool:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == OUT_OF_SERVICE_KEY for t in taints)
+
+
+def _mirrored(node: Json) -> bool:
+    notes = (node.get("metadata") or {}).get("annotations") or {}
+    return notes.get(FENCED_BY) == FENCED_BY_VALUE
 
 
 def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:

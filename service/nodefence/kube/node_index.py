@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
+from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
 from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
@@ -63,6 +64,10 @@ class NodeSummary:
     # When it became Ready, on the API server's clock, while Ready (the storm cooldown looks at
     # it; ``convert.ready_since``).
     ready_since: datetime | None
+    # S3: carries an out-of-service taint, whoever applied it (its name, interned, then; ``""``
+    # otherwise), and whether nodefence's mirror annotation says nodefence fenced it.
+    out_of_service: str = ""
+    mirrored: bool = False
 
 
 def summarize(node: Json) -> NodeSummary:
@@ -76,6 +81,9 @@ def summarize(node: Json) -> NodeSummary:
         takes_workloads=ready and not spec.get("unschedulable") and not out_of_service,
         control_plane=any(k in (meta.get("labels") or {}) for k in CONTROL_PLANE_LABELS),
         ready_since=ready_since(node, cond),
+        out_of_service=_name(node) if out_of_service else "",
+        mirrored=out_of_service
+        and (meta.get("annotations") or {}).get(FENCED_BY) == FENCED_BY_VALUE,
     )
 
 
@@ -83,7 +91,13 @@ def count(summaries: Iterable[NodeSummary]) -> ClusterFacts:
     """The counts of ``convert.cluster_facts``, from summaries instead of whole Nodes."""
     total = ready = control_plane = control_plane_ready = takes_workloads = 0
     ready_since: list[datetime] = []
+    tainted: list[str] = []
+    mirrored: list[str] = []
     for node in summaries:
+        if node.out_of_service:
+            tainted.append(node.out_of_service)
+            if node.mirrored:
+                mirrored.append(node.out_of_service)
         total += 1
         ready += node.ready
         takes_workloads += node.takes_workloads
@@ -98,6 +112,8 @@ def count(summaries: Iterable[NodeSummary]) -> ClusterFacts:
         control_plane_ready=control_plane_ready,
         schedulable_ready=takes_workloads,
         ready_since=tuple(ready_since),
+        out_of_service=tuple(sorted(tainted)),
+        mirrored=tuple(sorted(mirrored)),
     )
 
 

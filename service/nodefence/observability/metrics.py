@@ -145,6 +145,15 @@ class Metrics:
             ["node"],
             registry=registry,
         )
+        self.fences_without_record = Gauge(
+            "nodefence_fences_without_record",
+            "Nodes carrying an out-of-service taint and nodefence's mirror annotations but no "
+            "entry in the fence record (the record was deleted or lost entries), as the last "
+            "reconcile pass found them; each is adopted back only where the API server shows "
+            "nodefence wrote the taint.",
+            ["node"],
+            registry=registry,
+        )
         self.dry_run_decisions = Counter(
             "nodefence_dry_run_decisions_total",
             "Decisions made in dry-run, by the verdict they would have had and the first guard "
@@ -220,6 +229,12 @@ class Metrics:
         self.contradicted_nodes.clear()
         for node, moment in found_at_unix.items():
             self.contradicted_nodes.labels(node=node).set(moment)
+
+    def fences_without_record_are(self, nodes: tuple[str, ...]) -> None:
+        """Replace the gauge with the nodes the last reconcile pass found without an entry."""
+        self.fences_without_record.clear()
+        for node in nodes:
+            self.fences_without_record.labels(node=node).set(1)
 
     def fenced_nodes_are(self, fenced_at_unix: dict[str, float]) -> None:
         """Replace the gauge with what the fence record says, dropping nodes since unfenced."""

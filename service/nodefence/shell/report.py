@@ -15,7 +15,7 @@ from typing import Protocol
 import structlog
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine import machine
+from nodefence.engine import machine, orphans
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe
@@ -155,6 +155,10 @@ def node_event(
     contradicted = next((r for r in blocked if r.guard == PROOF_CONTRADICTED), None)
     if contradicted is not None:
         return ("FenceProofContradicted", contradicted.message, True)
+    lost = next((r for r in decision.reasons if r.guard == orphans.RECORD), None)
+    if lost is not None:
+        # S3: a record that lost a fence's entry is said on every pass, adopted back or not.
+        return ("FenceRecordMissing", lost.message, True)
     # Volumes left attached make a fence no plain success: said before anything else.
     stuck = unreleased(decision.reasons)
     kept = f" {stuck.message}." if stuck is not None else ""
