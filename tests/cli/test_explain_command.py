@@ -253,3 +253,25 @@ def test_an_alert_firing_in_alertmanager_is_explained_with_its_own_labels(
     assert report["alert"]["fingerprint"] == held[0]["fingerprint"]
     assert report["decision"]["rule"] == "storage-critical"
     assert report["outcome"] == "would fence it"
+
+
+def test_a_node_nodefence_fenced_is_said_to_be_fenced_not_refused(cluster: Cluster) -> None:
+    policy = cluster.policy(INFERENCE_POLICY)
+    cluster.down("compute02", since_seconds=1200)
+    cluster.fence("compute02", policy)
+    cursor = cluster.cursor()
+
+    result = cluster.nodefence(
+        "explain",
+        "compute02",
+        "-o",
+        "json",
+        env={"NODEFENCE_AUTH_DISABLED": "true", "NODEFENCE_POLICY_FILE": str(policy)},
+    )
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["fencedByNodefence"] is True
+    assert report["outcome"].startswith("has fenced it already")
+    assert report["heldBackBy"] == []
+    _only_reads(cluster, cursor)

@@ -213,3 +213,18 @@ def test_conflicting_writes_are_read_again_and_retried(fenced: Cluster) -> None:
     assert ("update", 200) in writes
     assert cluster.oos_taints(NODE) == []
     assert f"fence.{NODE}" not in _entries(cluster)
+
+
+def test_the_entry_of_a_deleted_node_is_dropped_and_nothing_else_touched(
+    fenced: Cluster,
+) -> None:
+    cluster = fenced
+    deleted = cluster.kubectl("delete", "node", NODE)
+    assert deleted.returncode == 0, deleted.stderr
+
+    code, out, err = _release(cluster, NODE, "--reason", "node removed from the cluster")
+
+    assert code == 0, err
+    assert f"node {NODE} no longer exists; only the record entry is dropped" in out
+    assert f"fence.{NODE}" not in _entries(cluster)
+    assert all(e["reason"] != "FenceReleased" for e in cluster.node_events(NODE))

@@ -22,6 +22,7 @@ from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
 from nodefence.engine.render import decision_to_dict, describe
 from nodefence.engine.wording import instant
+from nodefence.kube.client import Deadline
 from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy
 from nodefence.settings import Settings
@@ -46,6 +47,21 @@ WOULD = {
     Verdict.NOOP: "would not fence it",
     Verdict.SKIP: "would not fence it",
 }
+HELD = "has fenced it already"
+
+
+def outcome(decision: Decision, held: bool) -> str:
+    """What nodefence would do, in words. ``held``: its fence record holds the node, where
+    "would not fence it" would read as a refusal of a node that is fenced."""
+    if not held:
+        return WOULD[decision.verdict]
+    if decision.verdict is Verdict.PURGE:
+        return f"{HELD} and would purge the pods left on it"
+    if decision.verdict in (Verdict.NOOP, Verdict.SKIP):
+        if any(not r.passed for r in decision.reasons):
+            return f"{HELD}; it would do nothing more now (see the guards)"
+        return f"{HELD}; nothing is left to do"
+    return f"{HELD} and {WOULD[decision.verdict]}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +135,8 @@ async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool)
     if not pipeline.policy.dry_run:
         raise CommandRefusedError("explain runs only on a dry-run policy (it must not write)")
     decisions = await pipeline.handle_events([alert.event])
+    record = await pipeline.read_record(Deadline(pipeline.options.deadline_seconds))
+    held = alert.event.node is not None and record.entry(alert.event.node) is not None
     decision = _explained(decisions[0], configured_dry_run)
     if any(r.guard == "node-found" and not r.passed for r in decision.reasons):
         raise CommandRefusedError(f"node {alert.event.node} does not exist in the cluster")
@@ -132,7 +150,8 @@ async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool)
             "fingerprint": event.fingerprint,
             "source": alert.source,
         },
-        "outcome": WOULD[decision.verdict],
+        "outcome": outcome(decision, held),
+        "fencedByNodefence": held,
         "heldBackBy": blocked,
         "policyDryRun": configured_dry_run,
         "wrote": "nothing: explain only reads",

@@ -39,7 +39,7 @@ def _held(decision: Decision, node: Json) -> dict[str, Any]:
     return {
         "node": node["metadata"]["name"],
         "notReadySince": _since(node),
-        "outcome": explain.WOULD[decision.verdict],
+        "outcome": explain.outcome(decision, held=False),
         "heldBackBy": blocking[0].guard if blocking else None,
         "reason": blocking[0].message
         if blocking
