@@ -76,6 +76,15 @@ def pod_templates(objs: list[Obj]) -> list[tuple[str, Obj]]:
     return templates
 
 
+def workloads(objs: list[Obj]) -> set[str]:
+    """The pods an overlay runs: the Deployment's receivers, which reconcile themselves, or the
+    Knative Service's and the reconcile CronJob that passes while they are scaled to zero."""
+    knative = any(o["apiVersion"].startswith("serving.knative.dev/") for o in objs)
+    if knative:
+        return {"Service/nodefence", "CronJob/nodefence-reconcile"}
+    return {"Deployment/nodefence"}
+
+
 @pytest.fixture(params=OVERLAYS)
 def overlay(request: pytest.FixtureRequest) -> str:
     name: str = request.param

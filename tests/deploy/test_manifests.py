@@ -24,6 +24,7 @@ from .conftest import (
     one,
     pod_templates,
     rendered,
+    workloads,
 )
 
 K8S_VERSION = "1.32"
@@ -98,7 +99,7 @@ def test_images_carry_the_package_version(objs: list[Obj]) -> None:
 
 def test_pods_are_locked_down(objs: list[Obj]) -> None:
     templates = pod_templates(objs)
-    assert len(templates) == 2
+    assert {label for label, _ in templates} == workloads(objs)
     for label, tpl in templates:
         spec = tpl["spec"]
         pod_sc = spec.get("securityContext", {})
@@ -193,10 +194,29 @@ def test_deployment_probes_and_port() -> None:
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
 
 
+def env_of(template: Obj) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in template["spec"]["containers"][0]["env"]}
+
+
+def test_deployment_replicas_reconcile_themselves_and_knative_keeps_the_cronjob() -> None:
+    """Receivers that run all the time pass themselves (so their metrics show what reconcile
+    does) and ask Alertmanager for the active node alerts; a receiver that scales to zero has
+    no process while idle, so there the CronJob passes and the Service runs none."""
+    deployment = rendered_deployment()
+    assert find(deployment, "CronJob") == []
+    receiver = dict(pod_templates(deployment))["Deployment/nodefence"]
+    assert float(env_of(receiver)["NODEFENCE_RECONCILE_INTERVAL"]) > 0
+    assert env_of(receiver)["NODEFENCE_ALERTMANAGER_URL"] == ALERTMANAGER_URL["value"]
+    knative = rendered_knative()
+    one(knative, "CronJob", "nodefence-reconcile")
+    service = dict(pod_templates(knative))["Service/nodefence"]
+    assert env_of(service)["NODEFENCE_RECONCILE_INTERVAL"] == "0"
+
+
 def test_reconcile_cronjob_matches_the_receiver() -> None:
     """Same image, account, security and configuration as the receiver, every minute: a fence
     refused for a passing reason is retried within a minute of being allowed."""
-    for objs in (rendered_deployment(), rendered_knative()):
+    for objs in (rendered_knative(),):
         cron = one(objs, "CronJob", "nodefence-reconcile")
         assert cron["spec"]["schedule"] == "* * * * *"
         assert cron["spec"]["concurrencyPolicy"] == "Forbid"
@@ -210,25 +230,39 @@ def test_reconcile_cronjob_matches_the_receiver() -> None:
         container = pod["containers"][0]
         assert container["args"] == ["reconcile"]
         assert pod["restartPolicy"] == "Never"
-    templates = dict(pod_templates(rendered_deployment()))
-    dep_pod = templates["Deployment/nodefence"]
+    templates = dict(pod_templates(rendered_knative()))
+    service_pod = templates["Service/nodefence"]
     cron_pod = templates["CronJob/nodefence-reconcile"]
-    assert dep_pod["spec"]["securityContext"] == cron_pod["spec"]["securityContext"]
-    dep_container = dep_pod["spec"]["containers"][0]
+    service_container = service_pod["spec"]["containers"][0]
     cron_container = cron_pod["spec"]["containers"][0]
-    for field in ("image", "securityContext", "envFrom", "volumeMounts"):
-        assert dep_container[field] == cron_container[field], field
-    # The same settings, less PORT (the reconcile pass serves nothing), plus Alertmanager.
-    dep_env = [e for e in dep_container["env"] if e["name"] != "PORT"]
-    assert cron_container["env"] == [*dep_env, ALERTMANAGER_URL]
-    assert dep_pod["spec"]["volumes"] == cron_pod["spec"]["volumes"]
+    for field in ("image", "securityContext", "envFrom"):
+        assert service_container[field] == cron_container[field], field
+    # Whatever the receiver mounts (the policy), the CronJob mounts the same way.
+    for mount in service_container["volumeMounts"]:
+        assert mount in cron_container["volumeMounts"], mount
+    # The same settings, less the receiver's own (it runs no pass), plus Alertmanager.
+    own = {"PORT", "NODEFENCE_RECONCILE_INTERVAL"}
+    service_env = [e for e in service_container["env"] if e["name"] not in own]
+    assert cron_container["env"] == [*service_env, ALERTMANAGER_URL]
+    for volume in service_pod["spec"]["volumes"]:
+        assert volume in cron_pod["spec"]["volumes"], volume
 
 
-def test_reconcile_pods_may_reach_alertmanager_and_nothing_more() -> None:
-    """The base policy allows no egress to port 9093; the reconcile pods get exactly that path
-    to the Alertmanager pods the CronJob's URL names, and the receiver pods do not."""
-    for objs in (rendered_deployment(), rendered_knative()):
-        np = one(objs, "NetworkPolicy", "nodefence-reconcile-alertmanager")
+@pytest.mark.parametrize(
+    ("overlay", "policy", "passing"),
+    [
+        ("deployment", "nodefence-receiver-alertmanager", "Deployment/"),
+        ("knative", "nodefence-reconcile-alertmanager", "CronJob/"),
+    ],
+)
+def test_reconcile_pods_may_reach_alertmanager_and_nothing_more(
+    overlay: str, policy: str, passing: str
+) -> None:
+    """The base policy allows no egress to port 9093; the pods that run reconcile passes (the
+    Deployment's receivers, the Knative overlay's CronJob) get exactly that path to the
+    Alertmanager pods the URL names, and no other pod does."""
+    for objs in (rendered(overlay),):
+        np = one(objs, "NetworkPolicy", policy)
         spec = np["spec"]
         assert spec["policyTypes"] == ["Egress"]
         assert "ingress" not in spec
@@ -243,7 +277,7 @@ def test_reconcile_pods_may_reach_alertmanager_and_nothing_more() -> None:
         selector = spec["podSelector"]["matchLabels"].items()
         for label, template in pod_templates(objs):
             selected = selector <= template["metadata"]["labels"].items()
-            assert selected == label.startswith("CronJob/"), label
+            assert selected == label.startswith(passing), label
 
 
 def test_network_policy_limits_ingress_to_monitoring() -> None:

@@ -23,7 +23,17 @@ import yaml
 from nodefence.fencing.inventory import IpmiBmc, RedfishBmc, load_inventory
 from nodefence.policy import load_policy, parse_policy
 
-from .conftest import DEPLOY, NAMESPACE, OVERLAYS, Obj, find, kustomize, pod_templates, rendered
+from .conftest import (
+    DEPLOY,
+    NAMESPACE,
+    OVERLAYS,
+    Obj,
+    find,
+    kustomize,
+    pod_templates,
+    rendered,
+    workloads,
+)
 
 COMPONENT = "../../components/bmc-inventory"
 SECRET = "nodefence-bmc-inventory"
@@ -96,8 +106,13 @@ def test_component_mounts_the_secret_read_only_where_the_env_points(
     NODEFENCE_BMC_INVENTORY names comes from the Secret's inventory.yaml key, on a read-only
     mount, with a mode that lets user 10001 read it and nobody write it."""
     templates = dict(pod_templates(enabled(enabled_root, overlay)))
-    receiver = "Deployment/nodefence" if overlay == "deployment" else "Service/nodefence"
-    assert set(templates) == {receiver, "CronJob/nodefence-reconcile"}
+    # The Deployment's replicas reconcile themselves; the Knative overlay has the CronJob.
+    expected = (
+        {"Deployment/nodefence"}
+        if overlay == "deployment"
+        else {"Service/nodefence", "CronJob/nodefence-reconcile"}
+    )
+    assert set(templates) == expected
     for label, template in templates.items():
         path = PurePosixPath(env_of(template)[ENV] or "")
         assert path == PurePosixPath(MOUNT) / KEY, label
@@ -182,11 +197,17 @@ def test_no_volume_is_mounted_inside_another(enabled_root: Path, overlay: str) -
 
 def test_receiver_and_reconcile_pods_mount_the_same_inventory(enabled_root: Path) -> None:
     """Either may power a node off or on, so both read the same BMCs."""
-    templates = dict(pod_templates(enabled(enabled_root, "deployment")))
-    dep, cron = templates["Deployment/nodefence"], templates["CronJob/nodefence-reconcile"]
+    templates = dict(pod_templates(enabled(enabled_root, "knative")))
+    dep, cron = templates["Service/nodefence"], templates["CronJob/nodefence-reconcile"]
     assert env_of(dep)[ENV] == env_of(cron)[ENV]
-    assert container(dep)["volumeMounts"] == container(cron)["volumeMounts"]
-    assert dep["spec"]["volumes"] == cron["spec"]["volumes"]
+    [mounted] = [m for m in container(dep)["volumeMounts"] if m["name"] == "bmc-inventory"]
+    assert mounted in container(cron)["volumeMounts"]
+    # The same Secret (its mode differs: Knative admits no pod-level fsGroup).
+    secrets = [
+        {v["name"]: v["secret"]["secretName"] for v in t["spec"]["volumes"] if "secret" in v}
+        for t in (dep, cron)
+    ]
+    assert secrets[0] == secrets[1] == {"bmc-inventory": SECRET}
 
 
 def _example_secret() -> Obj:
@@ -322,7 +343,7 @@ def test_every_pod_that_fences_may_reach_ipmi_and_redfish_bmcs(objs: list[Obj]) 
     """IPMI over LAN is UDP 623 and Redfish is HTTPS; BMC addresses differ per site, so the
     shipped rules name no destination. Both the receiver and the reconcile pods get them."""
     templates = pod_templates(objs)
-    assert len(templates) == 2
+    assert {label for label, _ in templates} == workloads(objs)
     for label, template in templates:
         reachable = {
             (p["port"], p["protocol"])
