@@ -1,5 +1,5 @@
 """What the operator's commands share: the person running them, a pipeline that finds out at
-once whether the cluster answers, and writes to nodefence's own ConfigMaps.
+once whether the cluster answers, and Events on the objects of nodefence's namespace.
 
 A command run at 3 a.m. against an API server that does not answer should say so within
 seconds, not after the receiver's whole request deadline: the first request gets
@@ -73,8 +73,12 @@ async def namespace_event(
     describe`` keeps the history the object's current state does not. Best effort: the change
     it describes is already written."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    involved: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "name": name}
-    involved["namespace"] = namespace
+    involved: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": kind,
+        "name": name,
+        "namespace": namespace,
+    }
     if uid:
         involved["uid"] = uid
     event: Json = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from typing import Any
 
 COMMANDS = ("explain", "release", "pause", "resume")
@@ -72,16 +73,23 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
-def _explain(args: argparse.Namespace) -> int:
+def _configured() -> tuple[Any, Any]:
+    """Settings and policy as ``status`` reads them: no webhook credential needed, warnings and
+    errors only, on stderr (stdout is the command's answer)."""
     from nodefence.cli import _policy_or_exit, _settings
-    from nodefence.commands import explain
-    from nodefence.commands.common import connected_pipeline
-    from nodefence.commands.failures import CommandRefusedError
     from nodefence.observability.logging import configure_logging
 
     settings = _settings(auth_disabled=True, log_level="warning")
-    configure_logging(settings.log_format, settings.log_level, stream=_stderr())
-    policy = _policy_or_exit(settings)
+    configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
+    return settings, _policy_or_exit(settings)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from nodefence.commands import explain
+    from nodefence.commands.common import connected_pipeline
+    from nodefence.commands.failures import CommandRefusedError
+
+    settings, policy = _configured()
     if args.alert not in policy.alerts.names:
         raise CommandRefusedError(
             f"the policy does not handle alert {args.alert} (alerts.names: "
@@ -110,15 +118,11 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from nodefence.cli import _policy_or_exit, _settings
     from nodefence.commands import release
     from nodefence.commands.common import connected_pipeline, operator_identity
     from nodefence.kube.client import Deadline
-    from nodefence.observability.logging import configure_logging
 
-    settings = _settings(auth_disabled=True, log_level="warning")
-    configure_logging(settings.log_format, settings.log_level, stream=_stderr())
-    policy = _policy_or_exit(settings)
+    settings, policy = _configured()
 
     async def main() -> dict[str, Any]:
         async with connected_pipeline(settings, policy) as pipeline:
@@ -140,15 +144,11 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _switch(args: argparse.Namespace) -> int:
-    from nodefence.cli import _policy_or_exit, _settings
     from nodefence.commands import pause
     from nodefence.commands.common import connected_pipeline, operator_identity
     from nodefence.kube.client import Deadline
-    from nodefence.observability.logging import configure_logging
 
-    settings = _settings(auth_disabled=True, log_level="warning")
-    configure_logging(settings.log_format, settings.log_level, stream=_stderr())
-    policy = _policy_or_exit(settings)
+    settings, policy = _configured()
     by = args.by or operator_identity()
 
     async def main() -> dict[str, Any]:
@@ -179,12 +179,6 @@ def _switch(args: argparse.Namespace) -> int:
     else:
         print(pause.resume_text(report))
     return 0
-
-
-def _stderr() -> Any:
-    import sys
-
-    return sys.stderr
 
 
 def run(args: argparse.Namespace) -> int:
