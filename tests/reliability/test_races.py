@@ -412,3 +412,37 @@ async def test_nodefence_keeps_keys_of_the_record_it_does_not_own(cluster: Simul
         data = record_data(cluster)
         assert data["owner-note"] == "kept by the platform team"
         assert fence_record.RELEASED_PREFIX + "compute01" in data
+
+
+async def test_an_exclusion_mid_fence_rolls_the_claim_back_and_frees_the_slot(
+    bmc_cluster: tuple[SimulatorHandle, Path],
+) -> None:
+    """Attack 4: the exclusion label is added while nodefence powers the machine off (its BMC
+    accepted ForceOff and the machine stays On, so the claim is held). The claim is released,
+    the Event says what was done to the machine, and the budget slot goes to the next dead
+    node."""
+    cluster, inventory = bmc_cluster
+    bmcs_of(cluster.sim).stuck_on.add(NODE)
+    await kill_node(cluster, NODE)
+    async with start_receiver(
+        cluster, policy=redfish_policy(), bmc_inventory=inventory
+    ) as receiver:
+        [held] = await receiver.alert(firing(NODE))
+        assert held["verdict"] == "noop", held
+        claimed = entry(cluster)
+        assert claimed is not None
+        assert claimed["phase"] == "claimed"
+
+        await kubectl(cluster, "label", "node", NODE, "nodefence.io/exclude=true")
+        status, _ = await receiver.post("/reconcile", {})
+        assert status == 200
+        assert entry(cluster) is None
+        released = [e for e in node_events(cluster, NODE) if e["reason"] == "FenceReleased"]
+        assert released, node_events(cluster, NODE)
+        assert "was excluded" in released[0]["message"]
+        assert "never read back as Off" in released[0]["message"]
+
+        cluster.sim.node_down("compute01", since_seconds=1200)
+        [next_one] = await receiver.alert(firing("compute01"))
+        assert next_one["verdict"] == "fence", next_one
+        assert oos_taints(cluster, NODE) == []

@@ -114,9 +114,7 @@ class RecordWriter:
                 return ActionResult(
                     kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
                 )
-            if expected is not None and fence_record.entry_json(entry) != fence_record.entry_json(
-                expected
-            ):
+            if expected is not None and fence_record.moved_on(expected, entry):
                 return ActionResult(
                     kind,
                     node,

@@ -141,7 +141,8 @@ def _common_preamble(
     """Checks shared by every entry point: pause, node existence, exclusion, node identity."""
     paused = _paused(record, facts)
     if paused is not None:
-        return paused
+        stopped = _stop_claim(record, facts.node, facts.record.entry(node_name), "paused")
+        return stopped or paused
     node = facts.node
     entry = facts.record.entry(node_name)
     if node is None:
@@ -163,8 +164,34 @@ def _common_preamble(
         return _let_go(record, entry, "the node was re-created under the same name")
     if _excluded(node):
         record.add("exclusion", False, f"node {node.name} is excluded ({EXCLUDE_LABEL}=true)")
-        return record.finish(Verdict.SKIP)
+        stopped = _stop_claim(record, node, entry, f"node {node.name} was excluded")
+        return stopped or record.finish(Verdict.SKIP)
     return node, entry
+
+
+def _stop_claim(
+    record: _Record, node: NodeFacts | None, entry: FenceEntry | None, why: str
+) -> Decision | None:
+    """Exclusion or pause in the middle of a fence: what nodefence started is rolled back (the
+    claim released, its budget slot freed) and the release says what was done to the machine.
+    A claim whose taint nodefence already wrote is a fence, not a start: it stays."""
+    if entry is None or entry.phase is not Phase.CLAIMED:
+        return None
+    if node is None or node.uid != entry.uid or _exact(node, entry):
+        return None
+    if entry.power_off_sent_at is None:
+        machine_state = "no power action had been sent; the machine was not touched"
+    elif entry.proof:
+        machine_state = (
+            f"a power-off was sent at {instant(entry.power_off_sent_at)} and the machine was "
+            f"read back Off ({entry.proof}); it stays off until someone powers it on"
+        )
+    else:
+        machine_state = (
+            f"a power-off was sent at {instant(entry.power_off_sent_at)} and the machine was "
+            "never read back as Off: it may be running or off; check it"
+        )
+    return _let_go(record, entry, f"the fence in progress was stopped ({why}); {machine_state}")
 
 
 def _let_go(record: _Record, entry: FenceEntry, why: str) -> Decision:

@@ -266,6 +266,12 @@ def progress(entry: FenceEntry) -> str:
     return "fenced"
 
 
+def moved_on(expected: FenceEntry, current: FenceEntry) -> bool:
+    """Whether the entry changed since a decision read it (as stored: compared in the form it
+    is written in, so a value's round trip through the ConfigMap is no change)."""
+    return entry_json(expected) != entry_json(current)
+
+
 def with_entry(record: FenceRecord, entry: FenceEntry) -> FenceRecord:
     others = tuple(e for e in record.entries if e.node != entry.node)
     return replace(record, entries=(*others, entry))
