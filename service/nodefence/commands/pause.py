@@ -1,12 +1,13 @@
 """``nodefence pause --reason TEXT`` and ``nodefence resume``: the cluster-wide pause switch.
 
 The switch is the annotation ``nodefence.io/paused: "true"`` on the ConfigMap
-``nodefence-control`` in nodefence's namespace, which every replica reads (``kube/facts.py``)
-and may never write; these commands write it with the operator's credentials, beside who paused
-(``nodefence.io/paused-by``), why (``nodefence.io/paused-reason``) and when
-(``nodefence.io/paused-at``, the ``Date`` of the API server's reply read just before the write:
-its clock, not this machine's). A pause set by hand with ``kubectl annotate`` is read the same
-way and dated by the API server's stamp on the write that set it.
+``nodefence-control`` in nodefence's namespace, which every replica follows
+(``kube/pause_watch.py``) and may never write; these commands write it with the operator's
+credentials, beside who paused (``nodefence.io/paused-by``), why
+(``nodefence.io/paused-reason``) and when (``nodefence.io/paused-at``, the ``Date`` of the API
+server's reply read just before the write: its clock, not this machine's). A pause set by hand
+with ``kubectl annotate`` is read the same way and dated by the API server's stamp on the write
+that set it.
 
 Every write carries the resourceVersion it was computed from (or is a create), so two operators
 pausing at once cannot lose each other's change: the loser reads again and writes again. Pausing
@@ -24,13 +25,12 @@ from typing import Any
 from nodefence.commands.common import namespace_event
 from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine.model import PREFIX
-from nodefence.engine.wording import instant, parse_instant
+from nodefence.engine.wording import instant
+from nodefence.kube import pause_watch
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import power_proof
-from nodefence.kube.facts import CONTROL_CONFIGMAP, PAUSED, PAUSED_REASON
+from nodefence.kube.pause_watch import CONTROL_CONFIGMAP, PAUSED, PAUSED_AT, PAUSED_REASON
 
 PAUSED_BY = PREFIX + "paused-by"
-PAUSED_AT = PREFIX + "paused-at"
 PAUSE_KEYS = (PAUSED, PAUSED_REASON, PAUSED_BY, PAUSED_AT)
 MAX_ATTEMPTS = 5
 
@@ -63,16 +63,13 @@ def pause_state(configmap: Json, namespace: str) -> PauseState:
     notes = (configmap.get("metadata") or {}).get("annotations") or {}
     if str(notes.get(PAUSED, "")).strip().lower() != "true":
         return PauseState(False, where=where(namespace))
-    at = parse_instant(notes.get(PAUSED_AT))
-    if at is None:
-        # Set by hand: dated as a written proof is, by the API server's stamp on the write of
-        # the annotation (else the ConfigMap's creation), never by what a writer says.
-        at = power_proof(configmap, PAUSED, "").at
     return PauseState(
         True,
         reason=str(notes.get(PAUSED_REASON, "")).strip(),
         by=str(notes.get(PAUSED_BY, "")).strip(),
-        at=at,
+        # Dated as the receivers date it (their paused-since metric): paused-at, else the API
+        # server's stamp on the write of the annotation, never by what a writer says.
+        at=pause_watch.pause_state(configmap, namespace).since,
         where=where(namespace),
     )
 
