@@ -17,7 +17,7 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_a
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.policy import DEFAULT_ALERT_NAMES
 
-from .conftest import PASSWORD, USER, RealAlertmanager, Served, Starter, alert
+from .conftest import PASSWORD, USER, RealAlertmanager, Served, Starter, alert, poll
 
 NAMES = list(DEFAULT_ALERT_NAMES)
 TOKEN = "s3cr3t-bearer-token-of-the-tests"
@@ -164,3 +164,46 @@ async def test_a_silent_server_times_out(serve: Serve) -> None:
         assert "did not answer within 0.5s" in await failure(config)
     finally:
         release.set()
+
+
+def query_ignoring_proxy(am: RealAlertmanager) -> web.Application:
+    """A proxy in front of the real Alertmanager that drops the query's filters (``active``,
+    ``silenced``, ``inhibited``): it answers with every alert Alertmanager holds."""
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{am.url}/api/v2/alerts") as upstream,
+        ):
+            return web.Response(
+                status=upstream.status,
+                body=await upstream.read(),
+                content_type="application/json",
+            )
+
+    app = web.Application()
+    app.router.add_get("/api/v2/alerts", forward)
+    return app
+
+
+async def test_a_suppressed_alert_is_never_returned_whatever_the_api_does_with_the_query(
+    start_alertmanager: Starter, serve: Serve
+) -> None:
+    """Attack 7: behind a proxy that ignores ``silenced=false``, the silenced alert comes back
+    with ``status.state`` suppressed; only the active, unsilenced, uninhibited one is kept."""
+    am = start_alertmanager()
+    await am.post_alerts(alert("KubeNodeNotReady", node="n1"), alert("KubeNodeNotReady", node="n2"))
+    await am.silence(node="n2")
+    proxy: Served = await serve(query_ignoring_proxy(am))
+
+    async def both_listed() -> bool:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{proxy.url}/api/v2/alerts") as reply,
+        ):
+            listed = await reply.json()
+        states = {a["labels"].get("node"): a["status"]["state"] for a in listed}
+        return states == {"n1": "active", "n2": "suppressed"}
+
+    await poll(both_listed, within=30, what="Alertmanager listing the silenced alert too")
+    assert await nodes(AlertmanagerConfig(url=proxy.url)) == ["n1"]

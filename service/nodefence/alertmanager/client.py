@@ -74,6 +74,21 @@ async def active_alerts(
     return [e for e in events if e.alertname in names and e.node is not None]
 
 
+def is_active(alert: dict[str, Any]) -> bool:
+    """The API's own word on one alert: ``status.state`` active, silenced and inhibited by
+    nothing. The query asks for exactly that, but a proxy in front of Alertmanager or another
+    implementation of its API may ignore the query parameters, and a suppressed alert must
+    never be acted on: a person silenced it. An alert whose state cannot be read is not."""
+    status = alert.get("status")
+    if not isinstance(status, dict):
+        return False
+    return (
+        status.get("state") == "active"
+        and not status.get("silencedBy")
+        and not status.get("inhibitedBy")
+    )
+
+
 def _as_payload(data: Any) -> WebhookPayload:
     """The API's alerts, shaped as a webhook delivery so that one parser judges both.
 
@@ -84,7 +99,13 @@ def _as_payload(data: Any) -> WebhookPayload:
         raise TypeError("expected a JSON array of alert objects")
     alerts = [{**alert, "status": "firing"} for alert in data]
     try:
-        return WebhookPayload.model_validate({"version": "4", "status": "firing", "alerts": alerts})
+        payload = WebhookPayload.model_validate(
+            {"version": "4", "status": "firing", "alerts": alerts}
+        )
+        active = [a for a, raw in zip(alerts, data, strict=True) if is_active(raw)]
+        if len(active) == len(alerts):
+            return payload
+        return WebhookPayload.model_validate({"version": "4", "status": "firing", "alerts": active})
     except ValidationError as exc:
         # The location and message only: the offending value may be anything.
         first = exc.errors(include_url=False, include_input=False)[0]
