@@ -99,8 +99,8 @@ class PowerStep:
         proof = power_binding.proof_to_record(facts, evidence)
         # A fenced node's machine read again (a reboot that did not come back) proves nothing
         # new: the fence's proof stays as it was.
-        fencing = action.entry is None or action.entry.phase is Phase.CLAIMED
-        if action.operation != "on" and proof and fencing:
+        proving = action.entry is None or action.entry.phase is Phase.CLAIMED
+        if action.operation != "on" and proof and proving:
             # Written before the taint: a crash after it cannot lose the proof.
             written = await self.records.proof(
                 action.node,
