@@ -5,11 +5,15 @@ puts a Warning Event on the Node, counts it, and holds the taint until a person 
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.resources import NODES
@@ -136,3 +140,45 @@ async def test_a_real_power_off_comes_back_with_a_new_boot_id_and_is_unfenced(
         exposition = nodefence.metrics.exposition().decode()
     assert contradicted_total(exposition) == 0.0
     assert not [e for e in node_events(cluster, NODE) if e["reason"] == "FenceProofContradicted"]
+
+
+async def test_nodefence_release_lets_go_of_a_held_fence(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """The release the Event and the alert point to: ``nodefence release NODE --reason``."""
+    bmcs_of(cluster.sim).lying.add(NODE)
+    await kill(cluster, NODE)
+    async with receiver(cluster, inventory(tmp_path, cluster), AUDITED) as nodefence:
+        [fenced] = await nodefence.alert(firing(NODE))
+        assert fenced["verdict"] == "fence", reasons(fenced)
+        cluster.sim.node_up(NODE)
+        await eventually(lambda: cluster.sim.node_state(NODE)["ready"] == "True")
+        await nodefence.post("/reconcile", {})
+    [entry] = record_entries(cluster)
+    assert entry.proof_contradicted_at is not None
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDITED))
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "NODEFENCE_NAMESPACE": "nodefence",
+        "NODEFENCE_AUTH_DISABLED": "true",
+        "NODEFENCE_POLICY_FILE": str(policy),
+    }
+    # Not subprocess.run: the simulator answers on this test's event loop.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodefence",
+        "release",
+        NODE,
+        "--reason",
+        "BMC firmware fixed; volumes checked",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, out.decode() + err.decode()
+    assert record_entries(cluster) == ()
+    assert oos_taints(cluster, NODE) == []
