@@ -18,9 +18,10 @@ from nodefence.fencing.binding import NodeIdentity, identity_problems
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import SYSTEMS, bmcs_of
+from nodefence_sim.resources import NODES
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import firing, node_events, oos_taints
+from pipeline.harness import eventually, firing, node_events, oos_taints
 
 from .identity_support import (
     NODE,
@@ -204,3 +205,27 @@ async def test_the_live_check_asks_every_bmc_which_machine_it_controls(
         assert not checks[name].bound
         assert twin in checks[name].message, checks[name].message
         assert not checks[twin].bound, "one machine for two nodes proves nothing for either"
+
+
+async def test_cloned_machines_reporting_one_uuid_prove_nothing(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """compute01 was cloned from compute02's image and reports its systemUUID, and its line
+    points at compute02's system: the UUID matches, yet it is compute02's machine. The serving
+    receiver's node index knows that two Nodes report that UUID, so nothing is powered off."""
+    store = cluster.sim.store
+    await kill(cluster, NODE)
+    node = store.get(NODES, None, NODE)
+    node["status"]["nodeInfo"]["systemUUID"] = system_uuid(OTHER)
+    store.update(NODES, None, NODE, node, subresource="all", check_rv=False)
+    bmcs = inventory(tmp_path, cluster, compute01={"system": f"{SYSTEMS}/{OTHER}"}, compute02=None)
+    async with receiver(cluster, bmcs) as nodefence:
+        reader = nodefence.pipeline.reader
+        reader.follow_nodes()
+        await eventually(lambda: reader.nodes is not None and reader.nodes.fresh() is not None)
+        [decision] = await nodefence.alert(firing(NODE))
+    text = reasons(decision) + " ".join(r.get("detail", "") for r in decision["results"])
+    assert "also reported by compute02" in text, text
+    assert bmcs_of(cluster.sim).resets == []
+    assert cluster.sim.node_state(OTHER)["ready"] == "True"
+    assert oos_taints(cluster, NODE) == []

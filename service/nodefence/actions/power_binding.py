@@ -14,26 +14,49 @@ import dataclasses
 from datetime import datetime
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine.identity import Judgement, Reported, judge
+from nodefence.engine.identity import Judgement, Reported, canonical_identity, judge
 from nodefence.engine.machine import bound_to_node, proof_text
-from nodefence.engine.model import Facts, PowerAction, PowerEvidence
+from nodefence.engine.model import Facts, NodeFacts, PowerAction, PowerEvidence
 from nodefence.fencing.binding import machine_binding, shared
 from nodefence.fencing.inventory import Inventory
 from nodefence.fencing.model import PowerDriver, PowerReading
 from nodefence.kube.facts import Snapshot
+from nodefence.kube.node_index import NodeIndex
 
 # An identity read is one small GET or exchange; it must leave most of the step's time to the
 # power action and its read-back.
 IDENTITY_TIMEOUT_SECONDS = 10.0
 
 
-def bind_machine(snapshot: Snapshot, inventory: Inventory | None) -> Snapshot:
-    """The snapshot with what the inventory says of its node's machine, for the engine."""
+def bind_machine(
+    snapshot: Snapshot, inventory: Inventory | None, index: NodeIndex | None = None
+) -> Snapshot:
+    """The snapshot with what the inventory says of its node's machine, and the other Nodes
+    the node index knows to report the same systemUUID, for the engine."""
     node = snapshot.facts.node
     if node is None or inventory is None or node.name not in inventory.nodes:
         return snapshot
     binding = machine_binding(inventory, node.name, shared(inventory))
-    return dataclasses.replace(snapshot, facts=dataclasses.replace(snapshot.facts, machine=binding))
+    facts = dataclasses.replace(
+        snapshot.facts, machine=binding, uuid_shared_with=machine_twins(index, node)
+    )
+    return dataclasses.replace(snapshot, facts=facts)
+
+
+def machine_twins(index: NodeIndex | None, node: NodeFacts) -> tuple[str, ...]:
+    """Other Nodes whose systemUUID names the same machine (cloned VMs keep their template's):
+    a BMC reporting it could be either's. Only from the watch-fed index where there is one; a
+    one-shot command reads no other Node, and then leaves this to check-fencing."""
+    if index is None or not node.system_uuid:
+        return ()
+    mine = canonical_identity(node.system_uuid)
+    return tuple(
+        sorted(
+            name
+            for name, summary in index.nodes.items()
+            if name != node.name and summary.machine == mine
+        )
+    )
 
 
 def _judge(facts: Facts, reported: Reported | None) -> Judgement:

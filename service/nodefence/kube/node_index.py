@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
+from nodefence.engine.identity import canonical_identity
 from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
 from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
 from nodefence.errors import ClusterUnavailableError
@@ -68,6 +69,9 @@ class NodeSummary:
     # otherwise), and whether nodefence's mirror annotation says nodefence fenced it.
     out_of_service: str = ""
     mirrored: bool = False
+    # The machine's systemUUID in one spelling (``engine.identity.canonical_identity``), so that
+    # Nodes reporting the same machine (cloned VMs) are found without parsing every UUID again.
+    machine: str = ""
 
 
 def summarize(node: Json) -> NodeSummary:
@@ -84,7 +88,13 @@ def summarize(node: Json) -> NodeSummary:
         out_of_service=_name(node) if out_of_service else "",
         mirrored=out_of_service
         and (meta.get("annotations") or {}).get(FENCED_BY) == FENCED_BY_VALUE,
+        machine=_machine(node),
     )
+
+
+def _machine(node: Json) -> str:
+    reported = ((node.get("status") or {}).get("nodeInfo") or {}).get("systemUUID")
+    return canonical_identity(reported) if isinstance(reported, str) and reported else ""
 
 
 def count(summaries: Iterable[NodeSummary]) -> ClusterFacts:

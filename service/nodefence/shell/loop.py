@@ -85,7 +85,9 @@ class Loop:
         fenced = False
         power: PowerEvidence | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
-            snapshot = bind_machine(await self.reader.read(name, deadline), self.inventory)
+            snapshot = bind_machine(
+                await self.reader.read(name, deadline), self.inventory, self.reader.nodes
+            )
             if prepare is not None:
                 snapshot = await prepare(snapshot)
             if power is not None:
