@@ -600,11 +600,14 @@ def _approval(
     asked = f"rule {rule.name!r} requires approval in Slack" + (
         "" if flap.passed else " (the node may be flapping)"
     )
+    rejected = mirror.rejection(node, record.fingerprint)
+    if rejected is not None:
+        # Whatever button is pressed next (a second approver, an old message): a rejection
+        # holds for its incident; a new outage is asked again.
+        later = f"; the answer from {approval.user} does not undo it" if approval else ""
+        record.add("approval", False, f"fencing was {rejected} for this incident{later}")
+        return record.finish(Verdict.NOOP)
     if approval is None:
-        rejected = mirror.rejection(node, record.fingerprint)
-        if rejected is not None:
-            record.add("approval", False, f"fencing was {rejected} for this incident")
-            return record.finish(Verdict.NOOP)
         record.add("approval", False, f"{asked}; none given yet")
         return record.finish(Verdict.AWAIT_APPROVAL)
     if approval.node_uid != node.uid:

@@ -28,6 +28,9 @@ UNFENCED_AT = PREFIX + "unfenced-at"
 # Which node object and alert an approval request (and its answer) was for.
 APPROVAL_NODE_UID = PREFIX + "approval-node-uid"
 APPROVAL_FINGERPRINT = PREFIX + "approval-fingerprint"
+# When the outage the approval request was about began (the Ready condition's last transition):
+# a rejection holds for that outage, and a new one is asked again.
+APPROVAL_NOT_READY_SINCE = PREFIX + "approval-not-ready-since"
 
 FENCED_BY_VALUE = "nodefence"
 
@@ -70,6 +73,11 @@ def rejection(node: NodeFacts, fingerprint: str) -> str | None:
     if _text(notes, APPROVAL_NODE_UID) != node.uid:
         return None
     if _text(notes, APPROVAL_FINGERPRINT) not in (None, fingerprint):
+        return None
+    since = _text(notes, APPROVAL_NOT_READY_SINCE)
+    began = node.ready.last_transition if node.ready is not None else None
+    if since is not None and began is not None and since != instant(began):
+        # The node recovered and failed again since: a new incident, asked again.
         return None
     return answer
 

@@ -45,7 +45,7 @@ from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.kube.convert import node_facts
 from nodefence.pipeline import Pipeline
 from nodefence.slack import messages, tokens
-from nodefence.slack.approvals import Incident, SlackApprovals
+from nodefence.slack.approvals import Incident, RequestRecord, SlackApprovals
 from nodefence.slack.client import ApprovalChannelUnavailableError, SlackClient
 
 log = structlog.get_logger(__name__)
@@ -258,6 +258,18 @@ class Interactions:
                 await self.approvals.withdraw(node, token, deadline)
             await self._replace(click, f"{stale} Nothing was fenced.", None)
             return
+        rejected = _rejected(live, token)
+        if rejected is not None and not reject:
+            # A rejection holds for its incident whatever button is pressed next (a second
+            # approver, the approve button of the same message); nothing is withdrawn either,
+            # so a later press finds the rejection too.
+            await self._replace(
+                click,
+                f":no_entry_sign: Fencing node *{node}* was {rejected} for this outage; the "
+                f"approval by {who} changes nothing. A new outage of the node is asked again.",
+                None,
+            )
+            return
         event = self._event(token)
         decision = await self.pipeline.handle_event(event, deadline, approval=approval)
         if reject:
@@ -343,6 +355,15 @@ class Interactions:
 
 def token_node(node: Json) -> str:
     return str(node.get("metadata", {}).get("name", ""))
+
+
+def _rejected(node: Json | None, token: tokens.ButtonToken) -> str | None:
+    """The recorded rejection ("rejected by ...") of the incident the button was for, if any."""
+    if node is None:
+        return None
+    record = RequestRecord.parse(dict(node.get("metadata", {}).get("annotations") or {}))
+    incident = Incident.of(node_facts(node), token.fingerprint)
+    return record.answer if record.rejected(incident) else None
 
 
 def _stale(node: Json | None, token: tokens.ButtonToken) -> str | None:

@@ -1,0 +1,65 @@
+"""Attack 6: a rejection holds for its incident whatever button is pressed next, and a new
+incident is asked again."""
+
+from __future__ import annotations
+
+from nodefence.engine import mirror as ledger
+from nodefence.slack.messages import REJECT_ACTION_ID
+
+from .conftest import NODE, World, eventually
+
+
+async def kill(world: World) -> None:
+    world.cluster.sim.node_down(NODE, since_seconds=1200)
+    await eventually(world.terminating)
+
+
+async def test_approve_after_reject_fences_nothing_however_often_it_is_pressed(
+    world: World,
+) -> None:
+    await kill(world)
+    await world.alert()
+    assert await world.click(REJECT_ACTION_ID) == 200
+    await world.settle()
+    assert world.annotations()[ledger.APPROVAL].startswith("rejected")
+
+    # A second approver presses approve on the same message, twice.
+    for response in ("a", "b"):
+        assert await world.click(user="U0GROUPIE", response=response) == 200
+        await world.settle()
+        assert not world.oos(), "an approval after the rejection fenced the node"
+        assert world.annotations()[ledger.APPROVAL].startswith("rejected")
+    later = [r["text"] for r in world.slack.responses[1:]]
+    assert len(later) == 2
+    assert all("changes nothing" in text for text in later), later
+
+    status, body = await world.alert()
+    assert status == 200
+    assert body["decisions"][0]["verdict"] == "noop", body
+    assert len(world.slack.posted()) == 1
+
+
+async def test_a_new_outage_after_a_rejection_is_asked_again(world: World) -> None:
+    await kill(world)
+    await world.alert()
+    assert await world.click(REJECT_ACTION_ID) == 200
+    await world.settle()
+    world.cluster.sim.node_up(NODE, since_seconds=600)
+    await eventually(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in world.node()["status"]["conditions"]
+        )
+    )
+    # It fails again: a new incident (a new Ready transition), asked about afresh.
+    world.cluster.sim.node_down(NODE, since_seconds=900)
+    await eventually(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] != "True"
+            for c in world.node()["status"]["conditions"]
+        )
+    )
+    status, body = await world.alert()
+    assert status == 200
+    assert body["decisions"][0]["verdict"] == "await-approval", body
+    assert len(world.slack.posted()) == 2
