@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
-from pipeline.harness import start_receiver
+from reliability.serving import serving
 
 from .conftest import DEPLOY, REPO, kustomize
 
@@ -59,12 +59,13 @@ def queries(board: dict[str, Any]) -> list[str]:
 
 @pytest.fixture
 async def exposed() -> set[str]:
-    """Every series name a live receiver (the real pipeline against the simulator) exposes,
+    """Every series name a live receiver exposes, served as ``nodefence serve`` serves it (the
+    real pipeline against the simulator, its reconcile loop and fencing probe included),
     including metrics that have no sample yet (their HELP and TYPE lines)."""
     async with (
         running_simulator(Simulation.from_scenario("seed")) as cluster,
-        start_receiver(cluster) as receiver,
-        receiver.session.get(receiver.url + "/metrics") as response,
+        serving(cluster, interval=3600) as receiver,
+        receiver.http.get(receiver.url + "/metrics") as response,
     ):
         text = await response.text()
     names: set[str] = set()
@@ -133,6 +134,7 @@ def test_the_dashboard_shows_what_an_operator_looks_for() -> None:
         "nodefence_volumes_unreleased",
         "nodefence_paused",
         "nodefence_webhook_rejected_total",
+        "nodefence_fencing_ready",
     ):
         assert metric in used, metric
     ids = [p["id"] for p in panels(board)]
