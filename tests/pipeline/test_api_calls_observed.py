@@ -76,8 +76,8 @@ async def test_every_request_of_the_story_is_granted(cluster: SimulatorHandle) -
         group = match.group("group") or ""
         resource = match.group("resource")
         seen.add(f"{request.verb} {resource}")
-        assert granted(
-            request.verb, group, resource, match.group("namespace"), named(request)
-        ), f"{request.method} {request.path} ({request.verb}) is not granted by the roles"
+        assert granted(request.verb, group, resource, match.group("namespace"), named(request)), (
+            f"{request.method} {request.path} ({request.verb}) is not granted by the roles"
+        )
     for essential in ("update nodes", "update configmaps", "delete pods", "create events"):
         assert essential in seen, sorted(seen)
