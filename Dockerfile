@@ -18,6 +18,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PORT=8080
+# ClusterLabs fence agents (fencing.driver: fence-agent) and ipmitool, which fence_ipmilan runs;
+# Debian's python3 runs the agents, apart from the service's own interpreter. Their versions are
+# those of the base image's Debian release (pinning them would break with its next point release).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends fence-agents ipmitool \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /opt/venv /opt/venv
 USER 10001:10001
 EXPOSE 8080

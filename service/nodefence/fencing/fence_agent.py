@@ -39,6 +39,22 @@ DEFAULT_CONCURRENCY = 8
 MASK = "***"
 # What an agent gets in its environment: enough to find its helpers, nothing of ours.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Workload-identity settings the cloud agents' SDKs read (a role to assume, the path of a token
+# the kubelet projects): no secret in themselves, and the way to run fence_aws, fence_azure_arm
+# or fence_gce without a long-lived key in the inventory. Nothing else of nodefence's own
+# environment (its tokens, its kubeconfig) reaches an agent.
+PASSED_ENVIRONMENT = (
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_STS_REGIONAL_ENDPOINTS",
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_AUTHORITY_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
 # Keys whose values are credentials; every value of theirs is scrubbed from any output.
 SECRET_KEY = re.compile(r"passw|secret|token|access_key|api_key|community|priv", re.IGNORECASE)
 # Keys that name the machine, shown as the driver's target (never a secret).
@@ -212,7 +228,7 @@ class FenceAgentDriver:
                 stdout=out_write,
                 stderr=out_write,
                 start_new_session=True,
-                env={"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+                env=_environment(),
                 close_fds=True,
             )
         except OSError as exc:
@@ -358,6 +374,12 @@ async def _drain(fd: int, into: bytearray) -> None:
                 into.extend(chunk[:room])
     finally:
         transport.close()
+
+
+def _environment() -> dict[str, str]:
+    env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env.update({key: os.environ[key] for key in PASSED_ENVIRONMENT if key in os.environ})
+    return env
 
 
 def _kill_group(pid: int) -> None:
