@@ -66,6 +66,8 @@ async def test_fenced_node_is_verified_then_unfenced_after_the_healthy_delay(
     async with start_receiver(cluster, policy=inference(SHORT_HEALTHY_DELAY)) as receiver:
         [decision] = await receiver.alert(firing())
         assert decision["verdict"] == "fence", decision
+        # As after the fence-and-purge story: nothing left Terminating to hold the unfence.
+        await eventually(lambda: not terminating_on(cluster, NODE))
 
         [early] = await receiver.alert(resolved())
         assert early["verdict"] == "deferred", early
