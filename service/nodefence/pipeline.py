@@ -22,6 +22,7 @@ import structlog
 from nodefence.actions.record import RecordWriter
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
+from nodefence.engine import reboot
 from nodefence.engine import record as fence_record
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
@@ -36,7 +37,7 @@ from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
-from nodefence.policy import Policy
+from nodefence.policy import Fencing, Policy
 from nodefence.shell.dry_run_power import read_power
 from nodefence.shell.loop import Loop
 from nodefence.shell.proof import ExternalProof
@@ -198,7 +199,7 @@ class Pipeline:
             results.extend(
                 await self.settle.run(event.node, decider, deadline, self.options.settle_seconds)
             )
-            if self._reboots(decision):
+            if reboot.reboots(self._fencing(decision)):
                 # The purge is done (or as done as this request can make it): one more turn of
                 # the loop powers the machine on again, once, through its BMC.
                 power_on = await self.loop.run(event.node, decider, deadline)
@@ -210,10 +211,9 @@ class Pipeline:
             decision, results, first.node_uid, deadline, fenced=fenced
         )
 
-    def _reboots(self, decision: Decision) -> bool:
+    def _fencing(self, decision: Decision) -> Fencing | None:
         rule = self.policy.rule_named(decision.rule)
-        fencing = rule.fencing if rule is not None else None
-        return fencing is not None and fencing.powers and fencing.action == "reboot"
+        return rule.fencing if rule is not None else None
 
     # --------------------------------------------------------------- reconcile
     async def reconcile(self) -> list[Decision]:

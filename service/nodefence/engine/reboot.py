@@ -35,6 +35,11 @@ class RebootStep:
     action: PowerAction | None = None
 
 
+def reboots(fencing: Fencing | None) -> bool:
+    """Whether the rule powers the machine on again after the purge."""
+    return fencing is not None and fencing.powers and fencing.action == "reboot"
+
+
 def left_behind(
     purges: tuple[PurgePodAction, ...], pods: tuple[PodFacts, ...]
 ) -> tuple[PurgePodAction, ...]:
