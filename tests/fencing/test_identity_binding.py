@@ -9,10 +9,15 @@ nothing without proof from it.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nodefence.fencing.binding import NodeIdentity, identity_problems
 from nodefence.fencing.inventory import load_inventory
@@ -26,6 +31,7 @@ from pipeline.harness import eventually, firing, node_events, oos_taints
 from .identity_support import (
     NODE,
     OTHER,
+    POLICY,
     check_config,
     inventory,
     kill,
@@ -229,3 +235,42 @@ async def test_cloned_machines_reporting_one_uuid_prove_nothing(
     assert bmcs_of(cluster.sim).resets == []
     assert cluster.sim.node_state(OTHER)["ready"] == "True"
     assert oos_taints(cluster, NODE) == []
+
+
+async def test_check_fencing_names_a_target_that_reports_another_machine(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """``nodefence check-fencing`` asks each BMC which machine it controls (read-only) and fails
+    naming the node whose target reports another Node's machine; the others are bound."""
+    bmcs = inventory(tmp_path, cluster, compute01={"system": f"{SYSTEMS}/{OTHER}"}, compute02=None)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "NODEFENCE_AUTH_DISABLED": "true",
+        "NODEFENCE_POLICY_FILE": str(policy),
+        "NODEFENCE_BMC_INVENTORY": str(bmcs),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodefence",
+        "check-fencing",
+        "-o",
+        "json",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 1, out.decode() + err.decode()
+    report = json.loads(out)
+    checks = {c["node"]: c for c in report["identities"]}
+    assert not checks[NODE]["bound"]
+    assert "identity mismatch" in checks[NODE]["message"]
+    assert checks[NODE]["reported"].upper() == system_uuid(OTHER)
+    assert all(c["bound"] for name, c in checks.items() if name != NODE), checks
+    assert bmcs_of(cluster.sim).resets == []
+    assert bmcs_of(cluster.sim).password.get_secret_value() not in out.decode() + err.decode()

@@ -4,7 +4,9 @@ Every inventory node's power state is read through the driver its entry names, r
 ``status``, never an action), a bounded number at a time; a wrong password, an unreachable BMC or a
 missing agent shows up here with the node's name rather than during an outage. With the cluster,
 nodes a powering rule matches but the inventory lacks, and rule/entry driver disagreements, are
-named too: those nodes could not be fenced either.
+named too: those nodes could not be fenced either. So is every target not shown to control its
+node's machine (S10, ``fencing.binding``): the inventory mapping two nodes to one machine, and,
+with the cluster, a target whose reported identity is not its Node's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nodefence.fencing.binding import (
+    IdentityCheck,
+    NodeIdentity,
+    identity_problems,
+    inventory_problems,
+)
 from nodefence.fencing.inventory import Inventory
 from nodefence.fencing.registry import conflicts, entry_driver
 
@@ -48,10 +56,17 @@ class FencingCheck:
     uncovered: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     cluster: str = "not checked"
+    # Per inventory node, with the cluster: whether its target reports the Node's machine.
+    identities: list[IdentityCheck] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(n.answered for n in self.nodes) and not self.uncovered and not self.conflicts
+        return (
+            all(n.answered for n in self.nodes)
+            and not self.uncovered
+            and not self.conflicts
+            and all(c.bound for c in self.identities)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +75,7 @@ class FencingCheck:
             "uncovered": self.uncovered,
             "conflicts": self.conflicts,
             "cluster": self.cluster,
+            "identities": [asdict(c) for c in self.identities],
         }
 
 
@@ -129,6 +145,7 @@ async def check_fencing(
     cluster_note: str = "",
     concurrency: int = DEFAULT_CONCURRENCY,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,  # noqa: ASYNC109
+    identities: Sequence[NodeIdentity] = (),
 ) -> FencingCheck:
     result = FencingCheck()
     listed = sorted(inventory.nodes) if inventory is not None else []
@@ -142,7 +159,7 @@ async def check_fencing(
         ]
     if cluster_nodes is None:
         result.cluster = f"not checked: {cluster_note}" if cluster_note else "not checked"
-        result.conflicts = conflicts(policy, inventory)
+        result.conflicts = conflicts(policy, inventory) + inventory_problems(inventory)
         return result
     result.cluster = f"checked: {len(cluster_nodes)} nodes"
     wanted = set(requested) if requested else None
@@ -152,6 +169,12 @@ async def check_fencing(
         if wanted is None or n in wanted
     ]
     result.conflicts = conflicts(policy, inventory, cluster_nodes.items())
+    result.conflicts += inventory_problems(inventory)
+    if inventory is not None:
+        asked = [i for i in identities if i.name in names]
+        result.identities = await identity_problems(
+            inventory, asked, timeout=timeout, concurrency=concurrency
+        )
     return result
 
 
@@ -172,6 +195,9 @@ def as_text(result: FencingCheck) -> str:
         lines.append(f"MISSING  {node}: a fencing rule matches it but the BMC inventory lacks it")
     for problem in result.conflicts:
         lines.append(f"CONFLICT {problem}")
+    for check in result.identities:
+        if not check.bound:
+            lines.append(f"IDENTITY {check.node}: {check.message}")
     lines.append(f"cluster: {result.cluster}")
     answered = sum(1 for n in result.nodes if n.answered)
     verdict = "ok" if result.ok else "NOT OK"
@@ -179,28 +205,35 @@ def as_text(result: FencingCheck) -> str:
     return "\n".join(lines)
 
 
-async def _cluster_nodes(seconds: float) -> tuple[dict[str, dict[str, str]] | None, str]:
-    """The cluster's nodes and their labels, or ``None`` and why (no KUBECONFIG, unreachable)."""
+async def _cluster_nodes(
+    seconds: float,
+) -> tuple[dict[str, dict[str, str]] | None, list[NodeIdentity], str]:
+    """The cluster's nodes and their labels and identities, or ``None`` and why (no KUBECONFIG,
+    unreachable)."""
     from nodefence.kube.client import Deadline, KubeClient, KubeError, load_api_client
+    from nodefence.kube.convert import node_facts
 
     try:
         api = await load_api_client()
     except Exception as exc:
-        return None, f"no cluster access (KUBECONFIG or in-cluster): {type(exc).__name__}"
+        return None, [], f"no cluster access (KUBECONFIG or in-cluster): {type(exc).__name__}"
     kube = KubeClient(api)
     try:
         items = await kube.list_nodes(Deadline(seconds))
     except (KubeError, OSError, TimeoutError) as exc:
-        return None, f"cannot list the cluster's nodes: {exc}"
+        return None, [], f"cannot list the cluster's nodes: {exc}"
     finally:
         await kube.close()
     nodes: dict[str, dict[str, str]] = {}
+    identities: list[NodeIdentity] = []
     for item in items:
         meta = item.get("metadata") or {}
         nodes[str(meta.get("name", ""))] = {
             str(k): str(v) for k, v in (meta.get("labels") or {}).items()
         }
-    return nodes, ""
+        facts = node_facts(item)
+        identities.append(NodeIdentity(facts.name, facts.system_uuid, facts.provider_id))
+    return nodes, identities, ""
 
 
 def main(nodes: Sequence[str], output: str) -> int:
@@ -230,8 +263,10 @@ def main(nodes: Sequence[str], output: str) -> int:
         return 2
 
     async def run() -> FencingCheck:
-        cluster, note = await _cluster_nodes(settings.request_deadline_seconds)
-        return await check_fencing(policy, inventory, nodes, cluster, cluster_note=note)
+        cluster, identities, note = await _cluster_nodes(settings.request_deadline_seconds)
+        return await check_fencing(
+            policy, inventory, nodes, cluster, cluster_note=note, identities=identities
+        )
 
     result = asyncio.run(run())
     print(json.dumps(result.as_dict(), indent=2) if output == "json" else as_text(result))
