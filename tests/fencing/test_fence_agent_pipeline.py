@@ -190,7 +190,11 @@ async def test_fence_redfish_fences_only_after_a_status_read_of_off(
     ],
 )
 async def test_a_faulty_agent_blocks_the_taint_with_its_reason(
-    cluster: SimulatorHandle, tmp_path: Path, mode: str, why: str
+    cluster: SimulatorHandle,
+    tmp_path: Path,
+    mode: str,
+    why: str,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     agent = scripted_agent(tmp_path / "agent", mode)
     defaults = {
@@ -207,8 +211,10 @@ async def test_a_faulty_agent_blocks_the_taint_with_its_reason(
     assert oos_taints(cluster, NODE) == []
     events = str(node_events(cluster, NODE))
     assert why in events, events
-    for shown in (text, events):
-        assert AGENT_PASSWORD not in shown
+    logged = capfd.readouterr()
+    assert "power_action" in logged.out + logged.err  # the step was logged...
+    for shown in (text, events, logged.out, logged.err):
+        assert AGENT_PASSWORD not in shown  # ...and no password anywhere
 
 
 async def test_a_hanging_agent_blocks_the_taint_and_leaves_no_process(
