@@ -191,9 +191,17 @@ def stop(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
 class ReceiverProcess:
     """``nodefence serve`` as a subprocess, as it runs in a pod."""
 
-    def __init__(self, kubeconfig: Path, *, policy: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        *,
+        policy: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.policy = policy
+        # Settings of this run (e.g. the API limit and cached refusals off, for a baseline).
+        self.env = dict(env or {})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._tmp = tempfile.TemporaryDirectory(prefix="nodefence-bench-rx-")
@@ -208,6 +216,7 @@ class ReceiverProcess:
             "NODEFENCE_ALERT_TOKEN": TOKEN,
             "NODEFENCE_NAMESPACE": "nodefence",
             "NODEFENCE_IDENTITY": "bench",
+            **self.env,
         }
         if self.policy is not None:
             policy_file = Path(self._tmp.name) / "policy.yaml"

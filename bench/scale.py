@@ -230,7 +230,10 @@ def receiver_for(sim: ScaleSimulator) -> Iterator[ReceiverProcess]:
             what="ready",
         )
         eventually(
-            lambda: any(r["verb"] == "watch" for r in sim.requests_since(cursor)),
+            lambda: any(
+                r["verb"] == "watch" and r["path"] == "/api/v1/nodes"
+                for r in sim.requests_since(cursor)
+            ),
             within=300,
             interval=0.2,
             what="the node index's watch",

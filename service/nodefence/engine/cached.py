@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from nodefence.engine import guards, machine
-from nodefence.engine.model import Decision, Reason, Verdict
+from nodefence.engine.model import ClaimAction, Decision, Reason, Verdict
 from nodefence.engine.wording import duration
 
 CACHED = "cached-facts"
@@ -30,6 +30,9 @@ CACHED = "cached-facts"
 CACHEABLE = frozenset(
     {
         "paused",
+        # The node is not in the watch-fed index: no node of that name exists (a name that
+        # appeared within the index's delay is not a node that has been dead for minutes).
+        "node-found",
         "exclusion",
         "rule",
         "fence-in-progress",
@@ -61,6 +64,15 @@ class Source:
 
 def duration_text(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else duration(seconds)
+
+
+def may_claim(decision: Decision) -> bool:
+    """Whether the live decision could spend a budget slot: the cached one claims, or it was
+    blocked only by what the cache does not hold (the Lease, a power reading)."""
+    if any(isinstance(a, ClaimAction) for a in decision.actions):
+        return True
+    blocking = {r.guard for r in decision.reasons if not r.passed}
+    return not decision.actions and bool(blocking) and blocking <= NOT_READ
 
 
 def refusal_on_cache(decision: Decision, sources: tuple[Source, ...]) -> Decision | None:

@@ -263,7 +263,8 @@ class KubeClient:
 
     # -------------------------------------------------------------- reads
     async def version(self, deadline: Deadline | None = None) -> Json:
-        return await self._call("get", lambda: self._send("GET", "/version/"), deadline)
+        shared = await self._shared("/version/", lambda: self._send("GET", "/version/"), deadline)
+        return shared.body
 
     async def _list_all(
         self, verb: str, page: Callable[[str | None], Awaitable[Any]], deadline: Deadline | None

@@ -21,15 +21,15 @@ process's monotonic clock (``kube.server_clock``), never its wall clock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable
 
 from nodefence.actions.power_binding import bind_machine
 from nodefence.engine import record as fence_record
-from nodefence.engine.cached import Source, refusal_on_cache
-from nodefence.engine.model import API_SERVER_CLOCK, ClaimAction, Decision, Facts
+from nodefence.engine.cached import Source, may_claim, refusal_on_cache
+from nodefence.engine.model import API_SERVER_CLOCK, Decision, Facts
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import CONFIGMAP, Deadline
 from nodefence.kube.facts import FactsReader, Snapshot
@@ -42,14 +42,10 @@ RECORD_SHARE_SECONDS = 1.0
 # index's own bound). An older one is read again, shared.
 RECORD_READY_SECONDS = 30.0
 
-# How long a cached decision that would claim waits for another request's claim to land.
-CLAIM_WAIT_SECONDS = 2.0
+# How long a cached decision that would claim waits at most for another request's claim.
+CLAIM_WAIT_SECONDS = 5.0
 
 Decider = Callable[[Snapshot], Decision]
-
-
-def _claims(decision: Decision) -> bool:
-    return any(isinstance(a, ClaimAction) for a in decision.actions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +81,8 @@ class CachedRefusal:
         self.clock = clock
         self.stats = CacheStats()
         self._record: SharedRecord | None = None
-        # When (monotonic) a request of this process last went on to claim a budget slot.
-        self._claiming: float | None = None
+        # The request of this process that last went on to claim a budget slot, and when.
+        self._claimer: tuple[float, asyncio.Task[object]] | None = None
 
     async def run(
         self, name: str, decider: Decider, deadline: Deadline
@@ -94,30 +90,36 @@ class CachedRefusal:
         """A refusal made on cached facts, or None: the caller reads live and decides again.
 
         A cached decision that would claim a budget slot while another request of this
-        process is claiming one waits for that claim's record write (at most
-        ``CLAIM_WAIT_SECONDS``) and is made again on the record read after it: in a storm the
-        first dead node is fenced and the other alerts see the budget it spent from one shared
-        read, instead of each reading its node live to find the same."""
+        process is on its way to claim one waits until that request wrote the record or
+        finished (at most ``CLAIM_WAIT_SECONDS``), and is made again on the record read after
+        it: in a storm the first dead node is fenced and the other alerts see the budget it
+        spent from one shared read, instead of each reading its node live to find the same."""
         for attempt in range(2):
             decision, stood = await self._decide(name, decider, deadline, fresh=attempt > 0)
             if stood is not None:
                 self.stats.refused += 1
                 return stood
-            if decision is None or not _claims(decision) or attempt > 0:
+            if decision is None or not may_claim(decision) or attempt > 0:
                 break
-            claiming = self._claiming
-            if claiming is None or self.clock() - claiming > CLAIM_WAIT_SECONDS:
-                self._claiming = self.clock()
+            claimer = self._claimer
+            written = self.reader.kube.flights.last_write.get(self._record_key, -1.0)
+            if claimer is None or claimer[1].done() or written >= claimer[0]:
+                task = asyncio.current_task()
+                if task is not None:
+                    self._claimer = (self.clock(), task)
                 break
             self.stats.waited += 1
-            flights = self.reader.kube.flights
-            if flights.last_write.get(self._record_key, -1.0) < claiming:
-                wait = min(CLAIM_WAIT_SECONDS, deadline.remaining / 2)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await flights.written(self._record_key).wait()
+            await self._claim_landed(claimer[1], min(CLAIM_WAIT_SECONDS, deadline.remaining / 2))
         self.stats.live += 1
         return None
+
+    async def _claim_landed(self, claimer: asyncio.Task[object], within: float) -> None:
+        """Until the fence record is next written, or ``claimer`` is done, or ``within``."""
+        write = asyncio.ensure_future(self.reader.kube.flights.written(self._record_key).wait())
+        try:
+            await asyncio.wait({write, claimer}, timeout=within, return_when=FIRST_COMPLETED)
+        finally:
+            write.cancel()
 
     @property
     def _record_key(self) -> str:
@@ -131,11 +133,14 @@ class CachedRefusal:
         index = self.reader.nodes
         counts = index.fresh() if index is not None else None
         node = self.reader.node_facts.get(name)
-        if counts is None or node is None or node.is_control_plane:
-            # No fresh index, a node it has not seen, or the quorum guard's live count of
-            # control-plane peers: nothing here to refuse on.
+        # A name the fresh index does not hold is no node of the cluster: refused on the index
+        # alone, so a payload of a thousand made-up names costs no request per name.
+        unknown = index is not None and node is None and name not in index.nodes
+        if counts is None or (node is None and not unknown) or (node and node.is_control_plane):
+            # No fresh index, a node it has not seen whole, or the quorum guard's live count
+            # of control-plane peers: nothing here to refuse on.
             return None, None
-        ready = node.ready is not None and node.ready.status == "True"
+        ready = node is not None and node.ready is not None and node.ready.status == "True"
         within = RECORD_READY_SECONDS if ready else RECORD_SHARE_SECONDS
         shared = await self._shared_record(deadline, -1.0 if fresh else within)
         now = self.reader.kube.server_clock.now()
