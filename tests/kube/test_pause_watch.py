@@ -208,3 +208,29 @@ async def test_the_receiver_exports_the_pause_and_its_start(cluster: SimulatorHa
 
         await until(resumed)
         assert (await metrics())["nodefence_paused_since_seconds"] == 0
+
+
+async def test_a_role_without_list_and_watch_falls_back_to_reading_the_switch(
+    cluster: SimulatorHandle, reader: FactsReader
+) -> None:
+    """An install whose Role predates the watch (403 on the list): the switch is read with a
+    GET as before, and a pause still takes effect."""
+    cluster.faults.fail(
+        None, status=403, verbs=("list", "watch"), path="/api/v1/namespaces/nodefence/configmaps"
+    )
+    reader.follow_nodes()
+    await kubectl(cluster, "-n", "nodefence", "create", "configmap", CONTROL_CONFIGMAP)
+    await kubectl(
+        cluster,
+        "-n",
+        "nodefence",
+        "annotate",
+        "configmap",
+        CONTROL_CONFIGMAP,
+        "nodefence.io/paused=true",
+    )
+    cursor = cluster.faults.cursor
+    assert await reader.refresh_pause() is not None
+    assert reader.pause_watch is not None
+    assert reader.pause_watch.fresh() is None
+    assert "get 200" in switch_requests(cluster, cursor)

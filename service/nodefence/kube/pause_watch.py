@@ -137,10 +137,17 @@ class PauseWatch:
                 failures += 1
                 pause = min(BACKOFF_SECONDS[1], BACKOFF_SECONDS[0] * 2 ** (failures - 1))
                 pause *= 0.5 + random.random()  # noqa: S311 - jitter, not security
+                forbidden = isinstance(exc, KubeError) and exc.status == 403
                 log.warning(
                     "pause_watch_interrupted",
                     error=str(exc) or type(exc).__name__,
                     retry_in=round(pause, 2),
+                    # An install whose Role predates the watch: the switch is still read with
+                    # a GET, as before, until the Role is applied.
+                    detail=f"nodefence's Role needs list and watch on configmaps/"
+                    f"{CONTROL_CONFIGMAP} in namespace {self.namespace}"
+                    if forbidden
+                    else None,
                 )
                 await asyncio.sleep(pause)
 
