@@ -1,12 +1,10 @@
-"""The imperative shell around the engine: one loop of read, decide, commit.
+"""The two ways in: an alert event, and the reconcile pass over what the fence record holds.
 
-Each event: read a snapshot (node, Lease, pods, fence record, cluster counts, the API server's
-clock) -> ``decide`` (pure) -> commit the decision's actions in order, each carrying its own
-precondition (the record version for a claim, uid and resourceVersion for the node, UIDs for
-pods) -> on a failed precondition, read and decide again. No lock is held between replicas: the
-claim written on the record version the decision read is what keeps two replicas from both
-spending the last budget slot, however slow either is. Then Events on the Node, a log line,
-metrics.
+Both go through the one loop of ``nodefence.shell`` (read a snapshot, decide, commit, on a
+failed precondition read again); this module only says in which order a request takes its
+steps: the external proof before deciding, the approval request, the settle and the reboot's
+power-on after a fence, the VolumeAttachments, and the report last. Events for different nodes
+run concurrently, events for one node in order. The parts are built by ``nodefence.runtime``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,16 @@
 
 ``loop`` reads a snapshot, decides and commits until no precondition failed; ``commit`` carries
 out a decision's actions, one handler per action type; ``report`` says what happened (log line,
-metrics, Events on the Node, notices for people). The rest are steps the loop's caller takes
-around it: ``proof`` (external power-off proof read before deciding), ``power_step`` (the BMC),
-``settle`` (purging what the taint manager evicts), ``volumes`` (VolumeAttachments of a fenced
-node) and ``refresh`` (what is kept fresh in the background while serving).
+metrics, Events on the Node, notices for people) and in which words. The rest are steps taken
+around the loop: ``proof`` (external power-off proof read before deciding), ``power_step`` (the
+BMC), ``settle`` (purging what the taint manager evicts), ``volumes`` (VolumeAttachments of a
+fenced node), ``refresh`` (what is kept fresh in the background while serving),
+``cached_refusal`` (refusals decided on cached facts) and ``dry_run_power`` (the BMC asked,
+never told, in dry-run).
+
+Where things go: a new action is a type in ``engine.model.Action``, decided in ``engine``, with
+a handler in ``commit.HANDLERS`` (a test fails until it has one) and its words in ``report``.
+A new guard goes in ``engine.guards``; a new fencing driver in ``fencing`` (registered in
+``fencing.registry``); a new alert source in ``alerts``. Every part is built in
+``nodefence.runtime``.
 """
