@@ -44,10 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--fencing",
-        choices=("none", "redfish"),
+        choices=("none", "redfish", "fence-agent"),
         default="none",
         help="how the machine is proven off: redfish powers it off through the simulated BMC "
-        "and reads back Off (action reboot); none fences on inference alone, and says so",
+        "and reads back Off (action reboot); fence-agent does the same through fence_redfish "
+        "(Debian package fence-agents); none fences on inference alone, and says so",
     )
 
     plan = sub.add_parser(

@@ -18,17 +18,20 @@ import secrets
 import shutil
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
+import yaml
 from pydantic import SecretStr
 
 from nodefence.demo.cluster_view import ClusterView, owner_kind, pod_status, ready_status, taints
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.demo.receiver import serving
 from nodefence.demo.timeline import StepFailedError, Timeline
+from nodefence.demo.tls_front import tls_front
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import Policy, parse_policy
@@ -50,7 +53,16 @@ POWER_TIMEOUT_SECONDS = 10
 FENCING = {
     "none": {"driver": "none"},
     "redfish": {"driver": "redfish", "action": "reboot", "timeout_seconds": POWER_TIMEOUT_SECONDS},
+    # fence_redfish against the same BMCs, behind a TLS front: each step is a process of its own.
+    "fence-agent": {"driver": "fence-agent", "action": "reboot", "timeout_seconds": 30},
 }
+AGENT = "fence_redfish"
+AGENT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INSTALL_AGENT = (
+    "the fence-agent story needs fence_redfish from ClusterLabs' fence agents: on Debian or "
+    "Ubuntu `sudo apt-get install fence-agents`, on Fedora, RHEL or CentOS Stream `sudo dnf "
+    "install fence-agents-redfish`; then run `nodefence demo --fencing fence-agent` again"
+)
 
 
 def demo_policy(fencing: str) -> Policy:
@@ -113,6 +125,7 @@ class Story:
         kubeconfig: str | None = None,
         *,
         bmc: tuple[str, SecretStr] | None = None,
+        agent: str = "",
     ) -> None:
         self.view = view
         self.receiver = receiver
@@ -121,6 +134,8 @@ class Story:
         self.kubeconfig = kubeconfig
         # The simulated BMC's login, when the story fences through Redfish.
         self.bmc = bmc
+        # The fence agent that acts on the BMCs ("" for the native Redfish driver).
+        self.agent = agent
 
     async def power_state(self) -> str:
         """control02's PowerState as its BMC reports it (Redfish, basic auth)."""
@@ -202,7 +217,14 @@ class Story:
         # The table is shown once, when the node has died: the same rows twice say nothing new.
         t.detail(_census(await view.pods(node=NODE)))
 
-        if self.bmc is None:
+        if self.bmc is not None and self.agent:
+            t.say(
+                f"power fencing through a fence agent: the rule's fencing is fence-agent with "
+                f"action reboot; {self.agent} reaches each node's simulated BMC over HTTPS, with "
+                "its parameters on stdin, and only its separate status run exiting 2 is proof"
+            )
+            t.heading(f"{NODE} hangs (its kubelet stopped 20 minutes ago; the machine is still on)")
+        elif self.bmc is None:
             t.say(
                 "inference mode: the rule chose fencing.driver none, so nodefence fences on the "
                 'guards alone and says "no proof" (run with --fencing redfish for power fencing)'
@@ -272,7 +294,7 @@ class Story:
                 for r in body["decisions"][0]["reasons"]
                 if r["guard"] == "power-off" and r["passed"]
             ]
-            if not any("reports the machine is Off" in m for m in proof):
+            if not any("reports the machine is Off" in m or "Status: OFF" in m for m in proof):
                 t.fail("the fence decision does not carry the BMC's Off as its proof")
                 raise StepFailedError("proof")
             t.ok(f"the taint came after the BMC read back Off: {proof[-1]}")
@@ -408,13 +430,41 @@ class Story:
             t.ok(f"kubectl describe node {NODE} shows them")
 
 
+@contextlib.asynccontextmanager
+async def _no_front() -> AsyncIterator[None]:
+    yield None
+
+
+def _agent_inventory(path: Path, port: int, sim: Simulation) -> Path:
+    """Every node behind fence_redfish with shared parameters and its own system ({node}).
+    fence_redfish names no machine of its own (no plug), so the entries say identity:
+    unchecked, and every decision made on them says so."""
+    bmcs = bmcs_of(sim)
+    parameters = {
+        "ip": "127.0.0.1",
+        "ipport": str(port),
+        "username": bmcs.username,
+        "password": bmcs.password.get_secret_value(),
+        "ssl_insecure": "1",
+        "systems_uri": "/redfish/v1/Systems/{node}",
+    }
+    nodes = {
+        str(state["name"]): {"driver": "fence-agent", "identity": "unchecked"}
+        for state in sim.node_states()
+    }
+    data = {"defaults": {"fence-agent": {"agent": AGENT, "parameters": parameters}}}
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(yaml.safe_dump({**data, "nodes": nodes}, sort_keys=True))
+    return path
+
+
 async def run_demo(out: TextIO | None = None, *, fencing: str = "none") -> int:
     timeline = Timeline(out)
     # Expected refusals are shown by the timeline; a raw log line would only interrupt it.
     configure_logging("json", "error")
     sim = Simulation.from_scenario("seed")
     token = secrets.token_urlsafe(24)
-    async with running_simulator(sim) as cluster:
+    async with running_simulator(sim) as cluster, contextlib.AsyncExitStack() as stack:
         workdir = Path(cluster.kubeconfig).parent
         inventory = None
         bmc: tuple[str, SecretStr] | None = None
@@ -422,6 +472,17 @@ async def run_demo(out: TextIO | None = None, *, fencing: str = "none") -> int:
             inventory = write_bmc_inventory(workdir / "bmc-inventory.yaml", cluster.url, sim)
             bmcs = bmcs_of(sim)
             bmc = (bmcs.username, bmcs.password)
+        front: contextlib.AbstractAsyncContextManager[int | None] = _no_front()
+        if fencing == "fence-agent":
+            if shutil.which(AGENT, path=AGENT_PATH) is None:
+                timeline.fail(INSTALL_AGENT)
+                return 2
+            bmcs = bmcs_of(sim)
+            bmc = (bmcs.username, bmcs.password)
+            front = tls_front(int(cluster.url.rsplit(":", 1)[1]))
+        port = await stack.enter_async_context(front)
+        if port is not None:
+            inventory = _agent_inventory(workdir / "bmc-inventory.yaml", port, sim)
         settings = Settings(
             alert_token=SecretStr(token),
             namespace="nodefence",
@@ -444,6 +505,7 @@ async def run_demo(out: TextIO | None = None, *, fencing: str = "none") -> int:
                 timeline,
                 str(cluster.kubeconfig),
                 bmc=bmc,
+                agent=AGENT if fencing == "fence-agent" else "",
             )
             with contextlib.suppress(StepFailedError):
                 await story.run()
