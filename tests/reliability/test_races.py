@@ -22,7 +22,7 @@ import pytest
 from nodefence.engine import record as fence_record
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
-from nodefence_sim.resources import CONFIGMAPS, NODES
+from nodefence_sim.resources import CONFIGMAPS, EVENTS, NODES
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle, running_simulator
@@ -446,3 +446,29 @@ async def test_an_exclusion_mid_fence_rolls_the_claim_back_and_frees_the_slot(
         [next_one] = await receiver.alert(firing("compute01"))
         assert next_one["verdict"] == "fence", next_one
         assert oos_taints(cluster, NODE) == []
+
+
+async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
+    cluster: SimulatorHandle,
+) -> None:
+    """Attack 8: one payload of 1,000 firing alerts for nodes that do not exist. No Event is
+    created per name (at most one for the whole payload), a counter says how many were
+    refused, and the API cost is bounded: far fewer requests than alerts."""
+    from nodefence.demo.payloads import webhook
+
+    from .support import alert as one_alert
+
+    async with start_receiver(cluster) as receiver:
+        await watching_nodes(receiver)
+        cursor = cluster.faults.cursor
+        events_before = len(cluster.sim.store.items(EVENTS))
+        payload = webhook([one_alert(f"ghost-{i:04d}") for i in range(1000)])
+        decisions = await receiver.alert(payload)
+        assert len(decisions) == 1000
+        assert {d["verdict"] for d in decisions} == {"skip"}
+        requests = cluster.faults.requests(cursor)
+        assert len(requests) <= 50, f"{len(requests)} API requests for one payload"
+        created = len(cluster.sim.store.items(EVENTS)) - events_before
+        assert created <= 1, f"{created} Events for one payload"
+        metrics = receiver.metrics.exposition().decode()
+        assert 'nodefence_alerts_for_unknown_nodes_total{status="firing"} 1000.0' in metrics

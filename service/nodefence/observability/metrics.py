@@ -145,6 +145,13 @@ class Metrics:
             ["node"],
             registry=registry,
         )
+        self.unknown_node_alerts = Counter(
+            "nodefence_alerts_for_unknown_nodes_total",
+            "Alerts that named a node the cluster does not have, by alert status: refused "
+            "without an Event (there is no Node to put one on).",
+            ["status"],
+            registry=registry,
+        )
         self.fences_without_record = Gauge(
             "nodefence_fences_without_record",
             "Nodes carrying an out-of-service taint and nodefence's mirror annotations but no "
@@ -229,6 +236,9 @@ class Metrics:
         self.contradicted_nodes.clear()
         for node, moment in found_at_unix.items():
             self.contradicted_nodes.labels(node=node).set(moment)
+
+    def unknown_node_alert(self, status: str) -> None:
+        self.unknown_node_alerts.labels(status=status).inc()
 
     def fences_without_record_are(self, nodes: tuple[str, ...]) -> None:
         """Replace the gauge with the nodes the last reconcile pass found without an entry."""

@@ -136,9 +136,10 @@ class CachedRefusal:
         # A name the fresh index does not hold is no node of the cluster: refused on the index
         # alone, so a payload of a thousand made-up names costs no request per name.
         unknown = index is not None and node is None and name not in index.nodes
-        if counts is None or (node is None and not unknown) or (node and node.is_control_plane):
-            # No fresh index, a node it has not seen whole, or the quorum guard's live count
-            # of control-plane peers: nothing here to refuse on.
+        if counts is None or (node is None and not unknown):
+            # No fresh index, or a node it has not seen whole: nothing here to refuse on. (A
+            # control-plane node's quorum is counted from the index here, which can only
+            # refuse and never stands alone: the guard is not one a cached refusal rests on.)
             return None, None
         ready = node is not None and node.ready is not None and node.ready.status == "True"
         within = RECORD_READY_SECONDS if ready else RECORD_SHARE_SECONDS

@@ -27,6 +27,7 @@ from nodefence.observability.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
+NODE_FOUND = "node-found"
 REFUSAL_REASONS = frozenset(
     {
         "FenceRefused",
@@ -85,6 +86,11 @@ class Reporter:
         purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
         if purged:
             self.metrics.pod_purged(purged)
+        if not results and any(r.guard == NODE_FOUND and not r.passed for r in decision.reasons):
+            # No Node to put an Event on: a counter says how many alerts named nodes that do
+            # not exist, so a payload of made-up names cannot flood the Events.
+            self.metrics.unknown_node_alert(decision.status)
+            return decision
         event = node_event(decision, results, purged, fenced=fenced)
         if event is None or decision.node is None:
             return decision
