@@ -34,6 +34,10 @@ def _fence(entry: Any) -> dict[str, Any]:
         "proof": entry.proof or "none recorded",
         "approval": entry.approval or "none",
         "readySeenAt": instant(entry.ready_seen_at) if entry.ready_seen_at else None,
+        # Back with its fence-time boot ID: the proof was false; held for a person.
+        "proofContradictedAt": (
+            instant(entry.proof_contradicted_at) if entry.proof_contradicted_at else None
+        ),
     }
 
 
@@ -87,6 +91,12 @@ def as_text(status: dict[str, Any]) -> str:
         lines.append(f"      {proof}; approval: {f['approval']}")
         if f["readySeenAt"]:
             lines.append(f"      seen Ready again since {f['readySeenAt']}")
+        if f.get("proofContradictedAt"):
+            lines.append(
+                f"      HELD: back at {f['proofContradictedAt']} with its fence-time boot ID, so "
+                f"its power-off proof was false; `nodefence release {f['node']} --reason ...` "
+                "once checked"
+            )
     half = status["halfWritten"]
     lines.append(f"Half-written fences (claimed, taint not confirmed): {len(half) or 'none'}")
     for f in half:

@@ -6,6 +6,7 @@ puts a Warning Event on the Node, counts it, and holds the taint until a person 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -165,20 +166,26 @@ async def test_nodefence_release_lets_go_of_a_held_fence(
         "NODEFENCE_AUTH_DISABLED": "true",
         "NODEFENCE_POLICY_FILE": str(policy),
     }
-    # Not subprocess.run: the simulator answers on this test's event loop.
+    status, _ = await run_nodefence(env, "status", "-o", "json")
+    [held] = [f for f in json.loads(status)["fenced"] if f["node"] == NODE]
+    assert held["proofContradictedAt"] is not None
+    assert "HELD" in (await run_nodefence(env, "status"))[0]
+    await run_nodefence(env, "release", NODE, "--reason", "BMC firmware fixed; volumes checked")
+    assert record_entries(cluster) == ()
+    assert oos_taints(cluster, NODE) == []
+
+
+async def run_nodefence(env: dict[str, str], *args: str) -> tuple[str, str]:
+    """Not subprocess.run: the simulator answers on this test's event loop."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "nodefence",
-        "release",
-        NODE,
-        "--reason",
-        "BMC firmware fixed; volumes checked",
+        *args,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, out.decode() + err.decode()
-    assert record_entries(cluster) == ()
-    assert oos_taints(cluster, NODE) == []
+    return out.decode(), err.decode()
