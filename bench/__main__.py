@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import fence, noop, recovery, scale
+from bench import fence, noop, recovery, scale, storm
 from bench.common import Row
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 ANALYSIS = "All figures come from"
-SECTIONS = ("fence", "noop", "scale", "startup", "recovery")
+SECTIONS = ("fence", "noop", "scale", "storm", "startup", "recovery")
 COLUMNS = ("benchmark", "nodefence", "baseline", "ratio", "target", "met", "notes")
 
 
@@ -86,6 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--scale-alerts", type=int, default=30, help="alerts timed per size")
     parser.add_argument(
+        "--storm-sizes",
+        default="500/2000,1000/5000",
+        help="storms as DEAD/NODES, comma-separated",
+    )
+    parser.add_argument(
+        "--storm-small", action="store_true", help="one quick storm, 100 of 400 nodes dead"
+    )
+    parser.add_argument(
         "--recovery-factor",
         type=float,
         default=recovery.DEFAULT_FACTOR,
@@ -113,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("per-alert cost against cluster size", flush=True)
         sizes_of_clusters = tuple(int(n) for n in args.scale_sizes.split(","))
         rows += scale.rows(scale.run(sizes_of_clusters, alerts=args.scale_alerts))
+    if "storm" not in skip:
+        print("storm: N of M nodes dead, one webhook each, 50 in flight", flush=True)
+        storms = storm.SMALL if args.storm_small else storm.sizes_of(args.storm_sizes)
+        rows += storm.rows(storm.run(storms))
     if "startup" not in skip:
         print("cold start", flush=True)
         rows += _startup_rows()

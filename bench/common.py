@@ -255,5 +255,31 @@ class ReceiverProcess:
         return request(self.url + "/alerts", method="POST", body=payload, token=TOKEN)
 
 
+# The same receiver with the API rate limit and the cached refusals off: every alert read live,
+# nothing held back, as before either existed. The baseline of the before-and-after rows.
+UNLIMITED = {"NODEFENCE_API_QPS": "0", "NODEFENCE_CACHED_REFUSALS": "false"}
+
+
+def wait_for_node_index(receiver: ReceiverProcess, sim: Cluster) -> None:
+    """Probe ``/readyz`` as a kubelet would (which starts the node index), then wait until the
+    index has listed every node and opened its watch of them."""
+    cursor = sim.cursor()
+    eventually(
+        lambda: request(receiver.url + "/readyz")[0] == 200,
+        within=60,
+        interval=0.05,
+        what="ready",
+    )
+    eventually(
+        lambda: any(
+            r["verb"] == "watch" and r["path"] == "/api/v1/nodes"
+            for r in sim.requests_since(cursor)
+        ),
+        within=300,
+        interval=0.2,
+        what="the node index's watch",
+    )
+
+
 def firing(node: str, alertname: str = "KubeNodeNotReady") -> dict[str, Any]:
     return webhook([node_alert(node, alertname=alertname)])

@@ -29,7 +29,17 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from bench.common import POLICY, TOKEN, ReceiverProcess, Row, firing, median, percentile, request
+from bench.common import (
+    POLICY,
+    TOKEN,
+    UNLIMITED,
+    ReceiverProcess,
+    Row,
+    firing,
+    median,
+    percentile,
+    request,
+)
 from bench.processes import eventually
 from bench.scale import ScaleSimulator
 from nodefence_sim.scale import node_name
@@ -40,8 +50,7 @@ IN_FLIGHT = 50
 PODS_PER_NODE = 2
 ANSWER_SECONDS = 30.0
 BUDGET = 1  # the policy's default max_fenced_nodes
-BASELINE = {"NODEFENCE_API_QPS": "0", "NODEFENCE_CACHED_REFUSALS": "false"}
-MODES = (("baseline: limit and cache off", BASELINE), ("defaults", {}))
+MODES = (("baseline: limit and cache off", UNLIMITED), ("defaults", {}))
 
 
 @dataclass
