@@ -64,6 +64,7 @@ from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue, is_s
 from nodefence.fencing.ipmi import DEFAULT_PORT, IpmiDriver
 from nodefence.fencing.model import PowerDriver
 from nodefence.fencing.redfish import RedfishDriver, base_url
+from nodefence.fencing.registry import POWER_DRIVERS
 
 MASK = "***"
 MAX_INVENTORY_BYTES = 1 << 20
@@ -239,7 +240,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
     # The discriminated union adds the driver name as a path step (nodes.<node>.<driver>.field);
     # people think in keys.
     parts = [str(p) for p in loc]
-    if len(parts) > 2 and parts[0] == "nodes" and parts[2] in ("redfish", "ipmi", "fence-agent"):
+    if len(parts) > 2 and parts[0] == "nodes" and parts[2] in POWER_DRIVERS:
         del parts[2]
     return ".".join(parts) or "(top level)"
 
@@ -251,9 +252,9 @@ def _explain(error: Any) -> str:
     if kind == "missing":
         return "required field missing"
     if kind == "union_tag_invalid":
-        return "unknown driver (use redfish, ipmi or fence-agent)"
+        return f"unknown driver (use {_DRIVER_CHOICES})"
     if kind == "union_tag_not_found":
-        return "driver missing (redfish, ipmi or fence-agent)"
+        return f"driver missing ({_DRIVER_CHOICES})"
     # Pydantic's own messages quote the input only for the types listed above, which never
     # see a password; these carry the rule that failed.
     return str(error["msg"]).removeprefix("Value error, ")
@@ -291,7 +292,8 @@ def load_inventory(path: str | Path) -> Inventory:
         raise InventoryError(f"{where}: {problems}") from None
 
 
-_DRIVERS = ("redfish", "ipmi", "fence-agent")
+_DRIVERS = POWER_DRIVERS
+_DRIVER_CHOICES = ", ".join(POWER_DRIVERS[:-1]) + f" or {POWER_DRIVERS[-1]}"
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
