@@ -48,9 +48,7 @@ async def read_power(
     )
     driver, detail = power_driver(inventory, action.node, action.driver)
     if driver is None:
-        return _with(
-            decision, False, f"dry run: no power-state read of node {action.node}: {detail}"
-        )
+        return _with(decision, False, f"no power-state read of node {action.node}: {detail}")
     try:
         _reported, bound = await power_binding.before_action(driver, facts, timeout)
         if not bound.bound:
@@ -58,8 +56,8 @@ async def read_power(
             return _with(
                 decision,
                 False,
-                f"dry run: the {action.driver} target of node {action.node} is not shown to be "
-                f"its machine, so a real run would send nothing and have no proof: "
+                f"read-only check: the {action.driver} target of node {action.node} is not shown "
+                "to be its machine, so a real run would send nothing and have no proof: "
                 f"{bound.message}",
             )
         reading = await driver.status(timeout)
@@ -70,10 +68,10 @@ async def read_power(
     answered = reading.state != "unknown"
     identity = f"; {bound.message}" if bound.message else ""
     text = (
-        f"dry run: read-only, {reading.source} reports node {action.node}'s machine {said}"
+        f"read-only power-state read: {reading.source} reports node {action.node}'s machine {said}"
         f"{identity}; no power action sent, {would}"
         if answered
-        else f"dry run: read-only, {reading.source} gave no power state for node "
+        else f"read-only power-state read: {reading.source} gave no power state for node "
         f"{action.node} ({reading.detail or 'no answer'}): a real run would have no proof"
     )
     return _with(decision, answered, text)
