@@ -171,8 +171,17 @@ def _plan(payload_file: Path) -> int:
     policy = _policy_or_exit(settings)
     try:
         payload = WebhookPayload.model_validate_json(payload_file.read_bytes())
-    except (OSError, ValidationError) as exc:
-        raise SystemExit(f"nodefence: cannot use {payload_file}: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"nodefence: cannot read {payload_file}: {exc.strerror}") from None
+    except ValidationError as exc:
+        # One line naming each field, as the settings and policy errors do.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
+        raise SystemExit(
+            f"nodefence: {payload_file} is not a webhook payload: {problems}"
+        ) from None
     events = extract_events(
         payload, alert_names=policy.alerts.names, node_labels=policy.alerts.node_labels
     )

@@ -175,3 +175,21 @@ def test_bad_settings_and_policy_say_their_prefix_once(tmp_path: Path) -> None:
     assert policy.returncode == 2
     assert policy.stderr.count("invalid policy") == 1, policy.stderr
     assert policy.stderr.startswith(f"nodefence: invalid policy {policy_file}: rules[0]")
+
+
+def test_a_payload_plan_cannot_use_is_one_line_naming_each_field(tmp_path: Path) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"version": "4"}')
+
+    missing = _run("plan", "--payload", str(tmp_path / "absent.json"), env=_env())
+    invalid = _run("plan", "--payload", str(payload), env=_env())
+
+    assert missing.returncode == 1
+    assert missing.stderr == f"nodefence: cannot read {tmp_path / 'absent.json'}: " + (
+        "No such file or directory\n"
+    )
+    assert invalid.returncode == 1
+    assert invalid.stderr == (
+        f"nodefence: {payload} is not a webhook payload: status: Field required; "
+        "alerts: Field required\n"
+    )
