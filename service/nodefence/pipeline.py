@@ -36,6 +36,7 @@ from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Fencing, Policy
+from nodefence.shell.active_alerts import judge_active, one_per_node
 from nodefence.shell.dry_run_power import read_power
 from nodefence.shell.loop import Loop
 from nodefence.shell.proof import ExternalProof
@@ -106,6 +107,7 @@ class Pipeline:
         self.approvals = approvals
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
+        self._passes = asyncio.Lock()
 
     async def close(self) -> None:
         """Stop the background refresh, then the client."""
@@ -215,6 +217,12 @@ class Pipeline:
 
     # --------------------------------------------------------------- reconcile
     async def reconcile(self) -> list[Decision]:
+        """One pass at a time in this process: a pass asked for while one runs (``POST
+        /reconcile`` during the loop's own pass) starts when that one has ended."""
+        async with self._passes:
+            return await self._reconcile_pass()
+
+    async def _reconcile_pass(self) -> list[Decision]:
         """Finish what lost or failed deliveries left, for every node the fence record holds:
         purge leftovers, unfence recovered nodes, complete or roll back half-written fences."""
         deadline = Deadline(self.options.deadline_seconds)
@@ -245,11 +253,11 @@ class Pipeline:
                 )
             decisions.append(decision)
         handled = {entry.node for entry in held.entries}
-        for event in await self._active_alerts():
-            if event.node is None or event.node in handled or deadline.expired:
-                continue
-            handled.add(event.node)
-            decisions.append(await self.handle_event(event, deadline))
+        active = one_per_node(await self._active_alerts(), handled)
+        # Hundreds in an outage: judged as webhooks are, a bounded number at a time.
+        decisions += await judge_active(
+            active, self.handle_event, deadline_seconds=self.options.deadline_seconds
+        )
         return decisions
 
     async def _active_alerts(self) -> list[AlertEvent]:
