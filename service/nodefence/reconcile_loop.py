@@ -11,10 +11,10 @@ jittered so that replicas started together drift apart instead of racing each ot
 pass. A pass never overlaps the previous one of the same replica: the next wait starts when a
 pass ends.
 
-After each pass the loop also publishes what no single request sees: how many
-VolumeAttachments are still attached to each node nodefence holds fenced
-(``nodefence_volumes_unreleased``), on every replica, from the cluster, so the alert on it
-survives a restart of the replica that fenced.
+After each pass the loop also publishes how many VolumeAttachments are still attached to each
+node nodefence holds fenced (``shell.volume_gauge``), so a fence that left them shows within a
+pass; the background refresh of every serving receiver (also one that runs no pass) does the
+same every minute.
 
 A receiver that scales to zero (Knative) runs no loop while it has no pod; there the reconcile
 CronJob (``nodefence reconcile``) does the same work.
@@ -32,13 +32,12 @@ from typing import Protocol
 import structlog
 
 from nodefence.decision_log import DecisionLog, observe_decisions
-from nodefence.engine import record as fence_record
 from nodefence.engine.model import Decision
 from nodefence.errors import ClusterUnavailableError
-from nodefence.kube.client import Deadline, KubeClient, KubeError
-from nodefence.kube.convert import volume_attachment_facts
+from nodefence.kube.client import KubeClient
 from nodefence.observability.metrics import Metrics
 from nodefence.settings import Settings
+from nodefence.shell.volume_gauge import publish_unreleased_volumes
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +45,6 @@ JITTER = 0.2
 # The first pass comes within the first interval, not at its end, so a replica started to
 # replace a crashed one finishes what that one left without waiting a whole period.
 FIRST_PASS_FRACTION = (0.2, 1.0)
-VOLUMES_DEADLINE_SECONDS = 10.0
 
 
 class Reconciler(Protocol):
@@ -144,34 +142,8 @@ class ReconcileLoop:
         return "ok"
 
     async def publish_volumes(self) -> None:
-        """``nodefence_volumes_unreleased``: VolumeAttachments still attached to each node the
-        fence record holds fenced. Read only while something is fenced (no list otherwise)."""
-        if self.kube is None:
-            return
-        deadline = Deadline(VOLUMES_DEADLINE_SECONDS)
-        try:
-            body = (
-                await self.kube.get_configmap_dated(
-                    self.namespace, fence_record.CONFIGMAP, deadline
-                )
-            ).body
-            held = fence_record.from_configmap(body)[0]
-            fenced = {e.node for e in held.entries if e.phase is fence_record.Phase.FENCED}
-            attached: dict[str, int] = {}
-            if fenced:
-                for raw in await self.kube.list_volume_attachments(deadline):
-                    va = volume_attachment_facts(raw)
-                    if va.node_name in fenced and va.attached:
-                        attached[va.node_name] = attached.get(va.node_name, 0) + 1
-        except KubeError as exc:
-            if exc.status != 404:
-                log.warning("volumes_unreleased_unknown", error=str(exc))
-                return
-            attached = {}
-        except ClusterUnavailableError as exc:
-            log.warning("volumes_unreleased_unknown", error=str(exc))
-            return
-        self.metrics.volumes_unreleased_are(attached)
+        if self.kube is not None:
+            await publish_unreleased_volumes(self.kube, self.namespace, self.metrics)
 
 
 def reconcile_loop_for(

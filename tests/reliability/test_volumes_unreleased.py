@@ -94,3 +94,22 @@ async def test_volumes_released_by_cleanup_leave_no_warning(cluster: SimulatorHa
         if r.method == "DELETE" and "/volumeattachments/" in r.path and r.status == 200
     ]
     assert sorted(r.path.rsplit("/", 1)[1] for r in deleted) == stuck
+
+
+async def test_a_receiver_without_a_loop_of_its_own_exports_them_too(
+    cluster: SimulatorHandle,
+) -> None:
+    """A Knative receiver runs no reconcile pass (the CronJob does); its background refresh
+    publishes the gauge from the cluster all the same, also for a fence another replica made."""
+    await kill_node(cluster, NODE)
+    async with serving(cluster, interval=3600) as fencer:
+        [decision] = await fencer.alert(firing(NODE))
+    assert decision["verdict"] == "fence", decision
+    async with serving(cluster, interval=0, identity="replica-k") as receiver:
+        async with receiver.http.get(receiver.url + "/readyz") as response:
+            assert response.status == 200
+
+        async def published() -> bool:
+            return await gauge(receiver) == len(attached_to(cluster, NODE)) == 2
+
+        await until(published, within=60)

@@ -13,6 +13,7 @@ from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeError
 from nodefence.kube.facts import PAUSE_REFRESH_SECONDS, FactsReader
 from nodefence.observability.metrics import Metrics
+from nodefence.shell.volume_gauge import publish_unreleased_volumes
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +53,9 @@ class BackgroundRefresh:
                 if since_gauges >= FENCED_GAUGE_SECONDS:
                     since_gauges = 0.0
                     await self._publish_fenced(Deadline(PAUSE_REFRESH_SECONDS))
+                    await publish_unreleased_volumes(
+                        self.reader.kube, self.reader.namespace, self.metrics
+                    )
                 await self.reader.refresh_pause(Deadline(PAUSE_REFRESH_SECONDS))
                 since = self.reader.pause.since
                 self.metrics.pause_is(
