@@ -9,6 +9,7 @@ request log) and at the machine (the simulated BMCs' resets).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from nodefence.engine.cached import CACHED
 from nodefence.kube.node_index import NodeIndex
 from nodefence_sim.faults import WRITE_VERBS, FaultRule
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
-from nodefence_sim.testing import SimulatorHandle
+from nodefence_sim.scale import node_name, simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 from .harness import Receiver, eventually, firing, inference, node, oos_taints, start_receiver
 
@@ -133,3 +135,43 @@ async def test_a_stale_cache_saying_notready_never_acts_on_a_live_ready_node(
         assert bmcs_of(cluster.sim).resets == []
         assert not oos_taints(cluster, NODE)
         assert ready_in_cluster(cluster, NODE)
+
+
+async def test_a_ready_control_plane_node_is_refused_from_the_cache_too(
+    cluster: SimulatorHandle, receiver: Receiver
+) -> None:
+    await following(receiver)
+    [warm] = await receiver.alert(firing("control01"))
+    assert warm["verdict"] == "noop", warm
+    since = cluster.faults.cursor
+    [decision] = await receiver.alert(firing("control01"))
+    assert [r["guard"] for r in decision["reasons"] if not r["passed"]] == ["ready"], decision
+    assert any(r["guard"] == CACHED for r in decision["reasons"]), decision
+    assert cluster.faults.requests(since) == []
+
+
+async def test_a_storm_in_miniature_reads_live_only_where_it_fences() -> None:
+    """Twelve of forty nodes dead, their webhooks all at once: one fence within the budget of
+    one; the others wait for its claim and are refused on the record read after it, from the
+    cache, instead of each reading its node, Lease and pods."""
+    async with running_simulator(simulation(40, 40)) as cluster:
+        dead = [node_name(i) for i in range(28, 40)]
+        for name in dead:
+            cluster.sim.node_down(name, since_seconds=1200)
+        async with start_receiver(cluster, policy=inference(), deadline_seconds=60) as receiver:
+            await following(receiver)
+            since = cluster.faults.cursor
+            answers = await asyncio.gather(*(receiver.alert(firing(name)) for name in dead))
+            sent = cluster.faults.requests(since)
+            stats = receiver.pipeline.loop.cached.stats
+    decisions = [d for answer in answers for d in answer]
+    assert sorted(d["node"] for d in decisions) == sorted(dead)
+    fenced = [d for d in decisions if d["verdict"] == "fence"]
+    assert len(fenced) == 1, [d["verdict"] for d in decisions]
+    refused = [d for d in decisions if d["verdict"] == "noop"]
+    assert all(
+        {r["guard"] for r in d["reasons"] if not r["passed"]} == {"fence-budget"} for d in refused
+    ), refused
+    node_reads = [r for r in sent if r.method == "GET" and r.path.startswith("/api/v1/nodes/")]
+    assert len(node_reads) < len(dead) // 2, [r.path for r in node_reads]
+    assert stats.refused >= len(dead) // 2, stats
