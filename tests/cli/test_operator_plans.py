@@ -3,6 +3,7 @@ of the node and the fence record, and how the pause switch is read from its Conf
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -171,3 +172,17 @@ def test_a_pause_set_by_hand_is_dated_by_the_server_stamp_on_its_write() -> None
 
     assert state.at == datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
     assert state.by == ""
+
+
+def test_a_lookalike_taint_someone_else_wrote_is_refused() -> None:
+    """S4: same key, value and effect, but not the timeAdded of nodefence's own write (someone
+    removed nodefence's taint and applied theirs): not nodefence's to remove."""
+    written = datetime(2026, 12, 1, 3, 1, tzinfo=UTC)
+    entry = replace(_entry(), taint_added=written)
+    theirs = {**OURS, "timeAdded": "2026-12-01T03:20:00Z"}
+    ours = {**OURS, "timeAdded": "2026-12-01T03:01:00Z"}
+
+    with pytest.raises(CommandRefusedError, match="looks like the one nodefence applied but is"):
+        plan_release(NODE, _node([theirs], {}), FenceRecord((entry,)), POLICY, "nodefence")
+    plan = plan_release(NODE, _node([ours], {}), FenceRecord((entry,)), POLICY, "nodefence")
+    assert plan.taint == ours

@@ -228,3 +228,22 @@ def test_the_entry_of_a_deleted_node_is_dropped_and_nothing_else_touched(
     assert f"node {NODE} no longer exists; only the record entry is dropped" in out
     assert f"fence.{NODE}" not in _entries(cluster)
     assert all(e["reason"] != "FenceReleased" for e in cluster.node_events(NODE))
+
+
+def test_a_lookalike_taint_an_administrator_reapplied_is_refused(fenced: Cluster) -> None:
+    """S4: the administrator took nodefence's taint off and put the same one back by hand;
+    it looks the same, but the API server's record of the write says it is theirs."""
+    cluster = fenced
+    off = cluster.kubectl("taint", "nodes", NODE, f"{OOS}-")
+    assert off.returncode == 0, off.stderr
+    again = cluster.kubectl("taint", "nodes", NODE, f"{OOS}=nodeshutdown:NoExecute")
+    assert again.returncode == 0, again.stderr
+
+    code, _out, err = _release(cluster, NODE, "--reason", "done", "--yes")
+
+    assert code == 1
+    assert "looks like the one nodefence applied but is not" in err
+    assert [(t["value"], t["effect"]) for t in cluster.oos_taints(NODE)] == [
+        ("nodeshutdown", "NoExecute")
+    ]
+    assert f"fence.{NODE}" in _entries(cluster)

@@ -23,6 +23,7 @@ from nodefence.actions.executor import Outcome, is_own_taint
 from nodefence.actions.record import RecordWriter
 from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine import record as fence_record
+from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
     EXCLUDE_LABEL,
     OUT_OF_SERVICE_KEY,
@@ -33,7 +34,7 @@ from nodefence.engine.model import (
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
 from nodefence.engine.wording import duration, instant
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import ready_condition
+from nodefence.kube.convert import node_facts, ready_condition
 from nodefence.kube.events import EventRecorder
 from nodefence.policy import Policy, Rule
 
@@ -118,6 +119,25 @@ def _consequences(name: str, node: Json, entry: FenceEntry, rule: Rule) -> str:
     )
 
 
+def _authored(name: str, node: Json, taints: list[Json], entry: FenceEntry) -> Json | None:
+    """The taint nodefence wrote for ``entry`` (S4), or None when none looks like it. One that
+    looks like it but that the API server's record says someone else wrote (its timeAdded is not
+    nodefence's write's, or, for a claim, nodefence's field manager did not write it) is refused:
+    it is theirs, whatever it looks like."""
+    index = next((i for i, t in enumerate(taints) if is_own_taint(t, entry.effect)), None)
+    if index is None:
+        return None
+    facts = node_facts(node)
+    judged = taint_authorship(dataclasses.replace(facts, taints=(facts.taints[index],)), entry)
+    if not judged.ours:
+        raise CommandRefusedError(
+            f"the out-of-service taint on node {name} looks like the one nodefence applied but is "
+            f"not ({judged.why}); it is theirs and is left on, and the reconcile pass lets go of "
+            "nodefence's record entry"
+        )
+    return taints[index]
+
+
 def plan_release(
     name: str, node: Json | None, record: FenceRecord, policy: Policy, namespace: str
 ) -> ReleasePlan:
@@ -136,7 +156,7 @@ def plan_release(
         only = (note + "; only the record entry is dropped",)
         return ReleasePlan(entry, (), None, (), entry.uid, notes=only, same_node=False)
     taints = list((node.get("spec") or {}).get("taints") or [])
-    own = next((t for t in taints if is_own_taint(t, entry.effect)), None)
+    own = _authored(name, node, taints, entry)
     others = [t for t in taints if t.get("key") == OUT_OF_SERVICE_KEY and t is not own]
     if own is None and entry.phase is Phase.CLAIMED:
         raise CommandRefusedError(
