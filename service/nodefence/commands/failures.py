@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from nodefence.errors import ClusterUnavailableError, NodefenceError
 
-# What a shell reports for a process ended by SIGPIPE (128 + 13).
+# What a shell reports for a process ended by SIGPIPE (128 + 13) or SIGINT (128 + 2).
 BROKEN_PIPE = 141
+INTERRUPTED = 130
 # What a refused or failed command exits with; 2 stays the exit code of bad settings or usage.
 REFUSED = 1
 
@@ -67,6 +68,10 @@ def run_command(command: Callable[[], int]) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return BROKEN_PIPE
+    except KeyboardInterrupt:
+        # Ctrl-C is the operator's own decision, not a failure to explain with a traceback.
+        print("nodefence: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except Exception as exc:
         line = failure_line(exc)
         if line is None:
