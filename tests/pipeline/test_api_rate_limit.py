@@ -31,5 +31,8 @@ async def test_reads_for_refusals_wait_and_get_the_503_alertmanager_retries(
         assert status == 503, body
         assert body["type"] == "urn:nodefence:problem:cluster-unavailable", body
         assert receiver.pipeline.kube.limiter.stats.refused >= 1
+        async with receiver.session.get(receiver.url + "/metrics") as reply:
+            metrics = await reply.text()
+        assert 'code="rate-limited"' in metrics, metrics
         writes = [r for r in cluster.faults.requests(since) if r.method != "GET"]
         assert writes == []

@@ -225,7 +225,12 @@ class KubeClient:
         while True:
             attempt += 1
             if self.limiter is not None:
-                await self.limiter.acquire(priority, deadline.remaining)
+                try:
+                    await self.limiter.acquire(priority, deadline.remaining)
+                except ClusterUnavailableError:
+                    # Never sent: counted as nodefence_kube_api_requests_total{code=...}.
+                    self._on_request(verb, "rate-limited")
+                    raise
             timeout = max(0.05, min(self.call_timeout, deadline.remaining))
             retry_after: float | None = None
             try:
