@@ -33,7 +33,7 @@ async def test_a_failure_before_any_power_action_releases_the_claim_at_once(
         [NODE],
     )
     await kill(cluster, NODE)
-    async with receiver(cluster, wrong, timeout=3) as nodefence:
+    async with receiver(cluster, wrong, timeout=8) as nodefence:
         [refused] = await nodefence.alert(firing(NODE))
     assert refused["verdict"] != "fence"
     assert "not sent" in text_of(refused), text_of(refused)
@@ -60,7 +60,7 @@ async def test_a_sent_power_off_keeps_its_claim_and_is_never_sent_again(
         tmp_path, {"agent": str(agent.path), "parameters": agent.parameters()}, [NODE]
     )
     await kill(cluster, NODE)
-    async with receiver(cluster, bmcs, timeout=2) as nodefence:
+    async with receiver(cluster, bmcs, timeout=6) as nodefence:
         [first] = await nodefence.alert(firing(NODE))
         [second] = await nodefence.alert(firing(NODE))
     for decision in (first, second):

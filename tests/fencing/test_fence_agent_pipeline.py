@@ -203,7 +203,7 @@ async def test_a_faulty_agent_blocks_the_taint_with_its_reason(
     }
     bmcs = write_inventory(tmp_path, defaults, [NODE])
     await kill(cluster, NODE)
-    async with receiver(cluster, bmcs, timeout=3) as nodefence:
+    async with receiver(cluster, bmcs, timeout=8) as nodefence:
         [decision] = await nodefence.alert(firing(NODE))
     text = text_of(decision)
     assert decision["verdict"] != "fence", text

@@ -332,18 +332,24 @@ class FenceAgentDriver:
                 )
             await asyncio.sleep(self._poll_interval)
         answer = self._answer(await self.run(target, deadline))
+        # The last status run to finish says what the machine did; one cut off by the deadline
+        # would only say that time ran out.
+        said = reading
         while True:
-            reading = self._reading(await self.run("status", deadline))
+            run = await self.run("status", deadline)
+            reading = self._reading(run)
             if reading.state == target:
                 return dataclasses.replace(reading, reset_sent=True)
+            if not run.killed:
+                said = reading
             if loop.time() + self._poll_interval >= deadline:
                 break
             await asyncio.sleep(self._poll_interval)
-        now = reading.raw_state or reading.state
+        now = said.raw_state or said.state
         detail = f"sent {target} ({answer}); status still reports {now} after {seconds:g}s" + (
-            f" ({reading.detail})" if reading.detail else ""
+            f" ({said.detail})" if said.detail else ""
         )
-        return dataclasses.replace(self._unknown(detail, reading.raw_state), reset_sent=True)
+        return dataclasses.replace(self._unknown(detail, said.raw_state), reset_sent=True)
 
     def _answer(self, run: AgentRun) -> str:
         if run.failed_to_start:
