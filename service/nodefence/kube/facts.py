@@ -144,7 +144,9 @@ class FactsReader:
         Why each guard is still safe on counts up to 30 s old:
         - budget (max fenced nodes): not counted from these at all, but from the fence record,
           read fresh for each decision and changed only with its resourceVersion;
-        - S1, S2 and every other guard about the node itself: read fresh, by name, per alert;
+        - S1, S2 and every other guard about the node itself: read fresh, by name, for every
+          decision that acts (a refusal may rest on the node as this index saw it, and then
+          says so: ``shell.cached_refusal``);
         - storm (NotReady fraction) and ready fraction: the alerted node's own NotReady time
           is read fresh and must exceed the policy's minimum (5 minutes by default); if its
           outage is part of a storm, the other nodes of that storm have been NotReady about as
