@@ -274,3 +274,21 @@ async def test_check_fencing_names_a_target_that_reports_another_machine(
     assert all(c["bound"] for name, c in checks.items() if name != NODE), checks
     assert bmcs_of(cluster.sim).resets == []
     assert bmcs_of(cluster.sim).password.get_secret_value() not in out.decode() + err.decode()
+
+
+async def test_the_proof_says_powered_off_only_when_a_reset_was_sent(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """A machine found already Off gets no reset; its proof says so instead of claiming that
+    nodefence powered it off."""
+    await kill(cluster, NODE)
+    bmcs_of(cluster.sim).powered_off.add(NODE)
+    async with receiver(cluster, inventory(tmp_path, cluster)) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    assert decision["verdict"] == "fence", reasons(decision)
+    assert bmcs_of(cluster.sim).resets == []
+    [entry] = record_entries(cluster)
+    assert "no reset was sent" in entry.proof, entry.proof
+    assert "powered it off" not in entry.proof, entry.proof
+    assert "powered it off" not in reasons(decision), reasons(decision)
+    assert f"identity matched ({system_uuid(NODE)})" in entry.proof

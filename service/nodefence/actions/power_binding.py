@@ -117,11 +117,15 @@ async def with_proof_read(
 def evidence_of(
     action: PowerAction, reading: PowerReading, identity: Reported | None
 ) -> PowerEvidence:
+    """A power-off counts as sent when this step sent it, or when an earlier step of the
+    incident did (the record said so, and this one only read); a machine found already off
+    was sent nothing, and its proof must not say nodefence powered it off."""
+    earlier = action.operation == "off" and not action.send
     return PowerEvidence(
         reading.state,
         reading.source,
         reading.detail,
-        action_sent=action.send or action.operation == "off",
+        action_sent=reading.reset_sent or earlier,
         identity=identity,
         reset_sent=reading.reset_sent,
     )
