@@ -455,7 +455,8 @@ def _power_step(
         guards.POWER_OFF,
         True,
         f"proof comes from the BMC ({fencing.driver}): every other guard passed, so nodefence "
-        f"holds a budget slot and will {verb} before any taint",
+        f"holds a budget slot and will {verb} before any taint, once the BMC has shown it "
+        "controls this node's machine",
     )
     claim = pending.claimed_by if pending is not None else ""
     return PowerAction(node.name, node.uid, fencing.driver, operation, send, claim, entry=pending)
