@@ -92,20 +92,15 @@ def is_secret_key(key: str) -> bool:
 _LIMITS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
     weakref.WeakKeyDictionary()
 )
-_concurrency = DEFAULT_CONCURRENCY
-
-
-def set_concurrency(limit: int) -> None:
-    """The process-wide bound on agents running at once (takes effect for new event loops)."""
-    global _concurrency  # noqa: PLW0603 - one bound for the whole process, by design
-    _concurrency = max(1, limit)
 
 
 def _limit() -> asyncio.Semaphore:
+    """The bound on agents running at once: ``serve`` runs one event loop, so one bound for the
+    process; kept per loop because a semaphore belongs to the loop that first waits on it."""
     loop = asyncio.get_running_loop()
     semaphore = _LIMITS.get(loop)
     if semaphore is None:
-        semaphore = asyncio.Semaphore(_concurrency)
+        semaphore = asyncio.Semaphore(DEFAULT_CONCURRENCY)
         _LIMITS[loop] = semaphore
     return semaphore
 
