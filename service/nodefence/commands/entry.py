@@ -98,7 +98,7 @@ def _explain(args: argparse.Namespace) -> int:
     extra = _labels(args.label)
     reading = policy.model_copy(update={"dry_run": True})
 
-    async def main() -> dict[str, Any]:
+    async def main() -> explain.Explanation:
         async with connected_pipeline(settings, reading) as pipeline:
             alert, why = (
                 (None, "labels given with --label")
@@ -109,11 +109,11 @@ def _explain(args: argparse.Namespace) -> int:
                 alert = explain.synthesized_alert(policy, args.node, args.alert, extra, why)
             return await explain.explain(pipeline, alert, configured_dry_run=policy.dry_run)
 
-    report = asyncio.run(main())
+    explained = asyncio.run(main())
     if args.output == "json":
-        print(json.dumps(explain.public(report), indent=2))
+        print(json.dumps(explained.report, indent=2))
     else:
-        print(explain.as_text(report))
+        print(explain.as_text(explained))
     return 0
 
 

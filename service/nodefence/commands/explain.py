@@ -129,9 +129,16 @@ def _explained(decision: Decision, configured_dry_run: bool) -> Decision:
     return dataclasses.replace(decision, reasons=reasons, dry_run=False)
 
 
-async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool) -> dict[str, Any]:
-    """The decision for ``alert`` now, as a report; the pipeline must be built on a dry-run
-    policy (the caller's job, so this cannot write by mistake)."""
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    decision: Decision
+    # What ``-o json`` prints.
+    report: dict[str, Any]
+
+
+async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool) -> Explanation:
+    """The decision for ``alert`` now; the pipeline must be built on a dry-run policy (the
+    caller's job, checked here, so this cannot write by mistake)."""
     if not pipeline.policy.dry_run:
         raise CommandRefusedError("explain runs only on a dry-run policy (it must not write)")
     decisions = await pipeline.handle_events([alert.event])
@@ -142,7 +149,7 @@ async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool)
         raise CommandRefusedError(f"node {alert.event.node} does not exist in the cluster")
     blocked = [r.guard for r in decision.reasons if not r.passed]
     event = alert.event
-    return {
+    report = {
         "node": event.node,
         "alert": {
             "alertname": event.alertname,
@@ -156,12 +163,12 @@ async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool)
         "policyDryRun": configured_dry_run,
         "wrote": "nothing: explain only reads",
         "decision": decision_to_dict(decision),
-        "_decision": decision,
     }
+    return Explanation(decision, report)
 
 
-def as_text(report: dict[str, Any]) -> str:
-    decision: Decision = report["_decision"]
+def as_text(explanation: Explanation) -> str:
+    decision, report = explanation.decision, explanation.report
     alert = report["alert"]
     when = f" at {instant(decision.now)}" if decision.now is not None else ""
     lines = [
@@ -180,7 +187,3 @@ def as_text(report: dict[str, Any]) -> str:
         lines.append("Held back by: " + ", ".join(dict.fromkeys(held)))
     lines.append("Nothing was written: explain only reads (no power action, no Event).")
     return "\n".join(lines)
-
-
-def public(report: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in report.items() if not k.startswith("_")}
