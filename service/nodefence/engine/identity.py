@@ -299,7 +299,8 @@ def judge(
         return Judgement(
             False,
             f"{reported.source} reports the placeholder UUID {said}, which many machines "
-            f"share: not shown to be node {node}'s machine; set identity in the BMC inventory",
+            f"share: not shown to be node {node}'s machine (where its firmware cannot be given "
+            "its own UUID, the BMC inventory must say identity: unchecked)",
         )
     if uuid_shared_with:
         return Judgement(
