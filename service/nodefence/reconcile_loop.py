@@ -42,6 +42,7 @@ from nodefence.shell.volume_gauge import publish_unreleased_volumes
 log = structlog.get_logger(__name__)
 
 JITTER = 0.2
+OVERRUN = 1.5
 # The first pass comes within the first interval, not at its end, so a replica started to
 # replace a crashed one finishes what that one left without waiting a whole period.
 FIRST_PASS_FRACTION = (0.2, 1.0)
@@ -124,7 +125,9 @@ class ReconcileLoop:
         unavailable or the pass ran out of time) or ``error``."""
         self.passes += 1
         try:
-            async with asyncio.timeout(self.deadline_seconds):
+            # The pass keeps its own deadline (the request deadline, as POST /reconcile); this
+            # one only cuts a pass that hangs past it, so the loop goes on.
+            async with asyncio.timeout(self.deadline_seconds * OVERRUN):
                 decisions = await self.pipeline.reconcile()
         except (ClusterUnavailableError, TimeoutError) as exc:
             log.warning("reconcile_pass_unavailable", error=str(exc) or type(exc).__name__)
