@@ -89,6 +89,11 @@ def test_a_node_still_not_ready_needs_confirmation_and_says_why() -> None:
     ("node", "record", "says"),
     [
         (_node([OURS], {}), FenceRecord(), "was not applied by nodefence"),
+        (
+            _node([OURS], {"nodefence.io/fenced-by": "nodefence"}),
+            FenceRecord(),
+            "nothing proves the taint is nodefence's",
+        ),
         (_node([], {}), FenceRecord(), "nodefence holds no fence of node worker-1"),
         (
             _node([], {}),
@@ -102,7 +107,14 @@ def test_a_node_still_not_ready_needs_confirmation_and_says_why() -> None:
             "someone changed it",
         ),
     ],
-    ids=["admins-taint", "no-entry", "unreadable-entry", "half-written", "taken-over"],
+    ids=[
+        "admins-taint",
+        "mirror-without-entry",
+        "no-entry",
+        "unreadable-entry",
+        "half-written",
+        "taken-over",
+    ],
 )
 def test_what_is_not_nodefences_to_release_is_refused(
     node: Any, record: FenceRecord, says: str

@@ -22,6 +22,7 @@ from typing import Any
 from nodefence.actions.executor import Outcome, is_own_taint
 from nodefence.actions.record import RecordWriter
 from nodefence.commands.failures import CommandRefusedError
+from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
@@ -81,6 +82,18 @@ def _not_ours(name: str, node: Json | None, record: FenceRecord, namespace: str)
         for t in (node or {}).get("spec", {}).get("taints") or []
         if t.get("key") == OUT_OF_SERVICE_KEY
     ]
+    notes = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    if taints and notes.get(mirror.FENCED_BY) == mirror.FENCED_BY_VALUE:
+        # The mirror is not authority (the node can write it), but it says the record may have
+        # lost an entry: the reconcile pass adopts the taint back only where the API server's
+        # record of the write shows nodefence wrote it.
+        return (
+            f"node {name} carries an out-of-service taint and nodefence's annotations, but "
+            f"nodefence's fence record ({where}) has no entry for it, so nothing proves the taint "
+            "is nodefence's. The reconcile pass takes it back into the record where the API "
+            "server shows nodefence wrote it; release it after that, or, if you are sure, "
+            f"remove it by hand: kubectl taint nodes {name} {OUT_OF_SERVICE_KEY}-"
+        )
     if taints:
         shown = ", ".join(f"{t.get('value') or '(no value)'}:{t.get('effect')}" for t in taints)
         return (
