@@ -24,7 +24,7 @@ import signal
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import SecretStr
 
@@ -235,7 +235,7 @@ class FenceAgentDriver:
             os.close(stdin_read)
             os.close(out_write)
         collected = bytearray()
-        reader = asyncio.create_task(_drain(out_read, collected))
+        reader = asyncio.create_task(_drain(os.fdopen(out_read, "rb", buffering=0), collected))
         killed = False
         try:
             async with asyncio.timeout_at(deadline):
@@ -362,12 +362,18 @@ class FenceAgentDriver:
         return PowerReading("unknown", self.source, detail, raw)
 
 
-async def _drain(fd: int, into: bytearray) -> None:
+async def _drain(pipe: BinaryIO, into: bytearray) -> None:
+    """Reads the agent's output into ``into`` (at most MAX_OUTPUT_BYTES, the rest dropped)
+    until end of file; the pipe is closed however this ends, even cancelled before it began."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-    )
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+    except BaseException:
+        pipe.close()
+        raise
     try:
         while chunk := await reader.read(4096):
             room = MAX_OUTPUT_BYTES - len(into)
