@@ -185,3 +185,12 @@ async def test_every_refusal_series_starts_at_zero(client: Client) -> None:
     ]
     assert len(series) == len(PROTECTED_PATHS) * len(Rejection)
     assert all(line.endswith(" 0.0") for line in series)
+
+
+async def test_a_missing_token_file_does_not_stop_a_receiver_with_auth_off(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await make_client(
+        alert_token=None, auth_disabled=True, alert_token_file=tmp_path / "absent"
+    )
+    assert await alerts(client, "anything") == 200

@@ -55,7 +55,13 @@ class Authenticator:
 
     def __init__(self, settings: Settings) -> None:
         self.disabled = settings.auth_disabled
-        self.tokens = TokenSource(settings.alert_tokens, settings.alert_token_file)
+        # With authentication off no token is read, so a token file left behind cannot stop
+        # the start.
+        self.tokens = (
+            TokenSource([])
+            if self.disabled
+            else TokenSource(settings.alert_tokens, settings.alert_token_file)
+        )
         self._user: bytes | None = None
         self._password: bytes | None = None
         if settings.basic_auth_user is not None and settings.basic_auth_password is not None:
