@@ -121,10 +121,15 @@ class Nodefence:
 
 
 def start_nodefence(
-    procs: Processes, sim: Simulator, token: str, *, identity: str = "nodefence-e2e"
+    procs: Processes,
+    sim: Simulator,
+    token: str,
+    *,
+    identity: str = "nodefence-e2e",
+    env: Mapping[str, str] | None = None,
 ) -> Nodefence:
     port = free_port()
-    env = {
+    settings = {
         "PORT": str(port),
         "NODEFENCE_HOST": "127.0.0.1",
         "NODEFENCE_ALERT_TOKEN": token,
@@ -136,7 +141,8 @@ def start_nodefence(
         # The simulated machines have no BMC in this chain: the rule fences on inference alone.
         "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
     }
-    process = procs.start("nodefence", [sys.executable, "-m", "nodefence", "serve"], env=env)
+    settings.update(env or {})
+    process = procs.start("nodefence", [sys.executable, "-m", "nodefence", "serve"], env=settings)
     url = f"http://127.0.0.1:{port}"
     procs.wait_ready(process, f"{url}/readyz")
     return Nodefence(url, token, process)
