@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,21 @@ def test_dry_run_is_not_said_to_record_events() -> None:
     assert "records Events" not in text
     assert "no Event either" in text
     assert "GET /decisions" in text
+
+
+def test_every_command_the_runbook_names_exists() -> None:
+    """The 3 a.m. runbook's commands are real subcommands with the options it uses."""
+    section = readme().split("## The 3 a.m. runbook", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`nodefence ([a-z][a-z-]+)", section))
+    assert {"status", "explain", "pause", "resume", "release"} <= named
+    for command in sorted(named):
+        out = subprocess.run(
+            [sys.executable, "-m", "nodefence", command, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert out.returncode == 0, (command, out.stderr)
+        for option in re.findall(rf"`nodefence {command} [^`]*?(--[a-z-]+)", section):
+            assert option in out.stdout, (command, option)
