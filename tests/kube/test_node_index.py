@@ -61,6 +61,16 @@ async def index(kube: KubeClient) -> AsyncIterator[NodeIndex]:
     await nodes.stop()
 
 
+@pytest.fixture
+async def reader(kube: KubeClient) -> AsyncIterator[FactsReader]:
+    """A facts reader whose node counts come from its own watch-fed index."""
+    facts = FactsReader(kube)
+    facts.follow_nodes()
+    assert facts.nodes is not None
+    yield facts
+    await facts.close()
+
+
 def comparable(facts: ClusterFacts) -> tuple[Any, ...]:
     return (
         facts.total_nodes,
@@ -184,49 +194,39 @@ async def test_counts_past_the_bound_are_not_served(index: NodeIndex, kube: Kube
 
 
 async def test_the_reader_falls_back_to_a_list_when_the_index_is_stale(
-    cluster: SimulatorHandle, kube: KubeClient
+    cluster: SimulatorHandle, kube: KubeClient, reader: FactsReader
 ) -> None:
-    reader = FactsReader(kube)
-    reader.follow_nodes()
     assert reader.nodes is not None
-    try:
-        await eventually(agrees(reader.nodes, kube))
-        assert (await reader.cluster()).total_nodes == len(reader.nodes.nodes)
-        cursor = cluster.faults.cursor
-        await reader.cluster()
-        assert not [r for r in cluster.faults.requests(cursor) if r.verb == "list"]
+    await eventually(agrees(reader.nodes, kube))
+    assert (await reader.cluster()).total_nodes == len(reader.nodes.nodes)
+    cursor = cluster.faults.cursor
+    await reader.cluster()
+    assert not [r for r in cluster.faults.requests(cursor) if r.verb == "list"]
 
-        # The index stops hearing from the server (as with a watch that hangs) and ages out.
-        await reader.nodes.stop()
-        reader.nodes.heard_at = time.monotonic() - reader.nodes.max_age - 1
-        cluster.sim.node_down("compute01", since_seconds=600)
-        cursor = cluster.faults.cursor
-        live = cluster_facts(await kube.list_nodes())
-        facts = await reader.cluster()
-        assert comparable(facts) == comparable(live)
-        listed = [r for r in cluster.faults.requests(cursor) if r.verb == "list"]
-        assert len(listed) >= 2, "the reader listed the nodes itself"
-    finally:
-        await reader.close()
+    # The index stops hearing from the server (as with a watch that hangs) and ages out.
+    await reader.nodes.stop()
+    reader.nodes.heard_at = time.monotonic() - reader.nodes.max_age - 1
+    cluster.sim.node_down("compute01", since_seconds=600)
+    cursor = cluster.faults.cursor
+    live = cluster_facts(await kube.list_nodes())
+    facts = await reader.cluster()
+    assert comparable(facts) == comparable(live)
+    listed = [r for r in cluster.faults.requests(cursor) if r.verb == "list"]
+    assert len(listed) >= 2, "the reader listed the nodes itself"
 
 
 async def test_a_control_plane_alert_reads_its_peers_live(
-    cluster: SimulatorHandle, kube: KubeClient
+    cluster: SimulatorHandle, kube: KubeClient, reader: FactsReader
 ) -> None:
-    reader = FactsReader(kube)
-    reader.follow_nodes()
     assert reader.nodes is not None
-    try:
-        await eventually(agrees(reader.nodes, kube))
-        # The index has not seen control03 go down yet: its stream is held back.
-        cluster.faults.fail(None, verbs=("watch",), status=503)
-        cluster.sim.store.close_watches()
-        cluster.sim.node_down("control03", since_seconds=600)
-        snapshot = await reader.read("control01")
-        assert snapshot.facts.cluster.control_plane_ready == 2
-        assert reader.nodes.nodes["control03"].ready is True
-    finally:
-        await reader.close()
+    await eventually(agrees(reader.nodes, kube))
+    # The index has not seen control03 go down yet: its stream is held back.
+    cluster.faults.fail(None, verbs=("watch",), status=503)
+    cluster.sim.store.close_watches()
+    cluster.sim.node_down("control03", since_seconds=600)
+    snapshot = await reader.read("control01")
+    assert snapshot.facts.cluster.control_plane_ready == 2
+    assert reader.nodes.nodes["control03"].ready is True
 
 
 def test_memory_per_node_is_bounded() -> None:
