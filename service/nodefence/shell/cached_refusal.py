@@ -29,7 +29,8 @@ from collections.abc import Callable
 from nodefence.actions.power_binding import bind_machine
 from nodefence.engine import record as fence_record
 from nodefence.engine.cached import Source, may_claim, refusal_on_cache
-from nodefence.engine.model import API_SERVER_CLOCK, Decision, Facts
+from nodefence.engine.model import API_SERVER_CLOCK, Decision, Facts, NodeFacts
+from nodefence.engine.wording import instant
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import CONFIGMAP, Deadline
 from nodefence.kube.facts import FactsReader, Snapshot
@@ -66,6 +67,17 @@ class CacheStats:
     record_reads: int = 0
     # Cached decisions that waited for another request's claim before being made again.
     waited: int = 0
+
+
+def _index_source(node: NodeFacts | None) -> str:
+    """The index, and when the API server last stamped a write of the node's status (S11:
+    its clock, from managedFields, never the kubelet's)."""
+    if node is None or node.status_written is None:
+        return "the watch-fed node index"
+    return (
+        "the watch-fed node index (the API server last stamped a write of its status at "
+        f"{instant(node.status_written)})"
+    )
 
 
 class CachedRefusal:
@@ -160,7 +172,7 @@ class CachedRefusal:
         )
         snapshot = bind_machine(Snapshot(facts, None, shared.data, now), self.inventory)
         sources = (
-            Source(f"node {name}", "the watch-fed node index", counts.age),
+            Source(f"node {name}", _index_source(node), counts.age),
             Source("the fence record", "a read shared by concurrent requests", record_age),
             Source("the cluster counts", "the watch-fed node index", counts.age),
         )
