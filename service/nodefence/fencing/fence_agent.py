@@ -198,7 +198,10 @@ class FenceAgentDriver:
             async with asyncio.timeout_at(deadline):
                 await _limit().acquire()
         except TimeoutError:
-            busy = "no free slot among the agents already running"
+            busy = (
+                f"not run: no time left, or no free slot among the {DEFAULT_CONCURRENCY} agents "
+                "already running"
+            )
             return AgentRun(action, None, "", killed=True, failed_to_start=busy)
         try:
             return await self._run_one(action, deadline)
