@@ -5,9 +5,10 @@ out a decision's actions, one handler per action type; ``report`` says what happ
 metrics, Events on the Node, notices for people) and in which words. The rest are steps taken
 around the loop: ``proof`` (external power-off proof read before deciding), ``power_step`` (the
 BMC), ``settle`` (purging what the taint manager evicts), ``volumes`` (VolumeAttachments of a
-fenced node), ``refresh`` (what is kept fresh in the background while serving),
-``cached_refusal`` (refusals decided on cached facts) and ``dry_run_power`` (the BMC asked,
-never told, in dry-run).
+fenced node), ``volume_gauge`` (the VolumeAttachments still attached to fenced nodes),
+``refresh`` (what is kept fresh in the background while serving), ``cached_refusal`` (refusals
+decided on cached facts), ``dry_run_power`` (the BMC asked, never told, in dry-run) and
+``active_alerts`` (the reconcile pass's second look at the alerts Alertmanager holds).
 
 Where things go: a new action is a type in ``engine.model.Action``, decided in ``engine``, with
 a handler in ``commit.HANDLERS`` (a test fails until it has one) and its words in ``report``.
