@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodefence.engine import mirror
+from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.engine.record import FenceRecord, Phase
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json
@@ -55,8 +57,14 @@ def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
                     "expiresAt": notes.get(EXPIRES_AT),
                 }
             )
+    # S3: taints the record does not hold still spend the budget; nodefence's own among them
+    # (its mirror on the node) show a record that lost entries.
+    held = {e.node for e in record.entries}
+    tainted = [n for n in nodes if _out_of_service(n) and n["metadata"]["name"] not in held]
     return {
         "record": {"resourceVersion": record.resource_version or None},
+        "withoutRecord": sorted(n["metadata"]["name"] for n in tainted if _mirrored(n)),
+        "taintedOutsideRecord": sorted(n["metadata"]["name"] for n in tainted),
         "fenced": sorted(fenced, key=lambda f: f["node"]),
         "halfWritten": sorted(half, key=lambda f: f["node"]),
         "unreadableEntries": list(record.unreadable),
@@ -66,6 +74,16 @@ def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
             for r in sorted(record.released, key=lambda r: r.node)
         ],
     }
+
+
+def _out_of_service(node: Json) -> bool:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == OUT_OF_SERVICE_KEY for t in taints)
+
+
+def _mirrored(node: Json) -> bool:
+    notes = (node.get("metadata") or {}).get("annotations") or {}
+    return notes.get(mirror.FENCED_BY) == mirror.FENCED_BY_VALUE
 
 
 async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
@@ -97,6 +115,18 @@ def as_text(status: dict[str, Any]) -> str:
                 f"its power-off proof was false; `nodefence release {f['node']} --reason ...` "
                 "once checked"
             )
+    for name in status["withoutRecord"]:
+        lines.append(
+            f"  {name}  NO RECORD ENTRY: nodefence's taint and mirror are on the node but the "
+            "fence record lost its entry; the reconcile pass writes it back where the API "
+            "server shows nodefence wrote the taint"
+        )
+    others = [n for n in status["taintedOutsideRecord"] if n not in status["withoutRecord"]]
+    if others:
+        lines.append(
+            "Out-of-service taints nodefence did not apply (they count against the budget): "
+            + ", ".join(others)
+        )
     half = status["halfWritten"]
     lines.append(f"Half-written fences (claimed, taint not confirmed): {len(half) or 'none'}")
     for f in half:

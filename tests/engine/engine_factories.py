@@ -29,6 +29,7 @@ from nodefence.engine.model import (
     Taint,
 )
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase, Release
+from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.policy import Policy, parse_policy
 
 NOW = datetime(2026, 11, 30, 8, 20, tzinfo=UTC)
@@ -191,6 +192,7 @@ def facts(
     held: FenceEntry | None = None,
     clock: str = API_SERVER_CLOCK,
     power: PowerEvidence | None = None,
+    attachments: tuple[VolumeAttachmentFacts, ...] | None = (),
 ) -> Facts:
     """``held``: the fence record holds this one entry (else ``record_``, else an empty record
     at ``RECORD_VERSION``). ``lease_age``: the Lease's server-stamped age (None: no Lease)."""
@@ -205,6 +207,7 @@ def facts(
         power=power,
         record=the_record,
         clock=clock,
+        attachments=attachments,
     )
 
 

@@ -49,6 +49,7 @@ from nodefence.engine.model import (
 )
 from nodefence.engine.reboot import MAX_POWER_ONS
 from nodefence.engine.record import FenceEntry, Phase
+from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.engine.wording import instant
 
 OOS = "node.kubernetes.io/out-of-service"
@@ -421,3 +422,35 @@ def test_s7_a_power_action_is_tied_to_the_entry_its_decision_read(
                     assert held.power_on_count < MAX_POWER_ONS
                 if action.operation == "off":
                     assert held.power_off_sent_at is None or action.entry is None
+
+
+# ------------------------------------------------------------------ the unfence gate
+
+
+def test_the_unfence_waits_for_volume_attachments_from_before_the_fence() -> None:
+    held = entry()
+    assert held.fenced_at is not None
+    old = VolumeAttachmentFacts(
+        "csi-old", NODE, "pv-1", True, created=held.fenced_at - timedelta(1)
+    )
+    new = VolumeAttachmentFacts("csi-new", NODE, "pv-2", True, created=NOW)
+    elsewhere = VolumeAttachmentFacts("csi-other", "worker-2", "pv-3", True, created=ago(9999))
+    for attached, verdict in (
+        ((old, new, elsewhere), Verdict.DEFERRED),
+        ((new, elsewhere), Verdict.UNFENCE),
+        (None, Verdict.DEFERRED),
+    ):
+        f = facts(
+            node(
+                ready="True", since=900, taints=(our_taint(),), taints_written_by=(FIELD_MANAGER,)
+            ),
+            held=replace(held, ready_seen_at=ago(900), ready_transition=ago(900)),
+            lease_age=5,
+            attachments=attached,
+        )
+        d = decide_reconcile(f, policy(), NOW, NODE)
+        assert d.verdict is verdict, reasons(d)
+        [gate] = [r for r in d.reasons if r.guard == "volume-attachments"]
+        assert gate.passed is (verdict is Verdict.UNFENCE)
+        if attached and old in attached:
+            assert "csi-old" in gate.message

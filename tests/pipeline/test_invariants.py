@@ -194,10 +194,26 @@ async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) 
         [res] = await receiver.alert(resolved())
         assert res["verdict"] == "noop", res
         assert oos_taints(cluster, NODE), "a taint nodefence did not apply to this node stays"
-        # The stale ledger does not count against the budget either.
+        # The stale ledger gives nodefence no hold on the new node object, but the taint on it
+        # is an out-of-service taint on the cluster like any other and spends the budget (S3),
+        # as the watch-fed node index of a serving receiver counts it.
+        async with receiver.session.get(receiver.url + "/readyz") as ready:
+            assert ready.status == 200
+        index = receiver.pipeline.reader.nodes
+        assert index is not None
+
+        def counted() -> bool:
+            fresh = index.fresh()
+            return fresh is not None and NODE in fresh.facts.out_of_service
+
+        await eventually(counted)
         cluster.sim.node_down("compute01", since_seconds=1200)
         [other] = await receiver.alert(firing("compute01"))
-        assert other["verdict"] == "fence", other
+        assert other["verdict"] == "noop", other
+        [budget] = [r for r in other["reasons"] if r["guard"] == "fence-budget"]
+        assert not budget["passed"]
+        assert NODE in budget["message"]
+        assert not oos_taints(cluster, "compute01")
 
 
 async def test_s6_pod_replaced_under_the_same_name_is_not_deleted(

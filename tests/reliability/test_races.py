@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from pipeline.harness import (
 )
 
 from .holding_proxy import holding_proxy
-from .support import firing, kill_node, until
+from .support import INFERENCE_POLICY, firing, kill_node, until
 
 NODE = "control02"
 TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
@@ -83,6 +85,25 @@ async def kubectl(cluster: SimulatorHandle, *args: str) -> str:
         capture_output=True,
         text=True,
         timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def nodefence_cli(cluster: SimulatorHandle, *args: str) -> str:
+    """The operator's ``nodefence`` command against the simulated cluster."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "nodefence", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "NODEFENCE_NAMESPACE": "nodefence",
+            "NODEFENCE_POLICY_FILE": str(INFERENCE_POLICY),
+        },
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -341,6 +362,8 @@ async def test_a_deleted_record_does_not_free_the_budget_and_is_reported_and_ado
         assert not budget[0]["passed"]
         assert "compute01" in budget[0]["message"]
         assert oos_taints(cluster, "compute02") == []
+        shown = json.loads(await nodefence_cli(cluster, "status", "-o", "json"))
+        assert shown["withoutRecord"] == ["compute01"], shown
 
         status, body = await receiver.post("/reconcile", {})
         assert status == 200, body

@@ -722,6 +722,7 @@ def _unfence(
         guards.lease_is_fresh(node, facts.lease, rule, record.now),
         guards.new_boot_id(node, entry, rule),
         guards.no_terminating_pods(node, facts.pods),
+        guards.no_attachments_from_before(node, entry, facts.attachments),
     )
     record.extend(*checks)
     cond = node.ready

@@ -19,6 +19,7 @@ from nodefence.engine.model import (
     Reason,
 )
 from nodefence.engine.record import FenceEntry, FenceRecord, Release
+from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import ClusterPolicy, Rule
 
@@ -35,6 +36,7 @@ HEALTHY_DELAY = "healthy-delay"
 LEASE_FRESH = "lease-fresh"
 BOOT_ID = "boot-id"
 TERMINATING_PODS = "terminating-pods"
+ATTACHMENTS = "volume-attachments"
 STORM_COOLDOWN = "storm-cooldown"
 POWER_OFF = "power-off"
 CLOCK = "clock"
@@ -536,6 +538,31 @@ def new_boot_id(node: NodeFacts, entry: FenceEntry, rule: Rule) -> Reason:
             f"boot ID {node.boot_id} is the one recorded at fence time: the node has not rebooted",
         )
     return _pass(BOOT_ID, f"boot ID changed since fence time ({entry.boot_id} → {node.boot_id})")
+
+
+def no_attachments_from_before(
+    node: NodeFacts, entry: FenceEntry, attachments: tuple[VolumeAttachmentFacts, ...] | None
+) -> Reason:
+    """A VolumeAttachment from before the fence still on the node means the attach-detach
+    controller has not caught up with the fence: one that acts on that stale view after the
+    taint is gone can force-detach a volume a pod on this node is using again (a Kubernetes
+    defect fixed upstream). So the unfence waits until none is left; times are the API
+    server's (its creation stamp against the record's fence time)."""
+    if attachments is None:
+        return _block(ATTACHMENTS, "the node's VolumeAttachments were not read")
+    fenced = entry.fenced_at or entry.claimed_at
+    old = sorted(
+        a.name
+        for a in attachments
+        if a.node_name == node.name and a.attached and (a.created is None or a.created < fenced)
+    )
+    if old:
+        return _block(
+            ATTACHMENTS,
+            f"{len(old)} VolumeAttachment(s) from before the fence ({instant(fenced)}) still "
+            f"attached to it: {_listing(old)}; waiting for the attach-detach controller",
+        )
+    return _pass(ATTACHMENTS, "no VolumeAttachment from before the fence is attached to it")
 
 
 def no_terminating_pods(node: NodeFacts, pods: tuple[PodFacts, ...]) -> Reason:

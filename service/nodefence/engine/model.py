@@ -9,9 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from nodefence.engine.identity import MachineBinding, Reported
 from nodefence.engine.record import FenceEntry, FenceRecord
+
+if TYPE_CHECKING:
+    from nodefence.engine.volumes import VolumeAttachmentFacts
 
 OUT_OF_SERVICE_KEY = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_VALUE = "nodeshutdown"
@@ -182,6 +186,9 @@ class Facts:
     # Which clock ``now`` was read from. Liveness is judged only on the API server's (the
     # ``Date`` of the responses that carried the facts); on any other clock it fails safe.
     clock: str = API_SERVER_CLOCK
+    # The node's VolumeAttachments, read when an unfence is in view (None: not read); the
+    # unfence waits until none from before the fence is still attached.
+    attachments: tuple[VolumeAttachmentFacts, ...] | None = None
 
 
 class ApprovalDecision(StrEnum):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 from nodefence.engine.model import Facts, Reason
 
@@ -23,6 +24,8 @@ class VolumeAttachmentFacts:
     node_name: str
     persistent_volume: str
     attached: bool
+    # When the API server created it (its own clock).
+    created: datetime | None = None
 
 
 @dataclass(frozen=True)

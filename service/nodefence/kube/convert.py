@@ -267,4 +267,5 @@ def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:
         node_name=str(spec.get("nodeName") or ""),
         persistent_volume=str((spec.get("source") or {}).get("persistentVolumeName") or ""),
         attached=bool((attachment.get("status") or {}).get("attached", False)),
+        created=parse_instant(attachment.get("metadata", {}).get("creationTimestamp")),
     )

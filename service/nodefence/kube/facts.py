@@ -22,7 +22,14 @@ from nodefence.engine.model import (
 from nodefence.kube import pause_watch
 from nodefence.kube.cached_facts import NodeFactsCache
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import lease_facts, node_facts, pod_facts, power_proof
+from nodefence.kube.convert import (
+    is_ready,
+    lease_facts,
+    node_facts,
+    pod_facts,
+    power_proof,
+    volume_attachment_facts,
+)
 from nodefence.kube.node_index import NodeIndex, count, list_summaries, summarize
 from nodefence.kube.pause_watch import NOT_PAUSED, PauseState, PauseWatch, pause_state
 
@@ -142,8 +149,12 @@ class FactsReader:
         never served silently: past the bound the index is not used at all.
 
         Why each guard is still safe on counts up to 30 s old:
-        - budget (max fenced nodes): not counted from these at all, but from the fence record,
-          read fresh for each decision and changed only with its resourceVersion;
+        - budget (max fenced nodes): counted from the fence record, read fresh for each
+          decision and changed only with its resourceVersion, which alone keeps two replicas
+          from spending the last slot; the out-of-service taints outside the record (an
+          admin's, a record that lost entries) are added from these counts, as fresh as the
+          index's watch (or the shared list), so a taint written in the last moments before a
+          node's own minutes-long outage is judged may be counted on the next pass only;
         - S1, S2 and every other guard about the node itself: read fresh, by name, for every
           decision that acts (a refusal may rest on the node as this index saw it, and then
           says so: ``shell.cached_refusal``);
@@ -249,6 +260,13 @@ class FactsReader:
         if raw is not None and self.nodes is not None and node_facts(raw).is_control_plane:
             cluster = await self._control_plane_live(cluster, deadline)
         lease_of: LeaseFacts | None = lease_facts(lease.body) if lease.body else None
+        attachments = None
+        if raw is not None and is_ready(raw) and the_record.entry(node_name) is not None:
+            # An unfence is in view: the gate on VolumeAttachments from before the fence.
+            listed = await self.kube.list_volume_attachments(deadline)
+            attachments = tuple(
+                a for a in map(volume_attachment_facts, listed) if a.node_name == node_name
+            )
         facts = Facts(
             node=node_facts(raw) if raw is not None else None,
             lease=lease_of if raw is not None else None,
@@ -258,6 +276,7 @@ class FactsReader:
             cluster=cluster,
             record=the_record,
             clock=API_SERVER_CLOCK if server_time is not None else LOCAL_CLOCK,
+            attachments=attachments,
         )
         return Snapshot(facts, raw, data, server_time)
 
