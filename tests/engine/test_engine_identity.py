@@ -352,3 +352,22 @@ def test_s10_a_fence_whose_proof_was_contradicted_is_never_released_by_nodefence
         assert not any(isinstance(a, UnfenceAction) for a in decision.actions), decision
         marks = [a for a in decision.actions if isinstance(a, ProofContradictedAction)]
         assert not (held and marks), "a held fence is marked once, not again"
+
+
+@PROFILE
+@given(case=cases)
+def test_s11_a_contradicted_proof_is_written_down_only_on_the_api_servers_clock(
+    case: Case,
+) -> None:
+    """Back with its fence-time boot ID: the taint is kept on any clock, but the finding is
+    recorded only where the API server's clock is known."""
+    event, facts, policy, approval = case
+    policy = powering(policy, "off")
+    node, entry = facts.node, own(facts)
+    if node is None or entry is None:
+        return
+    entry = dataclasses.replace(entry, boot_id=node.boot_id)
+    facts = dataclasses.replace(facts, record=with_entry(facts.record, entry), clock="local")
+    for decision in all_decisions(event, facts, policy, approval):
+        assert not any(isinstance(a, UnfenceAction) for a in decision.actions)
+        assert not any(isinstance(a, ProofContradictedAction) for a in decision.actions)

@@ -712,10 +712,13 @@ def _unfence(
     audited = audit.contradiction(node, entry, rule)
     if audited is not None:
         # S10 after the fact: back with its fence-time boot ID, the machine was never off.
+        # The boot ID needs no clock, so the taint is kept on any; the finding is written down
+        # (on the API server's time) only where that clock is known (S11).
         reason, first = audited
         record.extend(reason)
         hold = ProofContradictedAction(node.name, node.uid, node.boot_id)
-        return record.finish(Verdict.NOOP, (hold,) if first else ())
+        mark = first and record.clock == API_SERVER_CLOCK
+        return record.finish(Verdict.NOOP, (hold,) if mark else ())
     checks = (
         guards.trusted_clock(facts.clock),
         guards.healthy_long_enough(node, entry, rule, record.now),
