@@ -150,7 +150,11 @@ async def _change_node_during_fence_write(cluster: SimulatorHandle, change: str)
             current["metadata"]["labels"]["example.org/rack"] = "r7"
             cluster.sim.store.update(NODES, None, NODE, current)
         [decision] = await pending
-    writes = [r.status for r in cluster.faults.requests(cursor) if r.verb == "update"]
+    writes = [
+        r.status
+        for r in cluster.faults.requests(cursor)
+        if r.verb == "update" and r.path.startswith("/api/v1/nodes/")
+    ]
     assert writes[0] == 409, f"the held write must meet the changed node: {writes}"
     return decision
 
