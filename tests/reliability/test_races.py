@@ -304,6 +304,9 @@ async def test_reconcile_powers_a_fenced_machine_on_once_more_when_it_reads_off(
         assert (NODE, "On") not in bmcs.resets[cursor:], "bounded: no third power-on"
         [decision] = [d for d in body["decisions"] if d["node"] == NODE]
         assert "does not power it on again" in json.dumps(decision), decision
+        failed = [e for e in node_events(cluster, NODE) if e["reason"] == "RebootFailed"]
+        assert failed, node_events(cluster, NODE)
+        assert failed[0]["type"] == "Warning"
         assert cluster.sim.node_state(NODE)["kubelet"] != "up"
 
 

@@ -15,7 +15,7 @@ from typing import Protocol
 import structlog
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine import machine, orphans
+from nodefence.engine import machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe
@@ -165,6 +165,10 @@ def node_event(
     if lost is not None:
         # S3: a record that lost a fence's entry is said on every pass, adopted back or not.
         return ("FenceRecordMissing", lost.message, True)
+    stays_off = next((r for r in blocked if r.guard == reboot.REBOOT), None)
+    if stays_off is not None:
+        # The bounded power-ons are spent and the machine is still not back: a person must look.
+        return ("RebootFailed", stays_off.message, True)
     # Volumes left attached make a fence no plain success: said before anything else.
     stuck = unreleased(decision.reasons)
     kept = f" {stuck.message}." if stuck is not None else ""
