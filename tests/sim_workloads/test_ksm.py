@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,14 +66,33 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return found
 
 
-async def test_metrics_describe_nodes_and_pods_with_the_real_label_sets() -> None:
+@dataclass
+class Scrape:
+    sim: Simulation
+    content_type: str
+    text: str
+
+    @property
+    def series(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return _samples(self.text)
+
+
+@pytest.fixture
+async def scrape() -> Scrape:
+    """One scrape of the cluster with control02 NotReady, cordoned, and a pod stuck on it."""
     sim = _cluster()
     content_type, text = await _scrape(sim)
-    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
-    assert "# HELP kube_node_status_condition The condition of a cluster node." in text
-    assert "# TYPE kube_node_spec_taint gauge" in text
-    series = _samples(text)
+    return Scrape(sim, content_type, text)
 
+
+def test_metrics_are_the_text_exposition_with_help_and_type(scrape: Scrape) -> None:
+    assert scrape.content_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# HELP kube_node_status_condition The condition of a cluster node." in scrape.text
+    assert "# TYPE kube_node_spec_taint gauge" in scrape.text
+
+
+def test_node_metrics_have_the_real_label_sets(scrape: Scrape) -> None:
+    series = scrape.series
     ready = {
         (s["node"], s["status"]): v
         for s, v in series["kube_node_status_condition"]
@@ -114,8 +134,11 @@ async def test_metrics_describe_nodes_and_pods_with_the_real_label_sets() -> Non
     assert info["control01"]["kubelet_version"] == "v1.24.8"
     assert info["control01"]["internal_ip"] == "192.168.20.31"
 
+
+def test_pod_metrics_have_the_real_label_sets(scrape: Scrape) -> None:
+    series = scrape.series
     pod_info = {s["pod"]: s for s, _ in series["kube_pod_info"]}
-    stuck = next(p for p in pods(sim) if p["spec"]["nodeName"] == "control02")
+    stuck = next(p for p in pods(scrape.sim) if p["spec"]["nodeName"] == "control02")
     name = stuck["metadata"]["name"]
     assert pod_info[name] == {
         "namespace": NS,
