@@ -76,13 +76,16 @@ class PowerStep:
                 )
                 if marked.outcome is not Outcome.DONE:
                     return dataclasses.replace(marked, action=kind), None
+            # The identity read spent part of the budget: the action gets what is left.
+            timeout = min(timeout, max(0.5, deadline.remaining - POWER_MARGIN_SECONDS))
             if action.operation == "on":
                 reading = await driver.power_on(timeout)
             elif action.operation == "off" and action.send:
                 reading = await driver.power_off(timeout)
             else:
                 reading = await driver.status(timeout)
-            identity = await power_binding.with_proof_read(driver, reading, facts, timeout)
+            left = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
+            identity = await power_binding.with_proof_read(driver, reading, facts, left)
         finally:
             await driver.close()
         self.reporter.power_reading(action, reading)
