@@ -477,9 +477,9 @@ async def test_an_exclusion_mid_fence_rolls_the_claim_back_and_frees_the_slot(
 async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
     cluster: SimulatorHandle,
 ) -> None:
-    """Attack 8: one payload of 1,000 firing alerts for nodes that do not exist. No Event is
-    created per name (at most one for the whole payload), a counter says how many were
-    refused, and the API cost is bounded: far fewer requests than alerts."""
+    """Attack 8: one payload of 1,000 alerts (firing and resolved) for nodes that do not
+    exist. No Event is created per name (at most one for the whole payload), a counter says
+    how many were refused, and the API cost is bounded: far fewer requests than alerts."""
     from nodefence.demo.payloads import webhook
 
     from .support import alert as one_alert
@@ -488,7 +488,10 @@ async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
         await watching_nodes(receiver)
         cursor = cluster.faults.cursor
         events_before = len(cluster.sim.store.items(EVENTS))
-        payload = webhook([one_alert(f"ghost-{i:04d}") for i in range(1000)])
+        payload = webhook(
+            [one_alert(f"ghost-{i:04d}") for i in range(800)]
+            + [one_alert(f"gone-{i:04d}", "resolved") for i in range(200)]
+        )
         decisions = await receiver.alert(payload)
         assert len(decisions) == 1000
         assert {d["verdict"] for d in decisions} == {"skip"}
@@ -497,4 +500,5 @@ async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
         created = len(cluster.sim.store.items(EVENTS)) - events_before
         assert created <= 1, f"{created} Events for one payload"
         metrics = receiver.metrics.exposition().decode()
-        assert 'nodefence_alerts_for_unknown_nodes_total{status="firing"} 1000.0' in metrics
+        assert 'nodefence_alerts_for_unknown_nodes_total{status="firing"} 800.0' in metrics
+        assert 'nodefence_alerts_for_unknown_nodes_total{status="resolved"} 200.0' in metrics
