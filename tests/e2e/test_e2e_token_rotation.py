@@ -9,14 +9,17 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from bench.processes import Processes, eventually, http
 
 from .harness import (
     Alertmanager,
+    Prometheus,
     start_alertmanager,
     start_nodefence,
+    start_prometheus,
     start_simulator,
     write_token_file,
 )
@@ -92,6 +95,21 @@ def rejected(url: str) -> dict[str, float]:
     return found
 
 
+def scraped(prometheus: Prometheus) -> bool:
+    """Prometheus holds a few samples of the refusal counters (all zero so far)."""
+    query = 'count_over_time(nodefence_webhook_rejected_total{reason="bad-token"}[1m]) >= 3'
+    status, raw = http("GET", f"{prometheus.url}/api/v1/query?query={quote(query)}")
+    return status == 200 and b'"reason":"bad-token"' in raw
+
+
+def rejection_alerts(prometheus: Prometheus) -> list[dict[str, object]]:
+    return [
+        a
+        for a in prometheus.alerts()
+        if a["labels"].get("alertname") == "NodefenceWebhookRejected" and a["state"] == "firing"
+    ]
+
+
 def test_a_rotation_by_the_procedure_loses_no_notification(procs: Processes) -> None:
     sim = start_simulator(procs)
     volume = SecretVolume(procs.workdir / "nodefence-alert-tokens")
@@ -104,6 +122,7 @@ def test_a_rotation_by_the_procedure_loses_no_notification(procs: Processes) -> 
     )
     credentials = write_token_file(procs.workdir, OLD)
     manager = start_alertmanager(procs, "alertmanager", nodefence, credentials)
+    prometheus = start_prometheus(procs, sim, nodefence, [manager.url])
 
     sent, failed = manager.webhook_counts()
     notify(manager, "rotation-0")
@@ -122,6 +141,9 @@ def test_a_rotation_by_the_procedure_loses_no_notification(procs: Processes) -> 
     sent, failed = delivered(manager, sent)
     assert failed == 0, "a notification failed during the rotation"
     assert rejected(nodefence.url) == {}
+    # The shipped rule, evaluated by a real Prometheus on the scraped receiver: quiet so far.
+    eventually(lambda: scraped(prometheus), within=60, what="Prometheus scraped nodefence")
+    assert not rejection_alerts(prometheus)
 
     # A side left behind: Alertmanager's token changed alone.
     replace(credentials, WRONG)
@@ -135,3 +157,11 @@ def test_a_rotation_by_the_procedure_loses_no_notification(procs: Processes) -> 
     refused = rejected(nodefence.url)
     assert set(refused) == {'nodefence_webhook_rejected_total{path="/alerts",reason="bad-token"}'}
     assert min(refused.values()) >= 1
+    firing = eventually(
+        lambda: rejection_alerts(prometheus),
+        within=60,
+        what="NodefenceWebhookRejected firing in Prometheus",
+    )
+    assert [(a["labels"]["path"], a["labels"]["reason"]) for a in firing] == [
+        ("/alerts", "bad-token")
+    ]
