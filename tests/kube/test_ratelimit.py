@@ -53,12 +53,18 @@ async def test_fence_writes_go_before_live_reads_before_refusal_reads() -> None:
     assert limiter.stats.queued == len(queued)
 
 
-async def test_a_fence_in_progress_draws_on_its_own_allowance_when_the_bucket_is_empty() -> None:
+async def test_a_fence_in_progress_spends_its_own_allowance_and_leaves_the_bucket_to_reads() -> (
+    None
+):
     limiter = RateLimiter(0.01, 1, fence_qps=0.01, fence_burst=100)
-    await limiter.acquire(Priority.LIVE)
-    # A hundred purge deletes go out at once; a read at the same moment could not.
+    # A hundred purge deletes go out at once, on the fence's own allowance...
     await asyncio.gather(*(limiter.acquire(Priority.FENCE, 30.0) for _ in range(100)))
     assert limiter.stats.fence_allowance_used == 100
+    # ...and the read the settle step makes meanwhile still finds the shared bucket.
+    await limiter.acquire(Priority.LIVE, 0.0)
+    # Once both are spent, a fence write waits like anyone else.
+    with pytest.raises(ClusterUnavailableError, match="rate limit"):
+        await limiter.acquire(Priority.FENCE, 5.0)
     with pytest.raises(ClusterUnavailableError, match="rate limit"):
         await limiter.acquire(Priority.REFUSAL, 5.0)
 

@@ -8,10 +8,11 @@ queue:
 
 1. ``FENCE``: the writes of a fence in progress (claim, power record, taint, confirm, purge,
    unfence, release). Once a fence has started, finishing it is what frees the node's pods, so
-   it never waits behind reads. These are also the only requests that may draw on a second
-   allowance (``NODEFENCE_API_FENCE_QPS``/``_BURST``) when the shared bucket is empty: they are
+   it never waits behind reads. These are also the only requests with an allowance of their
+   own (``NODEFENCE_API_FENCE_QPS``/``_BURST``), spent before the shared bucket: they are
    bounded by the fence budget (max fenced nodes, each fenced once), not by how many alerts
-   arrive, and a fence of a node with hundreds of stuck pods must not take minutes.
+   arrive, a fence of a node with hundreds of stuck pods must not take minutes, and the reads
+   it needs meanwhile must not find the shared bucket emptied by its deletes.
 2. ``LIVE``: the live reads a decision that may act is made on.
 3. ``REFUSAL``: what can only ever lead to a refusal or a report: the shared reads of the cached
    path, Events. They wait behind everything else.
@@ -130,11 +131,13 @@ class RateLimiter:
         now = self.clock()
         self.shared.refill(now)
         self.fence.refill(now)
-        if self.shared.tokens >= 1.0:
-            self.shared.tokens -= 1.0
-        elif priority is Priority.FENCE and self.fence.tokens >= 1.0:
+        if priority is Priority.FENCE and self.fence.tokens >= 1.0:
+            # A fence's writes spend their own allowance first, so the reads it needs meanwhile
+            # (the settle step's, other alerts') still find the shared bucket.
             self.fence.tokens -= 1.0
             self.stats.fence_allowance_used += 1
+        elif self.shared.tokens >= 1.0:
+            self.shared.tokens -= 1.0
         else:
             return False
         self.stats.granted += 1
