@@ -14,8 +14,9 @@ from nodefence.engine import mirror
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.engine.record import FenceRecord, Phase
 from nodefence.engine.wording import instant
-from nodefence.kube.client import Deadline, Json
+from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.pipeline import Pipeline
+from nodefence.shell.volume_gauge import attached_volumes
 from nodefence.slack.approvals import EXPIRES_AT, REQUEST_NODE_UID, REQUESTED_AT
 
 
@@ -92,7 +93,29 @@ async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
 
     record = await pipeline.read_record(deadline)
     nodes = await pipeline.kube.list_nodes(deadline)
-    return {**report(record, nodes), **await operator_view(pipeline, record, nodes, deadline)}
+    status = report(record, nodes)
+    await _volumes_of_fenced(status, pipeline, deadline)
+    return {**status, **await operator_view(pipeline, record, nodes, deadline)}
+
+
+async def _volumes_of_fenced(
+    status: dict[str, Any], pipeline: Pipeline, deadline: Deadline
+) -> None:
+    """Each fenced node's VolumeAttachments still attached (``volumesAttached``): a fence that
+    left them is no plain success. None when they could not be listed (say, your credentials
+    may not list VolumeAttachments)."""
+    fenced = status["fenced"]
+    try:
+        attached = await attached_volumes(pipeline.kube, {f["node"] for f in fenced}, deadline)
+    except KubeError:
+        for f in fenced:
+            f["volumesAttached"] = None
+        return
+    for f in fenced:
+        f["volumesAttached"] = [
+            {"name": va.name, "persistentVolume": va.persistent_volume}
+            for va in sorted(attached.get(f["node"], []), key=lambda va: va.name)
+        ]
 
 
 def as_text(status: dict[str, Any]) -> str:
@@ -109,6 +132,15 @@ def as_text(status: dict[str, Any]) -> str:
         lines.append(f"      {proof}; approval: {f['approval']}")
         if f["readySeenAt"]:
             lines.append(f"      seen Ready again since {f['readySeenAt']}")
+        if f.get("volumesAttached"):
+            names = ", ".join(
+                f"{va['name']} ({va['persistentVolume']})" for va in f["volumesAttached"]
+            )
+            lines.append(
+                f"      VOLUMES NOT RELEASED: still attached: {names}; pods that use them cannot "
+                "start on another node until they go (kubectl delete volumeattachment NAME, "
+                "once the machine is known to be off)"
+            )
         if f.get("proofContradictedAt"):
             lines.append(
                 f"      HELD: back at {f['proofContradictedAt']} with its fence-time boot ID, so "

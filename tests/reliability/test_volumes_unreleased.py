@@ -5,6 +5,10 @@ that stay, and a fence is still counted as a fence, never as a refusal."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from typing import Any
 
 from nodefence_sim.resources import VOLUME_ATTACHMENTS
@@ -113,3 +117,40 @@ async def test_a_receiver_without_a_loop_of_its_own_exports_them_too(
             return await gauge(receiver) == len(attached_to(cluster, NODE)) == 2
 
         await until(published, within=60)
+
+
+async def nodefence(cluster: SimulatorHandle, *args: str) -> str:
+    """The command line against the simulator, without blocking the loop that serves it."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(cluster.kubeconfig.parent),
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "NODEFENCE_NAMESPACE": "nodefence",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "nodefence",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_status_names_the_volumes_a_fence_left_attached(cluster: SimulatorHandle) -> None:
+    await kill_node(cluster, NODE)
+    stuck = attached_to(cluster, NODE)
+    async with serving(cluster, interval=3600) as receiver:
+        [decision] = await receiver.alert(firing(NODE))
+    assert decision["verdict"] == "fence", decision
+    report = json.loads(await nodefence(cluster, "status", "-o", "json"))
+    [fenced] = [f for f in report["fenced"] if f["node"] == NODE]
+    assert [va["name"] for va in fenced["volumesAttached"]] == stuck
+    text = await nodefence(cluster, "status")
+    assert "VOLUMES NOT RELEASED" in text
+    for name in stuck:
+        assert name in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 
 from nodefence.engine import record as fence_record
+from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.convert import volume_attachment_facts
@@ -17,6 +18,19 @@ from nodefence.observability.metrics import Metrics
 log = structlog.get_logger(__name__)
 
 DEADLINE_SECONDS = 10.0
+
+
+async def attached_volumes(
+    kube: KubeClient, nodes: set[str], deadline: Deadline
+) -> dict[str, list[VolumeAttachmentFacts]]:
+    """The VolumeAttachments still attached to each of ``nodes`` (none listed when empty)."""
+    attached: dict[str, list[VolumeAttachmentFacts]] = {}
+    if nodes:
+        for raw in await kube.list_volume_attachments(deadline):
+            va = volume_attachment_facts(raw)
+            if va.node_name in nodes and va.attached:
+                attached.setdefault(va.node_name, []).append(va)
+    return attached
 
 
 async def publish_unreleased_volumes(kube: KubeClient, namespace: str, metrics: Metrics) -> None:
@@ -34,13 +48,8 @@ async def publish_unreleased_volumes(kube: KubeClient, namespace: str, metrics: 
             body = {}
         held = fence_record.from_configmap(body)[0]
         fenced = {e.node for e in held.entries if e.phase is fence_record.Phase.FENCED}
-        attached: dict[str, int] = {}
-        if fenced:
-            for raw in await kube.list_volume_attachments(deadline):
-                va = volume_attachment_facts(raw)
-                if va.node_name in fenced and va.attached:
-                    attached[va.node_name] = attached.get(va.node_name, 0) + 1
+        attached = await attached_volumes(kube, fenced, deadline)
     except (ClusterUnavailableError, KubeError) as exc:
         log.warning("volumes_unreleased_unknown", error=str(exc))
         return
-    metrics.volumes_unreleased_are(attached)
+    metrics.volumes_unreleased_are({node: len(vas) for node, vas in attached.items()})
