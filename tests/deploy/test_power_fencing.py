@@ -306,15 +306,58 @@ def test_check_config_says_the_shipped_policy_lacks_an_inventory(tmp_path: Path)
     assert "NO BMC INVENTORY SET" in report["fencing"]["default"]
 
 
+# The example inventory has a Redfish and an IPMI node: each needs a rule of its own driver,
+# chosen by a node label, as the example's comment says.
+BY_BMC_POLICY = """\
+rules:
+- name: redfish-nodes
+  match: {node_selector: "nodefence.io/bmc=redfish"}
+  fencing: {driver: redfish, action: "off"}
+- name: ipmi-nodes
+  match: {node_selector: "nodefence.io/bmc=ipmi"}
+  fencing: {driver: ipmi, action: "off"}
+"""
+
+
 def test_check_config_shows_the_example_inventory_masked(tmp_path: Path) -> None:
     inventory_file = tmp_path / KEY
     inventory_file.write_text(_example_secret()["stringData"][KEY])
-    report = _check_config(tmp_path, NODEFENCE_BMC_INVENTORY=str(inventory_file))
-    assert "BMC inventory loaded" in report["fencing"]["default"]
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(BY_BMC_POLICY)
+    report = _check_config(
+        tmp_path, NODEFENCE_BMC_INVENTORY=str(inventory_file), NODEFENCE_POLICY_FILE=str(policy)
+    )
+    assert "BMC inventory loaded" in report["fencing"]["redfish-nodes"]
+    assert "BMC inventory loaded" in report["fencing"]["ipmi-nodes"]
     nodes = report["bmc_inventory"]["nodes"]
     assert {n["driver"] for n in nodes.values()} == {"redfish", "ipmi"}
     assert all(n["password"] == "***" for n in nodes.values())
     assert "replace-with-the-bmc-password" not in report["_stdout"]
+
+
+def test_check_config_refuses_the_example_inventory_under_one_redfish_rule(tmp_path: Path) -> None:
+    """The shipped policy powers every node through Redfish; an IPMI entry under it would be
+    powered by no driver it names, so check-config stops and says which entry disagrees."""
+    inventory_file = tmp_path / KEY
+    inventory_file.write_text(_example_secret()["stringData"][KEY])
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "NODEFENCE_AUTH_DISABLED": "true",
+        "NODEFENCE_POLICY_FILE": str(POLICY),
+        "NODEFENCE_BMC_INVENTORY": str(inventory_file),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "nodefence", "check-config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "worker2 is driver ipmi" in out.stderr
+    assert "replace-with-the-bmc-password" not in out.stdout + out.stderr
 
 
 def test_check_config_says_where_a_written_proof_is_read(tmp_path: Path) -> None:
