@@ -151,6 +151,12 @@ def outage(chain: Chain) -> Outage:
             what=f"{manager.url} sent the resolved notifications",
         )
     eventually(lambda: not sim.oos_taints(NODE), within=WITHIN, what="taint removed")
+    # The Event is the report of the unfence, written after it: wait for it rather than race it.
+    eventually(
+        lambda: "NodeUnfenced" in [e["reason"] for e in sim.nodefence_events(NODE)],
+        within=WITHIN,
+        what="the NodeUnfenced Event",
+    )
     ledger = sim.node(NODE)["metadata"].get("annotations") or {}
     assert "nodefence.io/fenced-by" not in ledger
     assert ledger["nodefence.io/unfenced-at"]
