@@ -292,6 +292,19 @@ class Alertmanager:
                 failed += value
         return sent, failed
 
+    def webhook_requests(self) -> int:
+        """Webhook requests answered (or failed), from Alertmanager's own metrics: a
+        notification is counted in ``webhook_counts`` when it starts, a request only once the
+        receiver has answered it."""
+        status, raw = http("GET", f"{self.url}/metrics")
+        assert status == 200, f"alertmanager metrics -> {status}"
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in raw.decode().splitlines()
+            if line.startswith("alertmanager_notification_requests_total{")
+            and 'integration="webhook"' in line
+        )
+
     def alerts(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = get_json(f"{self.url}/api/v2/alerts")
         return found

@@ -76,11 +76,19 @@ def notify(manager: Alertmanager, node: str) -> None:
 
 
 def delivered(manager: Alertmanager, before: int) -> tuple[int, int]:
-    return eventually(
-        lambda: (counts := manager.webhook_counts())[0] > before and counts,
-        within=60,
-        what="Alertmanager sent the notification",
+    """The next notification sent and answered: the next step of the rotation must not race a
+    request still on its way with the credentials of the step before."""
+
+    def answered() -> tuple[int, int] | None:
+        counts = manager.webhook_counts()
+        if counts[0] > before and manager.webhook_requests() >= counts[0]:
+            return counts
+        return None
+
+    found: tuple[int, int] = eventually(
+        answered, within=60, what="Alertmanager sent the notification and had its answer"
     )
+    return found
 
 
 def rejected(url: str) -> dict[str, float]:
