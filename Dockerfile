@@ -9,9 +9,11 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml README.md requirements.lock ./
 COPY service ./service
-# The tested versions of every dependency and of the build backend.
+# The tested versions of every dependency and of the build backend. The simulated cluster
+# (nodefence_sim: simulate, demo) is for demos and tests; the production image does not carry it.
 RUN PIP_CONSTRAINT=/src/requirements.lock /opt/venv/bin/pip install --no-cache-dir . \
-    && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
+    && /opt/venv/bin/pip uninstall --yes pip setuptools wheel \
+    && rm -rf "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nodefence_sim"
 
 FROM python:3.11-slim
 ENV PATH=/opt/venv/bin:$PATH \

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -308,6 +309,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command in operator_commands.COMMANDS:
         return operator_commands.run(args)
+    if args.command in ("simulate", "demo") and importlib.util.find_spec("nodefence_sim") is None:
+        print(
+            f"nodefence {args.command}: the simulated cluster (nodefence_sim) is not installed "
+            "here; the production image leaves it out. Run it from a source checkout "
+            "(make demo).",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "simulate":
         from nodefence_sim.server import run_from_cli
 

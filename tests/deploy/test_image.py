@@ -136,4 +136,31 @@ def test_builder_steps_produce_a_working_install(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "serve" in out.stdout
+    # The builder's last step takes the simulated cluster out of the production image.
+    (removal,) = [step for step in runs.split("&&") if "nodefence_sim" in step]
+    subprocess.run(
+        ["sh", "-c", removal.strip().replace("/opt/venv", str(venv))], check=True, cwd=tmp_path
+    )
+    python = str(venv / "bin" / "python")
+    probe = "import importlib.util; print(importlib.util.find_spec('nodefence_sim'))"
+    found = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "None"
+    nodefence = str(venv / "bin" / "nodefence")
+    for command in (["simulate", "--port", "0"], ["demo"]):
+        refused = subprocess.run(
+            [nodefence, *command], capture_output=True, text=True, check=False, timeout=60
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "nodefence_sim) is not installed" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    checked = subprocess.run(
+        [nodefence, "check-config"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", ""), "NODEFENCE_AUTH_DISABLED": "true"},
+    )
+    assert "nodefence_sim" not in checked.stderr, checked.stderr
+    assert "Traceback" not in checked.stderr, checked.stderr
     assert _size(venv) < VENV_BUDGET_BYTES
