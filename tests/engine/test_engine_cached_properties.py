@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from engine_factories import NOW
+from engine_strategies import PROFILE, all_facts, approvals, events, policies
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_engine_properties import PROFILE, all_facts, approvals, events, policies
 
 from nodefence.engine.cached import CACHEABLE, CACHED, NOT_READ, Source, refusal_on_cache
 from nodefence.engine.decide import decide

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from engine_factories import NODE, NOW, ago
+from engine_strategies import PROFILE, Case, all_decisions, cases, own
 from hypothesis import given
 from hypothesis import strategies as st
-from test_engine_properties import PROFILE, Case, all_decisions, cases, own
 
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.identity import (

@@ -10,32 +10,39 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from engine_factories import LOCAL_CLOCK, NODE, NOW, ago, our_taint
-from hypothesis import HealthCheck, given, settings
+from engine_strategies import (
+    PROFILE,
+    Case,
+    all_decisions,
+    cases,
+    forged_annotations,
+    mostly,
+    own,
+    own_entry,
+    rule_of,
+    shifted,
+    skews,
+)
+from hypothesis import given
 from hypothesis import strategies as st
 
-from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.alerts import match_rule, selector_matches
 from nodefence.engine.authorship import taint_authorship
-from nodefence.engine.decide import decide, decide_reconcile
+from nodefence.engine.decide import decide
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
-    CONTROL_PLANE_LABELS,
     EXCLUDE_LABEL,
     OUT_OF_SERVICE_KEY,
     OUT_OF_SERVICE_VALUE,
     PREFIX,
     AlertEvent,
     AlertStatus,
-    Approval,
     ApprovalDecision,
     ClaimAction,
-    ClusterFacts,
-    Condition,
     ConfirmAction,
     Decision,
     Facts,
@@ -43,457 +50,16 @@ from nodefence.engine.model import (
     LeaseFacts,
     NodeFacts,
     ObserveReadyAction,
-    PodFacts,
     PurgePodAction,
     ReleaseAction,
     Taint,
     UnfenceAction,
     Verdict,
 )
-from nodefence.engine.record import FenceEntry, FenceRecord, Phase, Release
-from nodefence.policy import Policy, Rule, parse_policy
+from nodefence.engine.record import FenceEntry, FenceRecord, Phase
+from nodefence.policy import Policy, Rule
 
-PROFILE = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
-)
-UIDS = ("uid-a", "uid-b")
-OTHER_NODES = ("worker-2", "worker-3", "cp-2")
 TOKEN = "replica-b/feedface0000"
-
-seconds = st.integers(min_value=-120, max_value=8000)
-# How far a kubelet's clock is off: ten minutes and more, either way.
-skews = st.one_of(st.integers(-3600, 3600), st.sampled_from([-600, 600]))
-
-
-def mostly(usual: Any, *rare: Any) -> st.SearchStrategy[Any]:
-    """``usual`` nine times in ten: the generated facts then reach fences, purges and unfences
-    often, instead of stopping at the first skip."""
-    return st.sampled_from([usual] * (9 * max(1, len(rare))) + list(rare))
-
-
-def shifted(moment: datetime | None, skew: int) -> datetime | None:
-    return None if moment is None else moment - timedelta(seconds=skew)
-
-
-# --- what a node can write -------------------------------------------------------------------
-
-mirror_keys = st.one_of(
-    st.sampled_from(
-        [*mirror.ALL_KEYS, mirror.APPROVAL_NODE_UID, mirror.APPROVAL_FINGERPRINT, EXCLUDE_LABEL]
-    ),
-    st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).map(PREFIX.__add__),
-)
-mirror_values = st.one_of(
-    st.sampled_from(
-        [
-            mirror.FENCED_BY_VALUE,
-            *UIDS,
-            "boot-1",
-            "NoExecute",
-            "NoSchedule",
-            "default",
-            "fp-0",
-            "2026-11-30T08:00:00Z",
-            "rejected by mallory at 2026-11-30T08:00:00Z",
-            "approved by mallory at 2026-11-30T08:00:00Z",
-            "true",
-            "off",
-            "",
-        ]
-    ),
-    st.text(max_size=12),
-)
-forged_annotations = st.dictionaries(mirror_keys, mirror_values, max_size=8)
-
-taints = st.builds(
-    Taint,
-    key=st.just(OUT_OF_SERVICE_KEY),
-    effect=st.sampled_from(["NoExecute", "NoSchedule"]),
-    value=mostly(OUT_OF_SERVICE_VALUE, "maintenance", ""),
-)
-
-
-@st.composite
-def nodes(draw: st.DrawFn) -> NodeFacts:
-    status = draw(st.sampled_from(["True", "False", "Unknown", None]))
-    transition = draw(st.one_of(seconds.map(ago), seconds.map(ago), st.none()))
-    condition = None if status is None else Condition("Ready", status, transition)
-    labels: dict[str, str] = {"tier": draw(mostly("compute", "storage"))}
-    if draw(st.booleans()):
-        labels[CONTROL_PLANE_LABELS[0]] = ""
-    if draw(mostly(False, True)):
-        labels[EXCLUDE_LABEL] = "true"
-    return NodeFacts(
-        name=NODE,
-        uid=draw(st.sampled_from(UIDS)),
-        resource_version=str(draw(st.integers(1, 99))),
-        labels=labels,
-        annotations=draw(st.one_of(st.just({}), forged_annotations)),
-        taints=(draw(taints),) if draw(st.booleans()) else (),
-        ready=condition,
-        boot_id=draw(st.sampled_from(["boot-1", "boot-2", ""])),
-        unschedulable=draw(mostly(False, True)),
-    )
-
-
-@st.composite
-def leases(draw: st.DrawFn) -> LeaseFacts | None:
-    """A Lease the API server last saw renewed at ``server_renewed``; its ``renewTime`` from a
-    kubelet clock that may be far off."""
-    if draw(mostly(False, True)):
-        return None
-    server = draw(st.one_of(seconds.map(ago), seconds.map(ago), st.none()))
-    kubelet = shifted(server or ago(draw(seconds)), draw(skews))
-    return LeaseFacts(renew_time=kubelet, holder=NODE, server_renewed=server)
-
-
-# --- the fence record --------------------------------------------------------------------------
-
-
-def own_entry(
-    uid: str,
-    *,
-    phase: Phase,
-    claimed_at: datetime,
-    effect: str = "NoExecute",
-    rule: str = "default",
-    boot_id: str = "boot-1",
-    seen: datetime | None = None,
-    transition: datetime | None = None,
-) -> FenceEntry:
-    return FenceEntry(
-        node=NODE,
-        uid=uid,
-        phase=phase,
-        claimed_at=claimed_at,
-        rule=rule,
-        alertname="KubeNodeNotReady",
-        fingerprint="fp-0",
-        boot_id=boot_id,
-        effect=effect,
-        claimed_by="replica-a/0000deadbeef",
-        fenced_at=claimed_at if phase is Phase.FENCED else None,
-        ready_seen_at=seen,
-        ready_transition=transition,
-    )
-
-
-def other_entry(name: str) -> FenceEntry:
-    return replace(
-        own_entry(f"uid-{name}", phase=Phase.FENCED, claimed_at=ago(4000)),
-        node=name,
-        control_plane=name.startswith("cp-"),
-    )
-
-
-@st.composite
-def records(draw: st.DrawFn, node: NodeFacts | None) -> FenceRecord:
-    entries: list[FenceEntry] = []
-    if draw(st.booleans()):
-        transition = node.ready.last_transition if node and node.ready else None
-        entries.append(
-            own_entry(
-                draw(mostly(node.uid if node else "uid-a", *UIDS)),
-                phase=draw(st.sampled_from(list(Phase))),
-                claimed_at=ago(draw(seconds)),
-                effect=draw(mostly("NoExecute", "NoSchedule")),
-                rule=draw(mostly("default", "gone")),
-                boot_id=draw(st.sampled_from(["boot-1", "boot-2", ""])),
-                seen=draw(st.one_of(st.none(), seconds.map(ago))),
-                transition=draw(st.sampled_from([transition, None, ago(50)])),
-            )
-        )
-    others = draw(st.lists(st.sampled_from(OTHER_NODES), max_size=2, unique=True))
-    entries.extend(other_entry(name) for name in others)
-    released = draw(
-        st.lists(
-            st.builds(Release, st.just(NODE), st.sampled_from(UIDS), seconds.map(ago)),
-            max_size=1,
-        )
-    )
-    unreadable = draw(st.sampled_from([(), (), ("fence.worker-4",)]))
-    return FenceRecord(tuple(entries), tuple(released), unreadable, str(draw(st.integers(1, 9))))
-
-
-pods = st.builds(
-    PodFacts,
-    namespace=st.sampled_from(["default", "openstack", "kube-system"]),
-    name=st.sampled_from(["a", "b", "c", "d"]),
-    uid=st.sampled_from(["p1", "p2", "p3"]),
-    node_name=st.sampled_from([NODE, "worker-2"]),
-    deletion_timestamp=st.one_of(st.none(), seconds.map(ago)),
-    finalizers=st.lists(st.sampled_from(["f/a", "f/b"]), max_size=2, unique=True).map(tuple),
-    owner_kind=st.sampled_from(["StatefulSet", "ReplicaSet", "DaemonSet", "Deployment", None]),
-    has_pvc=st.booleans(),
-)
-
-
-@st.composite
-def clusters(draw: st.DrawFn) -> ClusterFacts:
-    total = draw(mostly(10, 0, 2, 5))
-    ready = max(0, total - draw(mostly(1, 0, 2, 3, 6)))
-    cp_total = draw(st.integers(0, 5))
-    return ClusterFacts(
-        total_nodes=total,
-        ready_nodes=ready,
-        control_plane_total=cp_total,
-        control_plane_ready=draw(st.integers(0, cp_total)),
-        schedulable_ready=draw(st.one_of(st.none(), st.integers(0, ready))),
-        ready_since=tuple(draw(st.lists(seconds.map(ago), max_size=3))),
-    )
-
-
-@st.composite
-def all_facts(draw: st.DrawFn) -> Facts:
-    node = draw(nodes()) if draw(mostly(True, False)) else None
-    return Facts(
-        node=node,
-        lease=draw(leases()),
-        pods=tuple(draw(st.lists(pods, max_size=4))),
-        cluster=draw(clusters()),
-        record=draw(records(node)),
-        clock=draw(mostly(API_SERVER_CLOCK, LOCAL_CLOCK)),
-    )
-
-
-@st.composite
-def policies(draw: st.DrawFn, *, room: bool = False) -> Policy:
-    """``room``: a budget and capacity thresholds that leave room for a fence, so that whether
-    one happens turns on the facts."""
-    rule: dict[str, Any] = {
-        "name": "default",
-        "min_not_ready_seconds": draw(st.integers(0, 3000)),
-        "lease_staleness_seconds": draw(st.integers(1, 3000)),
-        "healthy_delay_seconds": draw(st.integers(0, 3000)),
-        "require_new_boot_id": draw(st.booleans()),
-        "fence_without_lease": draw(st.booleans()),
-        "taint_effect": draw(mostly("NoExecute", "NoSchedule")),
-        "approval": draw(mostly("none", "slack")),
-        "flap_window_seconds": draw(st.integers(0, 5000)),
-        "fencing": {"driver": "none"},
-        "purge": {
-            "terminating": draw(mostly(True, False)),
-            "non_terminating": draw(st.booleans()),
-            "strip_finalizers": draw(st.lists(st.sampled_from(["f/a", "f/b"]), unique=True)),
-        },
-        "match": {"node_selector": draw(mostly("", "tier=compute", "!tier"))},
-    }
-    data = {
-        "dry_run": draw(st.booleans()),
-        "paused": draw(mostly(False, True)),
-        "rules": [rule],
-        "cluster": {
-            "max_fenced_nodes": draw(st.integers(1 if room else 0, 3)),
-            "min_ready_fraction": draw(
-                st.sampled_from([0.0, 0.3, 0.51, 0.8, 0.95][: 4 if room else 5])
-            ),
-            "control_plane_quorum": draw(mostly(True, False)),
-            "storm_not_ready_fraction": draw(st.sampled_from([0.1, 0.3, 0.5, 0.9, 1.0])),
-            "storm_cooldown_seconds": draw(st.sampled_from([0, 600])),
-            "claim_timeout_seconds": draw(st.sampled_from([30, 300, 900])),
-        },
-    }
-    return parse_policy(data, "<generated>")
-
-
-events = st.builds(
-    AlertEvent,
-    alertname=mostly("KubeNodeNotReady", "KubeNodeUnreachable", "Watchdog"),
-    status=st.sampled_from(list(AlertStatus)),
-    node=mostly(NODE, None),
-    fingerprint=st.sampled_from(["fp-0", "fp-1"]),
-    labels=mostly({"node": NODE}, {}),
-)
-
-approvals = st.one_of(
-    st.none(),
-    st.builds(
-        Approval,
-        user=st.just("alice"),
-        at=seconds.map(ago),
-        decision=st.sampled_from(list(ApprovalDecision)),
-        node_uid=st.sampled_from(UIDS),
-    ),
-)
-
-
-Case = tuple[AlertEvent, Facts, Policy, Approval | None]
-DIMENSIONS = (
-    "ready",
-    "transition",
-    "silence",
-    "lease",
-    "budget",
-    "capacity",
-    "control-plane",
-    "record",
-    "taint",
-    "boot",
-    "pods",
-    "approval",
-    "clock",
-    "seen",
-    "flap",
-    "annotations",
-)
-
-
-def rule_of(policy: Policy) -> Rule:
-    return policy.rules[0]
-
-
-@st.composite
-def near_cases(draw: st.DrawFn) -> Case:
-    """Facts placed just either side of the policy's thresholds: a state where every guard
-    allows the action (fence for a firing alert, unfence for a resolved one), with a few
-    dimensions disturbed. The kubelet's clock is always off by a generated skew, which must
-    never matter. Uniformly random facts almost never reach an action."""
-    policy = draw(policies(room=True))
-    rule = rule_of(policy)
-    firing = draw(st.booleans())
-    broken = draw(st.sets(st.sampled_from(DIMENSIONS), max_size=3))
-    near = st.integers(-30, 900)
-    skew = draw(skews)
-
-    def after(threshold: int) -> datetime:
-        return ago(threshold + draw(near))
-
-    uid = "uid-a"
-    down = draw(st.sampled_from(["Unknown", "False"]))
-    status = ("True" if firing else down) if "ready" in broken else (down if firing else "True")
-    window = rule.lease_staleness_seconds
-    fresh = ago(draw(st.integers(-60, window - 1)))
-    if firing:
-        transition = None if "transition" in broken else after(rule.min_not_ready_seconds)
-        silent = after(max(window, rule.min_not_ready_seconds))
-        if "silence" in broken:
-            # Silent past the staleness window, but maybe not for the NotReady duration.
-            silent = ago(window + draw(st.integers(0, max(0, rule.min_not_ready_seconds - window))))
-        server = draw(st.sampled_from([None, fresh])) if "lease" in broken else silent
-    else:
-        transition = (
-            ago(draw(st.integers(-60, rule.healthy_delay_seconds)))
-            if "transition" in broken
-            else after(rule.healthy_delay_seconds)
-        )
-        server = after(window + 1) if "lease" in broken else fresh
-    lease = LeaseFacts(renew_time=shifted(server, skew), holder=NODE, server_renewed=server)
-    labels = {"tier": "compute"}
-    if "control-plane" in broken or draw(st.booleans()):
-        labels[CONTROL_PLANE_LABELS[0]] = ""
-
-    seen, seen_transition = after(rule.healthy_delay_seconds), transition
-    if "seen" in broken:
-        seen, seen_transition = draw(
-            st.sampled_from(
-                [(None, None), (ago(rule.healthy_delay_seconds - 1), transition), (seen, ago(7))]
-            )
-        )
-    fenced = own_entry(
-        uid,
-        phase=Phase.FENCED,
-        claimed_at=ago(5000),
-        effect=rule.taint_effect,
-        seen=seen,
-        transition=seen_transition,
-    )
-    entries: list[FenceEntry] = [] if firing else [fenced]
-    taint: Taint | None = None if firing else our_taint(rule.taint_effect)
-    if "record" in broken:
-        claimed = ago(draw(st.integers(0, 2 * policy.cluster.claim_timeout_seconds)))
-        kind = draw(st.sampled_from(["none", "claim", "claim", "fenced", "recreated"]))
-        entries = {
-            "none": [],
-            # A claim whose taint never came (completed or rolled back), or whose taint is on.
-            "claim": [replace(fenced, phase=Phase.CLAIMED, claimed_at=claimed)],
-            "fenced": [fenced],
-            "recreated": [replace(fenced, uid="uid-b")],
-        }[kind]
-        if firing and kind != "none" and draw(st.booleans()):
-            # Already fenced: the repeated alert may only purge what is left.
-            taint = our_taint(rule.taint_effect)
-    if "taint" in broken:
-        # None, someone else's, or nodefence's taint taken over (kubectl taint --overwrite).
-        other = "NoSchedule" if rule.taint_effect == "NoExecute" else "NoExecute"
-        taint = draw(
-            st.sampled_from(
-                [
-                    None,
-                    Taint(OUT_OF_SERVICE_KEY, rule.taint_effect, "maintenance"),
-                    Taint(OUT_OF_SERVICE_KEY, rule.taint_effect, ""),
-                    Taint(OUT_OF_SERVICE_KEY, other, OUT_OF_SERVICE_VALUE),
-                ]
-            )
-        )
-    node = NodeFacts(
-        name=NODE,
-        uid=uid,
-        resource_version="7",
-        labels=labels,
-        annotations=draw(forged_annotations) if "annotations" in broken else {},
-        taints=(taint,) if taint is not None else (),
-        ready=Condition("Ready", status, transition),
-        boot_id="boot-1" if "boot" in broken else "boot-2",
-    )
-    unreadable: tuple[str, ...] = ()
-    if "budget" in broken:
-        spent = draw(st.lists(st.sampled_from([*OTHER_NODES, "?"]), min_size=1, unique=True))
-        entries.extend(other_entry(name) for name in spent if name != "?")
-        # "?": a slot held by an entry nobody can read.
-        unreadable = ("fence.worker-4",) if "?" in spent else ()
-    if "control-plane" in broken:
-        entries.append(other_entry("cp-2"))
-    flap = rule.flap_window_seconds
-    last = ago(draw(st.integers(0, flap)) if "flap" in broken else flap + draw(near) + 31)
-    released = (Release(NODE, uid, last, "unfenced"),) if draw(st.booleans()) else ()
-    record = FenceRecord(tuple(entries), released, unreadable, "5")
-
-    pod_list = tuple(draw(st.lists(pods, max_size=4)))
-    if "pods" not in broken and not firing:
-        pod_list = tuple(p for p in pod_list if not p.terminating)
-    total = 10
-    ready_nodes = total - draw(st.integers(0, 8 if "capacity" in broken else 1))
-    cluster = ClusterFacts(
-        total_nodes=total,
-        ready_nodes=ready_nodes,
-        control_plane_total=3,
-        control_plane_ready=draw(st.integers(0, 1)) if "control-plane" in broken else 3,
-        schedulable_ready=draw(st.integers(0, ready_nodes)) if "capacity" in broken else None,
-    )
-    event = AlertEvent(
-        alertname="KubeNodeNotReady",
-        status=AlertStatus.FIRING if firing else AlertStatus.RESOLVED,
-        node=NODE,
-        fingerprint="fp-0",
-    )
-    approval = None
-    if rule.approval == "slack":
-        approval = Approval("alice", ago(60), ApprovalDecision.APPROVE, uid, "fp-0")
-        approval = draw(approvals) if "approval" in broken else approval
-    clock = LOCAL_CLOCK if "clock" in broken else API_SERVER_CLOCK
-    facts = Facts(node, lease, pod_list, cluster, record=record, clock=clock)
-    return event, facts, policy, approval
-
-
-random_cases = st.tuples(events, all_facts(), policies(), approvals)
-# Two in three near the thresholds, where the actions are.
-cases = st.one_of(near_cases(), near_cases(), random_cases)
-
-
-def all_decisions(
-    event: AlertEvent, facts: Facts, policy: Policy, approval: Approval | None
-) -> list[Decision]:
-    return [
-        decide(event, facts, policy, NOW, approval=approval),
-        decide_reconcile(facts, policy, NOW, NODE),
-    ]
-
-
-def own(facts: Facts) -> FenceEntry | None:
-    """The record's entry for this very node object."""
-    node = facts.node
-    held = facts.record.entry(NODE)
-    return held if node is not None and held is not None and held.uid == node.uid else None
 
 
 def exact(taint: Taint | None, held: FenceEntry) -> bool:
