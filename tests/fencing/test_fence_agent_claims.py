@@ -11,7 +11,7 @@ from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import firing, oos_taints
 
 from .agents import scripted_agent
-from .test_fence_agent_pipeline import NODE, cluster, kill, receiver, text_of, write_inventory
+from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
 
 __all__ = ["cluster"]
 

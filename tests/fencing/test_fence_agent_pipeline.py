@@ -6,53 +6,21 @@ from __future__ import annotations
 
 import shutil
 import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-import yaml
-from aiohttp import web
-from pydantic import SecretStr
 
-from nodefence.observability.metrics import Metrics
-from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
-from nodefence.settings import Settings
 from nodefence_sim.redfish import bmcs_of
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import Receiver, eventually, firing, node_events, oos_taints
+from nodefence_sim.testing import SimulatorHandle
+from pipeline.harness import firing, node_events, oos_taints
 
 from .agents import AGENT_PASSWORD, scripted_agent, wait_until
+from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
 from .peers import Ca, Process, free_port, issue_server_cert, make_ca
 
-NODE = "compute01"
-TOKEN = "fence-agent-test-token"
-
-
-def policy(timeout: float) -> dict[str, Any]:
-    return {
-        "rules": [
-            {
-                "name": "default",
-                "fencing": {"driver": "fence-agent", "action": "off", "timeout_seconds": timeout},
-            }
-        ],
-        "cluster": {
-            "max_fenced_nodes": 2,
-            "storm_not_ready_fraction": 0.6,
-            "min_ready_fraction": 0.5,
-        },
-    }
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
+__all__ = ["cluster"]
 
 
 @pytest.fixture
@@ -89,17 +57,6 @@ def tls_bmc(tmp_path: Path, cluster: SimulatorHandle) -> Iterator[int]:
         process.stop()
 
 
-def write_inventory(tmp_path: Path, fence_agent: dict[str, Any], nodes: list[str]) -> Path:
-    path = tmp_path / "bmcs.yaml"
-    data = {
-        "defaults": {"fence-agent": fence_agent},
-        # fence_redfish names no machine of its own (no plug), so the entries say so.
-        "nodes": {node: {"driver": "fence-agent", "identity": "unchecked"} for node in nodes},
-    }
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def redfish_defaults(cluster: SimulatorHandle, port: int) -> dict[str, Any]:
     bmcs = bmcs_of(cluster.sim)
     return {
@@ -113,48 +70,6 @@ def redfish_defaults(cluster: SimulatorHandle, port: int) -> dict[str, Any]:
             "systems_uri": "/redfish/v1/Systems/{node}",
         },
     }
-
-
-@asynccontextmanager
-async def receiver(
-    cluster: SimulatorHandle, bmcs: Path, timeout: float = 40
-) -> AsyncIterator[Receiver]:
-    settings = Settings(
-        alert_token=SecretStr(TOKEN),
-        namespace="nodefence",
-        identity="replica-1",
-        request_deadline_seconds=60,
-        bmc_inventory=bmcs,
-    )
-    from nodefence.http.app import build_app
-
-    pipeline = await build_pipeline(
-        settings,
-        metrics=Metrics(),
-        policy=parse_policy(policy(timeout)),
-        kubeconfig=str(cluster.kubeconfig),
-    )
-    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    async with aiohttp.ClientSession() as session:
-        try:
-            yield Receiver(f"http://127.0.0.1:{port}", TOKEN, pipeline, pipeline.metrics, session)
-        finally:
-            await runner.cleanup()
-
-
-async def kill(cluster: SimulatorHandle, name: str) -> None:
-    cluster.sim.node_down(name, since_seconds=1200)
-    await eventually(lambda: cluster.sim.node_state(name)["ready"] != "True")
-
-
-def text_of(decision: dict[str, Any]) -> str:
-    reasons = " | ".join(str(r["message"]) for r in decision["reasons"])
-    results = " | ".join(str(r.get("detail", "")) for r in decision.get("results", []))
-    return f"{reasons} || {results}"
 
 
 async def test_fence_redfish_fences_only_after_a_status_read_of_off(

@@ -23,8 +23,8 @@ from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import eventually
 
 from .agents import AGENT_PASSWORD, ScriptedAgent, scripted_agent
+from .fence_agent_support import cluster
 from .peers import free_port
-from .test_fence_agent_pipeline import cluster
 
 __all__ = ["cluster"]
 
