@@ -15,8 +15,8 @@ from typing import Any
 from nodefence.engine.cached import CACHED
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
+from pipeline.cache_support import following, freeze, writes_since
 from pipeline.harness import firing, inference, oos_taints, start_receiver
-from pipeline.test_cached_refusals import following, freeze, writes_since
 
 from .conftest import Starter, alert, poll
 

@@ -16,8 +16,8 @@ from aiohttp import web
 from nodefence.engine.cached import CACHED
 from nodefence_sim.scale import node_name, simulation
 from nodefence_sim.testing import running_simulator
+from pipeline.cache_support import following
 from pipeline.harness import inference, oos_taints, start_receiver
-from pipeline.test_cached_refusals import following
 
 from .conftest import Served, Starter, alert
 

@@ -18,8 +18,8 @@ from nodefence.kube.facts import FactsReader
 from nodefence.kube.pause_watch import CONTROL_CONFIGMAP, PAUSED_AT
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
+from pipeline.api_calls_support import PATH, granted, named
 from pipeline.harness import start_receiver
-from pipeline.test_api_calls_observed import PATH, granted, named
 
 SWITCH = f"/api/v1/namespaces/nodefence/configmaps/{CONTROL_CONFIGMAP}"
 

@@ -3,51 +3,13 @@ the static list in deploy/base/api-calls.yaml is checked against the wire."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import parse_qs
-
-import yaml
 
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence_sim.faults import RequestRecord
 from nodefence_sim.testing import SimulatorHandle
 
+from .api_calls_support import PATH, granted, named
 from .harness import eventually, inference, start_receiver, terminating_on
-
-CALLS = Path(__file__).parents[2] / "deploy" / "base" / "api-calls.yaml"
-PATH = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)"
-    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<resource>[^/]+)(?:/(?P<name>[^/]+))?$"
-)
-
-
-def granted(method_verb: str, group: str, resource: str, namespace: str | None, name: str) -> bool:
-    for call in yaml.safe_load(CALLS.read_text())["calls"]:
-        if call.get("group") != group or call.get("resource") != resource:
-            continue
-        if method_verb not in call["verbs"]:
-            continue
-        if call["scope"] == "namespace" and namespace != "nodefence":
-            continue
-        names = call.get("resourceNames")
-        if names and name not in names:
-            continue
-        return True
-    return False
-
-
-def named(request: RequestRecord) -> str:
-    """The object name RBAC authorizes the request for: the path's, or for a list or watch the
-    field selector metadata.name=NAME (how a Role grants them for one name)."""
-    match = PATH.match(request.path)
-    assert match, request.path
-    if match.group("name"):
-        return match.group("name")
-    selector = (parse_qs(request.query).get("fieldSelector") or [""])[0]
-    prefix = "metadata.name="
-    return selector[len(prefix) :] if selector.startswith(prefix) else ""
 
 
 async def test_every_request_of_the_story_is_granted(cluster: SimulatorHandle) -> None:

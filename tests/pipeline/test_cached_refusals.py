@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 
 from nodefence.engine.cached import CACHED
-from nodefence.kube.node_index import NodeIndex
-from nodefence_sim.faults import WRITE_VERBS, FaultRule
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.scale import node_name, simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
+from .cache_support import following, freeze, writes_since
 from .harness import Receiver, eventually, firing, inference, node, oos_taints, start_receiver
 
 NODE = "compute01"
@@ -40,38 +39,6 @@ REDFISH_OFF: dict[str, Any] = {
 def ready_in_cluster(cluster: SimulatorHandle, name: str) -> bool:
     conditions = node(cluster, name)["status"].get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-async def following(receiver: Receiver) -> NodeIndex:
-    """The receiver's node index, once it has listed the cluster (as a serving receiver's
-    readiness probe starts it)."""
-    assert (await receiver.pipeline.ready())[0]
-    index = receiver.pipeline.reader.nodes
-    assert index is not None
-    await eventually(lambda: index.fresh() is not None, within=30)
-    return index
-
-
-async def freeze(cluster: SimulatorHandle, index: NodeIndex) -> FaultRule:
-    """From now on the index hears nothing: every new watch of the nodes hangs. Returns once
-    the watch it had open has ended (so no change reaches it any more); its freshness bound is
-    raised so what it holds stays in use however slow the machine."""
-    index.max_age = 3600
-    since = cluster.faults.cursor
-    rule = cluster.faults.hang(None, verbs=("watch",), path="/api/v1/nodes")
-    await eventually(
-        lambda: any(r.verb == "watch" for r in cluster.faults.requests(since)), within=60
-    )
-    return rule
-
-
-def writes_since(cluster: SimulatorHandle, since: int) -> list[str]:
-    """Writes to anything but Events (a refusal's report)."""
-    return [
-        f"{r.method} {r.path}"
-        for r in cluster.faults.requests(since)
-        if r.verb in WRITE_VERBS and "/events" not in r.path
-    ]
 
 
 @pytest.fixture

@@ -1,0 +1,42 @@
+"""Following and freezing a receiver's watch-fed node index, and reading what was written since:
+shared by the tests of refusals on cached facts, so none imports another test module."""
+
+from __future__ import annotations
+
+from nodefence.kube.node_index import NodeIndex
+from nodefence_sim.faults import WRITE_VERBS, FaultRule
+from nodefence_sim.testing import SimulatorHandle
+
+from .harness import Receiver, eventually
+
+
+async def following(receiver: Receiver) -> NodeIndex:
+    """The receiver's node index, once it has listed the cluster (as a serving receiver's
+    readiness probe starts it)."""
+    assert (await receiver.pipeline.ready())[0]
+    index = receiver.pipeline.reader.nodes
+    assert index is not None
+    await eventually(lambda: index.fresh() is not None, within=30)
+    return index
+
+
+async def freeze(cluster: SimulatorHandle, index: NodeIndex) -> FaultRule:
+    """From now on the index hears nothing: every new watch of the nodes hangs. Returns once
+    the watch it had open has ended (so no change reaches it any more); its freshness bound is
+    raised so what it holds stays in use however slow the machine."""
+    index.max_age = 3600
+    since = cluster.faults.cursor
+    rule = cluster.faults.hang(None, verbs=("watch",), path="/api/v1/nodes")
+    await eventually(
+        lambda: any(r.verb == "watch" for r in cluster.faults.requests(since)), within=60
+    )
+    return rule
+
+
+def writes_since(cluster: SimulatorHandle, since: int) -> list[str]:
+    """Writes to anything but Events (a refusal's report)."""
+    return [
+        f"{r.method} {r.path}"
+        for r in cluster.faults.requests(since)
+        if r.verb in WRITE_VERBS and "/events" not in r.path
+    ]
