@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -260,7 +260,15 @@ class ReceiverProcess:
 UNLIMITED = {"NODEFENCE_API_QPS": "0", "NODEFENCE_CACHED_REFUSALS": "false"}
 
 
-def wait_for_node_index(receiver: ReceiverProcess, sim: Cluster) -> None:
+class RequestLog(Protocol):
+    """A simulator whose request log can be read from a cursor (``/sim/v1/requests``)."""
+
+    def cursor(self) -> int: ...
+
+    def requests_since(self, cursor: int) -> list[dict[str, Any]]: ...
+
+
+def wait_for_node_index(receiver: ReceiverProcess, sim: RequestLog) -> None:
     """Probe ``/readyz`` as a kubelet would (which starts the node index), then wait until the
     index has listed every node and opened its watch of them."""
     cursor = sim.cursor()

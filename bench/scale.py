@@ -45,8 +45,8 @@ from bench.common import (
     percentile,
     request,
     stop,
+    wait_for_node_index,
 )
-from bench.processes import eventually
 from nodefence.kube.facts import CONTROL_CONFIGMAP
 from nodefence_sim.scale import node_name
 from nodefence_sim.server import LISTENING
@@ -221,23 +221,7 @@ def _alerts(
 @contextlib.contextmanager
 def receiver_for(sim: ScaleSimulator) -> Iterator[ReceiverProcess]:
     with ReceiverProcess(sim.kubeconfig, policy=POLICY) as receiver:
-        cursor = sim.cursor()
-        # The readiness probe starts the node index; it is in use once its watch is open.
-        eventually(
-            lambda: request(receiver.url + "/readyz")[0] == 200,
-            within=60,
-            interval=0.05,
-            what="ready",
-        )
-        eventually(
-            lambda: any(
-                r["verb"] == "watch" and r["path"] == "/api/v1/nodes"
-                for r in sim.requests_since(cursor)
-            ),
-            within=300,
-            interval=0.2,
-            what="the node index's watch",
-        )
+        wait_for_node_index(receiver, sim)
         yield receiver
 
 

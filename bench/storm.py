@@ -39,8 +39,8 @@ from bench.common import (
     median,
     percentile,
     request,
+    wait_for_node_index,
 )
-from bench.processes import eventually
 from bench.scale import ScaleSimulator
 from nodefence_sim.scale import node_name
 
@@ -118,23 +118,7 @@ async def _send(url: str, nodes: Sequence[str]) -> tuple[dict[int, int], list[fl
 @contextlib.contextmanager
 def _ready_receiver(sim: ScaleSimulator, env: dict[str, str]) -> Iterator[ReceiverProcess]:
     with ReceiverProcess(sim.kubeconfig, policy=POLICY, env=env) as receiver:
-        cursor = sim.cursor()
-        eventually(
-            lambda: request(receiver.url + "/readyz")[0] == 200,
-            within=60,
-            interval=0.05,
-            what="ready",
-        )
-        # The index has listed every node once its watch of the nodes is open.
-        eventually(
-            lambda: any(
-                r["verb"] == "watch" and r["path"] == "/api/v1/nodes"
-                for r in sim.requests_since(cursor)
-            ),
-            within=300,
-            interval=0.2,
-            what="the node index's watch",
-        )
+        wait_for_node_index(receiver, sim)
         yield receiver
 
 
