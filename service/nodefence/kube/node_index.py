@@ -18,7 +18,6 @@ can no longer replay (410 Gone) or any other error answer makes it list again, w
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import sys
 import time
@@ -36,6 +35,7 @@ from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, Clu
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import ready_condition, ready_since
+from nodefence.kube.watch_events import follow, parts
 
 log = structlog.get_logger(__name__)
 
@@ -270,28 +270,12 @@ class NodeIndex:
         stream = await self.kube.watch_nodes(
             self.resource_version, self.watch_seconds, idle_seconds=IDLE_SECONDS
         )
-        try:
-            while line := await stream.next_line():
-                if line.strip():
-                    self._apply(json.loads(line))
-        except ValueError as exc:  # a cut or garbled line: resume from the last whole event
-            raise aiohttp.ClientPayloadError(f"unreadable watch event: {exc}") from exc
-        finally:
-            stream.close()
+        await follow(stream, self._apply)
         # The server ended the watch at its timeout: everything until then was delivered.
         self.heard_at = self.clock()
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            raise KubeError(
-                int(obj.get("code") or 500),
-                str(obj.get("reason", "")),
-                str(obj.get("message", "")),
-                obj,
-            )
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        kind, obj, version = parts(event)
         if kind in ("ADDED", "MODIFIED"):
             self._put(_name(obj), summarize(obj))
             if self.listener is not None:

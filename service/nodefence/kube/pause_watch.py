@@ -16,7 +16,6 @@ itself, as before.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from nodefence.engine.wording import parse_instant
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.convert import power_proof
+from nodefence.kube.watch_events import follow, parts
 
 log = structlog.get_logger(__name__)
 
@@ -167,28 +167,12 @@ class PauseWatch:
             WATCH_SECONDS,
             idle_seconds=IDLE_SECONDS,
         )
-        try:
-            while line := await stream.next_line():
-                if line.strip():
-                    self._apply(json.loads(line))
-        except ValueError as exc:
-            raise aiohttp.ClientPayloadError(f"unreadable watch event: {exc}") from exc
-        finally:
-            stream.close()
+        await follow(stream, self._apply)
         # Ended by the server at its timeout: everything until now was delivered.
         self.heard_at = self.clock()
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            raise KubeError(
-                int(obj.get("code") or 500),
-                str(obj.get("reason", "")),
-                str(obj.get("message", "")),
-                obj,
-            )
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        kind, obj, version = parts(event)
         if version:
             self.resource_version = version
         if kind in ("ADDED", "MODIFIED") and _named(obj):
