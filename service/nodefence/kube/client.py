@@ -318,12 +318,19 @@ class KubeClient:
             ("resourceVersion", resource_version),
             ("timeoutSeconds", timeout_seconds),
         ]
+        return await self._watch("/api/v1/nodes", query, idle_seconds)
+
+    async def _watch(
+        self, path: str, query: Query, idle_seconds: float | None, **params: str
+    ) -> Stream:
+        """Open a watch: no total timeout (the server ends it), only ``idle_seconds`` of
+        silence; a refusal is raised as the status the server answered."""
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self.call_timeout, sock_read=idle_seconds
         )
         if self.limiter is not None:
             await self.limiter.acquire(Priority.LIVE)
-        response = await self._send("GET", "/api/v1/nodes", query=query, timeout=timeout)
+        response = await self._send("GET", path, query=query, timeout=timeout, **params)
         status = int(response.status)
         self._on_request("watch", str(status))
         if status == 200:
@@ -402,23 +409,8 @@ class KubeClient:
             ("resourceVersion", resource_version),
             ("timeoutSeconds", timeout_seconds),
         ]
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.call_timeout, sock_read=idle_seconds
-        )
         path = "/api/v1/namespaces/{namespace}/configmaps"
-        if self.limiter is not None:
-            await self.limiter.acquire(Priority.LIVE)
-        response = await self._send("GET", path, query=query, timeout=timeout, namespace=namespace)
-        status = int(response.status)
-        self._on_request("watch", str(status))
-        if status == 200:
-            return Stream(response)
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
-        body = _json_or_empty(raw)
-        raise KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+        return await self._watch(path, query, idle_seconds, namespace=namespace)
 
     async def create_configmap(
         self, namespace: str, configmap: Json, deadline: Deadline | None = None
