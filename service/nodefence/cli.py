@@ -58,7 +58,16 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--payload", required=True, type=Path, help="Alertmanager webhook JSON")
 
     sub.add_parser("reconcile", help="one reconcile pass: finish purges, unfence recovered nodes")
-    sub.add_parser("check-config", help="print the effective settings and policy (secrets masked)")
+    check = sub.add_parser(
+        "check-config",
+        help="print the effective settings and policy (secrets masked) and check that the "
+        "cluster and Alertmanager they name answer; exit 1 if one cannot be reached",
+    )
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="check only the files (settings, policy, BMC inventory); reach nothing",
+    )
     status = sub.add_parser(
         "status", help="what nodefence holds now: fenced nodes, half-written fences, approvals"
     )
@@ -265,7 +274,7 @@ def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, s
     return summary
 
 
-def _check_config() -> int:
+def _check_config(offline: bool) -> int:
     from nodefence.alertmanager.config import UNCONFIGURED
     from nodefence.errors import ConfigError
     from nodefence.runtime import bmc_inventory
@@ -288,13 +297,45 @@ def _check_config() -> int:
         "bmc_inventory": inventory.describe() if inventory is not None else None,
         "alertmanager": alertmanager.describe() if alertmanager is not None else UNCONFIGURED,
     }
-    from nodefence.commands.reach import reachability
+    from nodefence.commands.reach import OFFLINE, reachability
 
+    if offline:
+        report["reachability"] = OFFLINE
+        print(json.dumps(report, indent=2, default=str))
+        print(f"nodefence: check-config: {OFFLINE['why']}", file=sys.stderr)
+        return 0
     report["reachability"], problems = asyncio.run(reachability(settings, policy))
     print(json.dumps(report, indent=2, default=str))
     for problem in problems:
         print(f"nodefence: check-config: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _simulated_cluster(args: argparse.Namespace) -> int:
+    """``simulate`` and ``demo`` run from the simulator's own distribution, ``nodefence-sim``,
+    which production installs (the image, ``pip install nodefence``) leave out; without it they
+    say in one line what to install instead of failing on an import."""
+    if importlib.util.find_spec("nodefence_sim") is None:
+        from nodefence import __version__
+
+        print(
+            f"nodefence {args.command}: the simulated cluster ships separately, in the "
+            f"nodefence-sim distribution, which is not installed here; install it with "
+            f"pip install nodefence-sim=={__version__} (a source checkout: make venv)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.command == "simulate":
+        from nodefence_sim.server import run_from_cli
+
+        return run_from_cli(args)
+    if args.approval:
+        from nodefence_sim.demo.approval_story import main as approval_demo
+
+        return approval_demo(args)
+    from nodefence_sim.demo.story import main as demo_main
+
+    return demo_main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -309,26 +350,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command in operator_commands.COMMANDS:
         return operator_commands.run(args)
-    if args.command in ("simulate", "demo") and importlib.util.find_spec("nodefence_sim") is None:
-        print(
-            f"nodefence {args.command}: the simulated cluster (nodefence_sim) is not installed "
-            "here; the production image leaves it out. Run it from a source checkout "
-            "(make demo).",
-            file=sys.stderr,
-        )
-        return 2
-    if args.command == "simulate":
-        from nodefence_sim.server import run_from_cli
-
-        return run_from_cli(args)
-    if args.command == "demo":
-        if args.approval:
-            from nodefence.demo.approval_story import main as approval_demo
-
-            return approval_demo(args)
-        from nodefence.demo.story import main as demo_main
-
-        return demo_main(args)
+    if args.command in ("simulate", "demo"):
+        return _simulated_cluster(args)
     if args.command == "serve":
         return _serve()
     if args.command == "plan":
@@ -341,4 +364,4 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return check_fencing(args.node, args.output)
     if args.command == "reconcile":
         return _reconcile()
-    return _check_config()
+    return _check_config(args.offline)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from nodefence.demo.approval_story import run_approval_demo
+from nodefence_sim.demo.approval_story import run_approval_demo
 
 
 async def test_approval_demo_passes() -> None:
