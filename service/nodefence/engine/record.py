@@ -5,9 +5,13 @@ those may decide whether nodefence owns a taint or how much of the fence budget 
 record lives in a ConfigMap of nodefence's namespace, which no kubelet can write, and every change
 that can spend budget is written with the resourceVersion it was decided on: two replicas that
 both decide to fence cannot both succeed, whatever their clocks or however slow they are.
+The approval requests live here too (``approval.<node>``, ``engine.approval_request``), for the
+same reason: whether a person was asked, and what they answered, is not the node's to write.
 
-Every timestamp in it comes from the API server's clock (the ``Date`` of a response), never
-from a replica's. This module is pure: it turns ConfigMap data into values and back.
+Every timestamp of a fence entry or release comes from the API server's clock (the ``Date`` of
+a response), never from a replica's; an approval request's are the requester's, the clock that
+signs its buttons' expiry (they only decide when to ask again, never whether to fence).
+This module is pure: it turns ConfigMap data into values and back.
 """
 
 from __future__ import annotations
@@ -19,12 +23,21 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nodefence.engine.approval_request import (
+    APPROVAL_PREFIX,
+    ApprovalRequest,
+    outlived,
+    parse_request,
+    request_json,
+)
 from nodefence.engine.wording import instant, parse_instant
 
 CONFIGMAP = "nodefence-fences"
 FENCE_PREFIX = "fence."
 RELEASED_PREFIX = "released."
 FORMAT = 1
+# Every key prefix nodefence owns in the ConfigMap; other keys are someone else's.
+OWN_PREFIXES = (FENCE_PREFIX, RELEASED_PREFIX, APPROVAL_PREFIX)
 
 
 class Phase(StrEnum):
@@ -90,6 +103,11 @@ class FenceRecord:
     # can read is not proof that a slot is free.
     unreadable: tuple[str, ...] = ()
     resource_version: str = ""
+    # The approval requests (``engine.approval_request``), one per node at most.
+    approvals: tuple[ApprovalRequest, ...] = ()
+    # Approval keys whose value could not be read: carried over as they are, and counted as no
+    # request (at worst a person is asked again; a fence still needs an approval).
+    unreadable_approvals: tuple[str, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -97,6 +115,9 @@ class FenceRecord:
 
     def entry(self, node: str) -> FenceEntry | None:
         return next((e for e in self.entries if e.node == node), None)
+
+    def approval(self, node: str) -> ApprovalRequest | None:
+        return next((a for a in self.approvals if a.node == node), None)
 
     def release(self, node: str, uid: str) -> Release | None:
         return next((r for r in self.released if r.node == node and r.uid == uid), None)
@@ -213,6 +234,8 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
     entries: list[FenceEntry] = []
     released: list[Release] = []
     unreadable: list[str] = []
+    approvals: list[ApprovalRequest] = []
+    unreadable_approvals: list[str] = []
     for key, text in sorted((data or {}).items()):
         try:
             raw = json.loads(text)
@@ -220,10 +243,21 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
                 entries.append(_keyed_entry(key, raw))
             elif key.startswith(RELEASED_PREFIX):
                 released.append(_release(key, raw))
+            elif key.startswith(APPROVAL_PREFIX):
+                approvals.append(parse_request(key, raw))
         except (ValueError, TypeError, KeyError):
             if key.startswith(FENCE_PREFIX):
                 unreadable.append(key)
-    return FenceRecord(tuple(entries), tuple(released), tuple(unreadable), resource_version)
+            elif key.startswith(APPROVAL_PREFIX):
+                unreadable_approvals.append(key)
+    return FenceRecord(
+        tuple(entries),
+        tuple(released),
+        tuple(unreadable),
+        resource_version,
+        tuple(approvals),
+        tuple(unreadable_approvals),
+    )
 
 
 def from_configmap(configmap: Mapping[str, Any]) -> tuple[FenceRecord, dict[str, str]]:
@@ -235,16 +269,17 @@ def from_configmap(configmap: Mapping[str, Any]) -> tuple[FenceRecord, dict[str,
 
 
 def foreign_keys(raw: Mapping[str, str] | None) -> tuple[str, ...]:
-    """Keys of the ConfigMap that are not nodefence's (neither an entry nor a release): someone
-    else put them there, and nodefence's writes keep them as they are."""
-    return tuple(sorted(k for k in raw or {} if not k.startswith((FENCE_PREFIX, RELEASED_PREFIX))))
+    """Keys of the ConfigMap that are not nodefence's (neither an entry, a release nor an
+    approval request): someone else put them there, and nodefence's writes keep them as they
+    are."""
+    return tuple(sorted(k for k in raw or {} if not k.startswith(OWN_PREFIXES)))
 
 
 def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[str, str]:
     """ConfigMap data for the record; unreadable keys, and keys nodefence does not own, are
     carried over untouched from ``raw``."""
     data: dict[str, str] = {}
-    for key in (*record.unreadable, *foreign_keys(raw)):
+    for key in (*record.unreadable, *record.unreadable_approvals, *foreign_keys(raw)):
         if raw is not None and key in raw:
             data[key] = raw[key]
     for entry in record.entries:
@@ -253,6 +288,8 @@ def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[st
         data[RELEASED_PREFIX + release.node] = json.dumps(
             {"uid": release.uid, "at": instant(release.at), "why": release.why}, sort_keys=True
         )
+    for request in record.approvals:
+        data[APPROVAL_PREFIX + request.node] = json.dumps(request_json(request), sort_keys=True)
     return data
 
 
@@ -293,3 +330,21 @@ def prune_releases(record: FenceRecord, now: datetime, keep_seconds: float) -> F
     the ConfigMap towards its size limit."""
     kept = tuple(r for r in record.released if (now - r.at).total_seconds() < keep_seconds)
     return replace(record, released=kept)
+
+
+def with_approval(record: FenceRecord, request: ApprovalRequest) -> FenceRecord:
+    """The record with ``request`` as its node's only approval request (an unreadable one of
+    that node is replaced too)."""
+    key = APPROVAL_PREFIX + request.node
+    others = tuple(a for a in record.approvals if a.node != request.node)
+    unreadable = tuple(k for k in record.unreadable_approvals if k != key)
+    return replace(record, approvals=(*others, request), unreadable_approvals=unreadable)
+
+
+def without_approval(record: FenceRecord, node: str) -> FenceRecord:
+    return replace(record, approvals=tuple(a for a in record.approvals if a.node != node))
+
+
+def prune_approvals(record: FenceRecord, now: datetime) -> FenceRecord:
+    """Requests long expired hold no question and no rejection that matters any more."""
+    return replace(record, approvals=tuple(a for a in record.approvals if not outlived(a, now)))

@@ -1,0 +1,166 @@
+"""Approval requests as the fence record holds them: who was asked about which incident, where
+the question is, and a person's rejection.
+
+They live in the fence record (``approval.<node>`` beside the ``fence.<node>`` entries), in
+nodefence's namespace, because a node's own credentials can edit its annotations: kept there, a
+node could withdraw its pending question (so a second one is posted), forge a rejection, or forge
+a record of a question never asked. The node keeps only ``nodefence.io/approval`` in words for
+people, never read back.
+
+An incident is the NotReady period of one node object for one alert: node UID, alert
+fingerprint and the Ready condition's last transition. A rejection holds for its incident; a
+request is asked again only once it expired, or when its claim never got a message posted.
+This module is pure: it turns ConfigMap values into these and back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from nodefence.engine.wording import instant, parse_instant
+
+if TYPE_CHECKING:
+    from nodefence.engine.model import NodeFacts
+
+APPROVAL_PREFIX = "approval."
+FORMAT = 1
+# A claim whose message was never recorded belongs to a replica that died between claim and post.
+CLAIM_GRACE = timedelta(seconds=30)
+# How long a request is kept after it expired, for the incident it was about (a rejection holds
+# that long at most); then it is dropped so the record does not grow towards its size limit. A
+# node still down after that is asked again, which never fences by itself.
+KEEP_AFTER_EXPIRY = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Incident:
+    node_uid: str
+    fingerprint: str
+    # The Ready condition's last transition as written (``instant``), or "" when there is none.
+    not_ready_since: str
+
+    @classmethod
+    def of(cls, node: NodeFacts, fingerprint: str) -> Incident:
+        since = node.ready.last_transition if node.ready is not None else None
+        return cls(node.uid, fingerprint, instant(since) if since else "")
+
+    @classmethod
+    def since_text(cls, since_unix: int) -> str:
+        """``not_ready_since`` from the whole seconds a button carries (0: none)."""
+        return instant(datetime.fromtimestamp(since_unix, UTC)) if since_unix else ""
+
+    @property
+    def since_unix(self) -> int:
+        parsed = parse_instant(self.not_ready_since) if self.not_ready_since else None
+        return int(parsed.timestamp()) if parsed is not None else 0
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """The question about one node: claimed by one replica (``claimed_by``), then posted
+    (``channel``/``ts``), then maybe rejected. ``requested_at`` and ``expires_at`` are on the
+    requester's clock, the one that signs the buttons' expiry."""
+
+    node: str
+    incident: Incident
+    requested_at: datetime | None = None
+    expires_at: datetime | None = None
+    claimed_by: str = ""
+    channel: str = ""
+    ts: str = ""
+    # "rejected by <user> at <time>": fencing this incident was refused by a person.
+    rejection: str = ""
+
+    def rejected(self, incident: Incident) -> bool:
+        return self.incident == incident and bool(self.rejection)
+
+    def pending(self, incident: Incident, now: datetime) -> bool:
+        """A question about ``incident`` is out and still open (or being posted right now)."""
+        if self.incident != incident or self.rejection:
+            return False
+        if self.requested_at is None or self.expires_at is None or now >= self.expires_at:
+            return False
+        return bool(self.ts) or now - self.requested_at < CLAIM_GRACE
+
+    @property
+    def posted(self) -> bool:
+        return bool(self.channel and self.ts)
+
+
+def rejection_of(request: ApprovalRequest | None, node: NodeFacts, fingerprint: str) -> str | None:
+    """The recorded "rejected by ..." if a person rejected fencing this very node object for
+    this alert in its current outage; a new node object or a new outage is asked again."""
+    if request is None or not request.rejected(Incident.of(node, fingerprint)):
+        return None
+    return request.rejection
+
+
+def mirror_text(request: ApprovalRequest) -> str:
+    """The words ``nodefence.io/approval`` shows people on the node (never read back)."""
+    if request.rejection:
+        return request.rejection
+    asked = instant(request.requested_at) if request.requested_at else "?"
+    expires = instant(request.expires_at) if request.expires_at else "?"
+    return f"asked in Slack at {asked}; the question expires at {expires}"
+
+
+def _time(value: datetime | None) -> str | None:
+    return instant(value) if value is not None else None
+
+
+def request_json(request: ApprovalRequest) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "format": FORMAT,
+        "node": request.node,
+        "uid": request.incident.node_uid,
+        "fingerprint": request.incident.fingerprint,
+        "notReadySince": request.incident.not_ready_since,
+        "requestedAt": _time(request.requested_at),
+        "expiresAt": _time(request.expires_at),
+        "claimedBy": request.claimed_by,
+        "channel": request.channel,
+        "ts": request.ts,
+        "rejection": request.rejection,
+    }
+    return {k: v for k, v in raw.items() if v not in (None, "")}
+
+
+def _text(raw: Mapping[str, Any], key: str) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is not a string")
+    return value
+
+
+def parse_request(key: str, raw: Any) -> ApprovalRequest:
+    """One ``approval.<node>`` value; ValueError/TypeError/KeyError when it cannot be read."""
+    if not isinstance(raw, dict):
+        raise TypeError("not an object")
+    node = _text(raw, "node")
+    if node != key.removeprefix(APPROVAL_PREFIX):
+        raise ValueError("key and node name differ")
+    uid, fingerprint = _text(raw, "uid"), _text(raw, "fingerprint")
+    if not uid or not fingerprint:
+        raise ValueError("no incident")
+    return ApprovalRequest(
+        node=node,
+        incident=Incident(uid, fingerprint, _text(raw, "notReadySince")),
+        requested_at=parse_instant(raw.get("requestedAt")),
+        expires_at=parse_instant(raw.get("expiresAt")),
+        claimed_by=_text(raw, "claimedBy"),
+        channel=_text(raw, "channel"),
+        ts=_text(raw, "ts"),
+        rejection=_text(raw, "rejection"),
+    )
+
+
+def with_message(request: ApprovalRequest, channel: str, ts: str) -> ApprovalRequest:
+    return replace(request, channel=channel, ts=ts)
+
+
+def outlived(request: ApprovalRequest, now: datetime) -> bool:
+    """Expired longer than ``KEEP_AFTER_EXPIRY`` ago (or never stamped): of no use any more."""
+    return request.expires_at is None or now - request.expires_at > KEEP_AFTER_EXPIRY
