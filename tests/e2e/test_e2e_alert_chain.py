@@ -119,13 +119,13 @@ def outage(chain: Chain) -> Outage:
     )
 
     node = sim.node(NODE)
-    ledger = node["metadata"].get("annotations") or {}
-    assert ledger["nodefence.io/fenced-by"] == "nodefence"
-    assert ledger["nodefence.io/node-uid"] == node["metadata"]["uid"]
-    assert ledger["nodefence.io/taint-effect"] == "NoExecute"
-    assert ledger["nodefence.io/alertname"] in NODE_ALERTS
-    assert ledger["nodefence.io/fenced-at"]
-    # The fingerprint in the ledger is one that Alertmanager computed for an alert it
+    mirror = node["metadata"].get("annotations") or {}
+    assert mirror["nodefence.io/fenced-by"] == "nodefence"
+    assert mirror["nodefence.io/node-uid"] == node["metadata"]["uid"]
+    assert mirror["nodefence.io/taint-effect"] == "NoExecute"
+    assert mirror["nodefence.io/alertname"] in NODE_ALERTS
+    assert mirror["nodefence.io/fenced-at"]
+    # The fingerprint in the mirror annotations is one that Alertmanager computed for an alert it
     # delivered: the fence came through the chain.
     fingerprints = {
         a["fingerprint"]
@@ -133,7 +133,7 @@ def outage(chain: Chain) -> Outage:
         for a in m.alerts()
         if a["labels"].get("node") == NODE and a["labels"]["alertname"] in NODE_ALERTS
     }
-    assert ledger["nodefence.io/alert-fingerprint"] in fingerprints
+    assert mirror["nodefence.io/alert-fingerprint"] in fingerprints
 
     before_up = sim.cursor()
     sent_before_up = [m.webhook_counts()[0] for m in managers]
@@ -157,9 +157,9 @@ def outage(chain: Chain) -> Outage:
         within=WITHIN,
         what="the NodeUnfenced Event",
     )
-    ledger = sim.node(NODE)["metadata"].get("annotations") or {}
-    assert "nodefence.io/fenced-by" not in ledger
-    assert ledger["nodefence.io/unfenced-at"]
+    mirror = sim.node(NODE)["metadata"].get("annotations") or {}
+    assert "nodefence.io/fenced-by" not in mirror
+    assert mirror["nodefence.io/unfenced-at"]
     # Both alerts of the outage reach nodefence at the same moment, from every Alertmanager:
     # a write that lost the race must be re-decided, not reported as a failed action.
     reasons = [e["reason"] for e in sim.nodefence_events(NODE)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence.engine import mirror as ledger
+from nodefence.engine import mirror
 from nodefence_sim.resources import PODS
 from nodefence_sim.testing import SimulatorHandle
 
@@ -46,8 +46,8 @@ async def test_dead_node_is_fenced_and_purged_and_its_pods_move(
         [taint] = oos_taints(cluster, NODE)
         assert (taint["value"], taint["effect"]) == ("nodeshutdown", "NoExecute")
         notes = node(cluster, NODE)["metadata"]["annotations"]
-        assert notes[ledger.FENCED_BY] == "nodefence"
-        assert notes[ledger.NODE_UID] == node(cluster, NODE)["metadata"]["uid"]
+        assert notes[mirror.FENCED_BY] == "nodefence"
+        assert notes[mirror.NODE_UID] == node(cluster, NODE)["metadata"]["uid"]
         await eventually(lambda: not terminating_on(cluster, NODE))
 
         def moved() -> bool:
@@ -92,8 +92,8 @@ async def test_fenced_node_is_verified_then_unfenced_after_the_healthy_delay(
         assert late is not None
         assert not oos_taints(cluster, NODE)
         notes = node(cluster, NODE)["metadata"]["annotations"]
-        assert ledger.FENCED_BY not in notes
-        assert ledger.UNFENCED_AT in notes
+        assert mirror.FENCED_BY not in notes
+        assert mirror.UNFENCED_AT in notes
 
         def daemonset_back() -> bool:
             return any(
@@ -186,9 +186,11 @@ async def test_api_unavailable_answers_503_so_alertmanager_retries(
         assert decision["verdict"] == "fence"
 
 
-async def test_fenced_nodes_gauge_comes_from_the_ledger_on_any_replica(
+async def test_fenced_nodes_gauge_comes_from_the_fence_record_on_any_replica(
     cluster: SimulatorHandle,
 ) -> None:
+    """A replica that took no part in the fence still exports the gauge: it reads the fence
+    record in nodefence's namespace, not its own memory of what it did."""
     await kill(cluster)
     async with start_receiver(cluster, identity="fencer") as fencer:
         [decision] = await fencer.alert(firing())

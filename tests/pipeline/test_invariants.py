@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from nodefence.actions.executor import Executor, Outcome
-from nodefence.engine import mirror as ledger
+from nodefence.engine import mirror
 from nodefence.engine.model import PurgePodAction
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence_sim.resources import NODES, PODS
@@ -50,7 +50,7 @@ def successful_node_patches(cluster: SimulatorHandle, cursor: int, name: str) ->
 
 def admin_taint(cluster: SimulatorHandle, name: str) -> None:
     """What `kubectl taint node N node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`
-    leaves: the taint and no nodefence ledger."""
+    leaves: the taint and no nodefence mirror annotations."""
     obj = copy.deepcopy(node(cluster, name))
     obj["spec"].setdefault("taints", []).append(
         {"key": OOS, "value": "nodeshutdown", "effect": "NoExecute"}
@@ -120,7 +120,7 @@ async def test_s4_admin_taint_is_never_taken_over_or_removed(cluster: SimulatorH
     async with start_receiver(cluster) as receiver:
         [fire] = await receiver.alert(firing())
         assert fire["verdict"] == "noop"
-        assert ledger.FENCED_BY not in (node(cluster, NODE)["metadata"].get("annotations") or {})
+        assert mirror.FENCED_BY not in (node(cluster, NODE)["metadata"].get("annotations") or {})
         cluster.sim.node_up(NODE, since_seconds=3600, reboot=True)
         [res] = await receiver.alert(resolved())
         assert res["verdict"] == "noop"
@@ -184,7 +184,8 @@ async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) 
         assert fence["verdict"] == "fence"
         old = node(cluster, NODE)
         cluster.sim.recreate_node(NODE)
-        # Restored from a backup manifest: the old ledger and taint come back on a new object.
+        # Restored from a backup manifest: the old mirror annotations and taint come back on a
+        # new object.
         restored = copy.deepcopy(node(cluster, NODE))
         assert restored["metadata"]["uid"] != old["metadata"]["uid"]
         restored["metadata"]["annotations"] = old["metadata"]["annotations"]
@@ -194,7 +195,7 @@ async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) 
         [res] = await receiver.alert(resolved())
         assert res["verdict"] == "noop", res
         assert oos_taints(cluster, NODE), "a taint nodefence did not apply to this node stays"
-        # The stale ledger gives nodefence no hold on the new node object, but the taint on it
+        # The stale mirror gives nodefence no hold on the new node object, but the taint on it
         # is an out-of-service taint on the cluster like any other and spends the budget (S3),
         # as the watch-fed node index of a serving receiver counts it.
         async with receiver.session.get(receiver.url + "/readyz") as ready:
@@ -294,7 +295,7 @@ async def test_status_reads_what_nodefence_holds_from_the_fence_record(
         [fence] = await receiver.alert(firing())
     assert fence["verdict"] == "fence"
     forged = node(cluster, "compute02")
-    forged["metadata"].setdefault("annotations", {})[ledger.FENCED_BY] = ledger.FENCED_BY_VALUE
+    forged["metadata"].setdefault("annotations", {})[mirror.FENCED_BY] = mirror.FENCED_BY_VALUE
     cluster.sim.store.update(NODES, None, "compute02", forged)
     status = json.loads(await _nodefence(cluster, "status", "-o", "json"))
     [held] = status["fenced"]

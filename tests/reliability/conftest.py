@@ -13,7 +13,7 @@ from .support import NodeWriteWatch
 @pytest.fixture
 async def cluster() -> AsyncIterator[SimulatorHandle]:
     """The seed cluster (Kubernetes 1.24.8, no volume-detach gate), watched on every node write
-    for a broken fence budget or a taint and ledger that disagree."""
+    for a broken fence budget or a taint and mirror annotations that disagree."""
     async with running_simulator(Simulation.from_scenario("seed")) as handle:
         watch = NodeWriteWatch(limit=1).attach(handle)
         yield handle

@@ -22,7 +22,7 @@ import aiohttp
 from bench.processes import free_port
 
 from nodefence.demo.payloads import node_alert, webhook
-from nodefence.engine import mirror as ledger
+from nodefence.engine import mirror
 from nodefence_sim.resources import NODES, PODS
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle
@@ -46,30 +46,32 @@ def resolved(*names: str) -> dict[str, Any]:
 
 
 def ours(node: dict[str, Any]) -> bool:
-    """The node carries nodefence's fence: its taint and a ledger written for this node."""
+    """The node carries nodefence's fence: its taint and mirror annotations written for this
+    node."""
     notes = node["metadata"].get("annotations") or {}
     has_taint = any(t.get("key") == OOS for t in node["spec"].get("taints") or [])
-    return has_taint and notes.get(ledger.FENCED_BY) == ledger.FENCED_BY_VALUE
+    return has_taint and notes.get(mirror.FENCED_BY) == mirror.FENCED_BY_VALUE
 
 
 def orphans(nodes: list[dict[str, Any]]) -> list[str]:
-    """Nodes whose taint and ledger disagree: a ledger without the taint, or nodefence's ledger
-    beside a taint of another effect. Either would make a later decision wrong."""
+    """Nodes whose taint and mirror annotations disagree: a mirror without the taint, or
+    nodefence's mirror beside a taint of another effect. Either would make a later decision
+    wrong."""
     found = []
     for node in nodes:
         notes = node["metadata"].get("annotations") or {}
         taints = [t for t in node["spec"].get("taints") or [] if t.get("key") == OOS]
-        fenced = ledger.FENCED_BY in notes
+        fenced = mirror.FENCED_BY in notes
         if fenced and len(taints) != 1:
-            found.append(f"{node['metadata']['name']}: ledger with {len(taints)} taints")
-        elif fenced and taints[0].get("effect") != notes.get(ledger.TAINT_EFFECT):
-            found.append(f"{node['metadata']['name']}: taint effect differs from the ledger")
+            found.append(f"{node['metadata']['name']}: mirror with {len(taints)} taints")
+        elif fenced and taints[0].get("effect") != notes.get(mirror.TAINT_EFFECT):
+            found.append(f"{node['metadata']['name']}: taint effect differs from the mirror")
     return found
 
 
 @dataclass
 class NodeWriteWatch:
-    """Checks the fence budget and taint/ledger agreement on every node write the simulator
+    """Checks the fence budget and taint/mirror agreement on every node write the simulator
     stores, so a violation that lasts a single write is still caught."""
 
     limit: int
@@ -124,16 +126,16 @@ def assert_fenced(
     on_node_before: set[tuple[str, str]],
     since: int = 0,
 ) -> None:
-    """The state a fence must end in, whatever went wrong on the way: one taint, a ledger for
-    this very node, no pod left Terminating on it, exactly one successful fence write, and no
-    pod of another node touched (S6)."""
+    """The state a fence must end in, whatever went wrong on the way: one taint, mirror
+    annotations for this very node, no pod left Terminating on it, exactly one successful fence
+    write, and no pod of another node touched (S6)."""
     node = cluster.sim.store.get(NODES, None, name)
     [taint] = oos_taints(cluster, name)
     notes = node["metadata"]["annotations"]
-    assert notes[ledger.FENCED_BY] == ledger.FENCED_BY_VALUE, notes
-    assert notes[ledger.NODE_UID] == node["metadata"]["uid"], notes
-    assert notes[ledger.TAINT_EFFECT] == taint["effect"], (notes, taint)
-    assert notes[ledger.BOOT_ID] == node["status"]["nodeInfo"]["bootID"], notes
+    assert notes[mirror.FENCED_BY] == mirror.FENCED_BY_VALUE, notes
+    assert notes[mirror.NODE_UID] == node["metadata"]["uid"], notes
+    assert notes[mirror.TAINT_EFFECT] == taint["effect"], (notes, taint)
+    assert notes[mirror.BOOT_ID] == node["status"]["nodeInfo"]["bootID"], notes
     assert orphans(cluster.sim.store.items(NODES)) == []
     assert terminating_on(cluster, name) == []
     assert successful(cluster, "PUT", NODE_PATH.format(name), since) == 1

@@ -1,5 +1,5 @@
 """A replica killed mid-action: the next one finishes the work from the cluster's state alone,
-without an orphaned ledger and without a second fence."""
+without orphaned mirror annotations and without a second fence."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.engine import mirror as ledger
+from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
 from nodefence_sim.resources import CONFIGMAPS, NODES
@@ -135,7 +135,7 @@ async def _crash_and_recover(seed: int) -> None:
             [node] = [n for n in nodes if n["metadata"]["name"] == NODE]
             taints = [t for t in node["spec"]["taints"] if t["key"] == OOS]
             assert len(taints) == 1, node["spec"]["taints"]
-            assert node["metadata"]["annotations"][ledger.NODE_UID] == node["metadata"]["uid"]
+            assert node["metadata"]["annotations"][mirror.NODE_UID] == node["metadata"]["uid"]
             log = await cluster.requests(cursor)
             fences = [
                 r

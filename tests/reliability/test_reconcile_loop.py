@@ -130,7 +130,7 @@ async def test_recovered_node_is_unfenced_without_a_resolved_alert(
 async def test_several_replicas_passing_at_once_fence_once(cluster: SimulatorHandle) -> None:
     """Three replicas' passes race on the same half-written fence: the record's
     resourceVersion and the node's let exactly one write win (the cluster fixture also checks
-    every node write for a budget overrun or a taint without its ledger)."""
+    every node write for a budget overrun or a taint without its mirror annotations)."""
     await kill_node(cluster, NODE)
     others, on_node = pod_uids_off(cluster, NODE), names_on(cluster, NODE)
     cluster.faults.fail(None, status=500, verbs=("update",), path=RECORD_PATH)
