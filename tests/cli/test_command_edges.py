@@ -118,12 +118,44 @@ def test_check_config_reports_the_cluster_and_alertmanager_it_reaches(cluster: C
     assert json.loads(failed.stdout)["reachability"]["alertmanager"]["reachable"] is False
 
 
-def test_check_config_without_any_cluster_checks_the_files_only() -> None:
+def test_check_config_without_any_cluster_fails_saying_what_it_could_not_reach() -> None:
     result = _run("check-config", env=_env())
 
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"nodefence: check-config: {UNREACHABLE}: no KUBECONFIG, and not running in a cluster "
+        "(set KUBECONFIG, or pass --offline to check the files only)"
+    ]
     kubernetes = json.loads(result.stdout)["reachability"]["kubernetes"]
-    assert kubernetes == {"checked": False, "why": "no KUBECONFIG, and not running in a cluster"}
+    assert kubernetes["checked"] is False
+    assert kubernetes["reachable"] is False
+
+
+def test_check_config_offline_checks_the_files_only_and_says_so(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules:\n  - name: default\n")
+    # Nothing listens on this port: offline, not even an Alertmanager that is configured is
+    # reached.
+    silent = f"http://127.0.0.1:{free_port()}"
+    env = _env(NODEFENCE_POLICY_FILE=str(policy), NODEFENCE_ALERTMANAGER_URL=silent)
+
+    result = _run("check-config", "--offline", env=env)
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["reachability"]["checked"] is False
+    assert "--offline" in report["reachability"]["why"]
+    assert report["settings"]["policy_file"] == str(policy)
+    assert result.stderr.strip() == (
+        "nodefence: check-config: --offline: only the files (settings, policy, BMC inventory) "
+        "were checked; the Kubernetes API and Alertmanager were not reached"
+    )
+    # The files are still checked offline: a bad policy fails as it does online.
+    policy.write_text("rules:\n  - lease_staleness_seconds: -5\n")
+    refused = _run("check-config", "--offline", env=env)
+    assert refused.returncode == 2
+    assert "lease_staleness_seconds" in refused.stderr
 
 
 def test_a_reader_that_stops_reading_ends_the_command_quietly(cluster: Cluster) -> None:

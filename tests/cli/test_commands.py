@@ -35,6 +35,7 @@ def test_check_config_masks_secrets_and_shows_policy(tmp_path: Path) -> None:
     policy.write_text("dry_run: true\ncluster:\n  max_fenced_nodes: 2\n")
     result = run(
         "check-config",
+        "--offline",
         env={"NODEFENCE_ALERT_TOKEN": SECRET, "NODEFENCE_POLICY_FILE": str(policy)},
     )
     assert result.returncode == 0, result.stderr

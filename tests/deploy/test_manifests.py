@@ -442,7 +442,7 @@ def test_shipped_policy_passes_check_config(tmp_path: Path) -> None:
         "NODEFENCE_POLICY_FILE": str(DEPLOY / "base" / "policy.yaml"),
     }
     out = subprocess.run(
-        [sys.executable, "-m", "nodefence", "check-config"],
+        [sys.executable, "-m", "nodefence", "check-config", "--offline"],
         capture_output=True,
         text=True,
         env=env,

@@ -284,7 +284,7 @@ def _check_config(tmp_path: Path, **extra: str) -> dict[str, Any]:
         **extra,
     }
     out = subprocess.run(
-        [sys.executable, "-m", "nodefence", "check-config"],
+        [sys.executable, "-m", "nodefence", "check-config", "--offline"],
         capture_output=True,
         text=True,
         env=env,

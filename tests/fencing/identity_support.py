@@ -104,7 +104,7 @@ def check_config(tmp_path: Path, bmcs: Path) -> subprocess.CompletedProcess[str]
         "NODEFENCE_BMC_INVENTORY": str(bmcs),
     }
     return subprocess.run(
-        [sys.executable, "-m", "nodefence", "check-config"],
+        [sys.executable, "-m", "nodefence", "check-config", "--offline"],
         capture_output=True,
         text=True,
         env=env,

@@ -156,7 +156,9 @@ async def test_fence_agents_are_read_with_status_only_and_secrets_stay_hidden(
     assert AGENT_PASSWORD not in out + err
     assert good.actions() == ["status"]
     assert bad.actions() == ["status"]
-    code, out, err = await nodefence(tmp_path, "check-config", inventory=inventory, policy=policy)
+    code, out, err = await nodefence(
+        tmp_path, "check-config", "--offline", inventory=inventory, policy=policy
+    )
     assert code == 0, out + err
     shown = json.loads(out)["bmc_inventory"]["nodes"]["compute01"]
     assert shown["parameters"]["password"] == "***"

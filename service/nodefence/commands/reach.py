@@ -2,9 +2,10 @@
 configured for answer, and that nodefence's namespace can be read with the credentials in use.
 
 A check that exits 0 while the API server is unreachable tells an operator the opposite of the
-truth, so anything configured that does not answer makes ``check-config`` fail. Only what is
-configured is checked: without ``KUBECONFIG`` and outside a cluster there is no API to reach
-(the files are still checked, as in CI), and the report says the cluster was not checked.
+truth, so anything that does not answer makes ``check-config`` fail, and so does having no API to
+reach at all (no ``KUBECONFIG``, not in a cluster): nodefence cannot work without one. Checking
+the files alone (as CI does, or before a first deploy) is asked for with ``--offline``, and the
+report and a line on stderr say that nothing was reached.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from nodefence.settings import Settings
 
 CONNECT_SECONDS = 5.0
 IN_CLUSTER = "KUBERNETES_SERVICE_HOST"
+NO_CLUSTER = "no KUBECONFIG, and not running in a cluster"
+OFFLINE: dict[str, Any] = {
+    "checked": False,
+    "why": "--offline: only the files (settings, policy, BMC inventory) were checked; the "
+    "Kubernetes API and Alertmanager were not reached",
+}
 
 
 def cluster_configured() -> bool:
@@ -32,7 +39,11 @@ async def _kubernetes(settings: Settings, problems: list[str]) -> dict[str, Any]
     from kubernetes_asyncio.config import ConfigException
 
     if not cluster_configured():
-        return {"checked": False, "why": "no KUBECONFIG, and not running in a cluster"}
+        problems.append(
+            f"cannot reach the Kubernetes API: {NO_CLUSTER} (set KUBECONFIG, or pass --offline "
+            "to check the files only)"
+        )
+        return {"checked": False, "reachable": False, "why": NO_CLUSTER}
     try:
         api = await load_api_client()
     except (ConfigException, OSError) as exc:
