@@ -7,13 +7,13 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md requirements.lock ./
+COPY pyproject.toml README.md LICENSE requirements.lock ./
 COPY service ./service
-# The tested versions of every dependency and of the build backend. The simulated cluster
-# (nodefence_sim: simulate, demo) is for demos and tests; the production image does not carry it.
+# The tested versions of every dependency and of the build backend. `.` is the nodefence
+# distribution alone: the simulated cluster (simulate, demo) is nodefence-sim, built from
+# service/pyproject.toml for demos and tests, and never installed here.
 RUN PIP_CONSTRAINT=/src/requirements.lock /opt/venv/bin/pip install --no-cache-dir . \
-    && /opt/venv/bin/pip uninstall --yes pip setuptools wheel \
-    && rm -rf "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nodefence_sim"
+    && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
 
 FROM python:3.11-slim
 ENV PATH=/opt/venv/bin:$PATH \

@@ -7,10 +7,12 @@ PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
 .PHONY: venv demo test lint format bench clean lock
 
-$(VENV)/.installed: pyproject.toml $(LOCK)
+# Both distributions, editable: nodefence (pyproject.toml) and the simulated cluster the demo and
+# the tests run on, nodefence-sim (service/pyproject.toml), which production installs leave out.
+$(VENV)/.installed: pyproject.toml $(LOCK) service/pyproject.toml service/setup.py
 	python3 -m venv $(VENV)
 	$(PINNED) $(BIN)/pip install --quiet --upgrade pip
-	$(PINNED) $(BIN)/pip install --quiet -e '.[dev]'
+	$(PINNED) $(BIN)/pip install --quiet -e '.[dev]' -e ./service
 	touch $@
 
 venv: $(VENV)/.installed
@@ -41,7 +43,7 @@ lock:
 	rm -rf .lock-venv
 	python3 -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet --upgrade pip setuptools wheel
-	.lock-venv/bin/pip install --quiet '.[dev]'
+	.lock-venv/bin/pip install --quiet '.[dev]' ./service
 	{ sed -n '/^#/p' $(LOCK); .lock-venv/bin/pip freeze --all --exclude-editable \
 		| grep -v '^nodefence' | sort -f; } > $(LOCK).new
 	mv $(LOCK).new $(LOCK)
