@@ -137,9 +137,10 @@ async def test_fence_agents_are_read_with_status_only_and_secrets_stay_hidden(
     bad = scripted_agent(tmp_path / "bad", "refuses")
     inventory = {
         "defaults": {"fence-agent": {"parameters": good.parameters()}},
+        # Scripted agents name no machine nodefence could check: the entries must say so.
         "nodes": {
-            "compute01": {"driver": "fence-agent", "agent": str(good.path)},
-            "compute02": {"driver": "fence-agent", "agent": str(bad.path)},
+            node: {"driver": "fence-agent", "agent": str(agent.path), "identity": "unchecked"}
+            for node, agent in (("compute01", good), ("compute02", bad))
         },
     }
     policy = {"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]}

@@ -48,6 +48,12 @@ class Reported:
     basis: str = SYSTEM_UUID
     agent: str = ""
     detail: str = ""
+    # Other names the target gives the same machine (the alias a fence agent's ``list`` prints
+    # beside the plug): a stated identity may be any of them.
+    aliases: tuple[str, ...] = ()
+    # Where ``value`` names one machine (a plug is one only within its agent's account or
+    # host); "" for identities unique everywhere (system UUIDs, cloud instance ids).
+    scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,18 @@ def expected_plug(agent: str, provider_id: str) -> str | None:
 
 
 # ---------------------------------------------------------------------- judge
+def _also_named(names: list[str], node: str, provider_id: str) -> str:
+    """What else ties a listed machine to the Node: its name, or the instance its providerID
+    names, among the names the target gives the machine (recorded, never required)."""
+    instance = instance_of(provider_id) if provider_id else None
+    for name in names:
+        if same_identity(node, name):
+            return f"; the target also names it {name}, the Node's name"
+        if instance is not None and same_identity(instance, name):
+            return f"; the target also names it {name}, the instance in its providerID"
+    return ""
+
+
 def judge(
     binding: MachineBinding | None,
     reported: Reported | None,
@@ -257,15 +275,17 @@ def judge(
         )
     said = reported.value.strip()
     if binding.expected:
-        if same_identity(binding.expected, said):
+        spellings = [said, *(a.strip() for a in reported.aliases if a.strip())]
+        shown = said + "".join(f" ({alias})" for alias in spellings[1:])
+        if any(same_identity(binding.expected, name) for name in spellings):
             return Judgement(
                 True,
-                f"identity matched: {reported.source} reports {said}, the identity the BMC "
-                f"inventory gives node {node}",
+                f"identity matched: {reported.source} reports {shown}, the identity the BMC "
+                f"inventory gives node {node}" + _also_named(spellings, node, provider_id),
             )
         return Judgement(
             False,
-            f"identity mismatch: {reported.source} reports {said}, but the BMC inventory says "
+            f"identity mismatch: {reported.source} reports {shown}, but the BMC inventory says "
             f"node {node}'s machine is {binding.expected}: it controls another machine",
         )
     if reported.basis == PLUG:

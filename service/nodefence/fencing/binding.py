@@ -21,9 +21,11 @@ from nodefence.engine.identity import (
     judge,
     parse_uuid,
 )
+from nodefence.fencing.agent_identity import entry_problems
 from nodefence.fencing.fence_agent import TARGET_KEYS
 from nodefence.fencing.inventory import FenceAgentBmc, Inventory, IpmiBmc, RedfishBmc
 from nodefence.fencing.redfish import base_url, system_path
+from nodefence.fencing.same_machine import machine_keys
 
 DEFAULT_CONCURRENCY = 8
 
@@ -60,6 +62,8 @@ def shared(inventory: Inventory) -> dict[str, tuple[str, ...]]:
     groups: dict[str, set[str]] = {}
     for node, entry in inventory.nodes.items():
         groups.setdefault("target " + target_of(entry), set()).add(node)
+        for key in machine_keys(entry):
+            groups.setdefault("machine " + key, set()).add(node)
         explicit = _explicit(entry)
         if explicit:
             groups.setdefault("identity " + canonical_identity(explicit), set()).add(node)
@@ -120,7 +124,15 @@ def inventory_problems(inventory: Inventory | None) -> list[str]:
                 f"configuration error: node {node}: identity {explicit!r} is not a UUID, and a "
                 f"{entry.driver} BMC reports the machine's UUID"
             )
+        if isinstance(entry, FenceAgentBmc):
+            problems += entry_problems(node, entry.agent, entry.parameters, entry.identity)
     return problems
+
+
+def _machine_read(reported: Reported) -> str:
+    """One machine's name as read, the same for two targets that reached it: a system UUID
+    from a native driver or through an agent's BMC alike, a plug within its agent's scope."""
+    return f"{reported.basis} {reported.scope} {canonical_identity(reported.value)}"
 
 
 @dataclass(frozen=True)
@@ -173,12 +185,12 @@ async def identity_problems(
     by_machine: dict[str, list[str]] = {}
     for node, _binding, reported in answers:
         if reported is not None and reported.value.strip():
-            key = f"{reported.basis} {canonical_identity(reported.value)}"
+            key = _machine_read(reported)
             by_machine.setdefault(key, []).append(node.name)
     checks: list[IdentityCheck] = []
     for node, binding, reported in sorted(answers, key=lambda a: a[0].name):
         said = reported.value.strip() if reported is not None else ""
-        key = f"{reported.basis} {canonical_identity(said)}" if reported is not None else ""
+        key = _machine_read(reported) if reported is not None else ""
         twins = sorted(set(by_machine.get(key, [])) - {node.name}) if said else []
         if twins:
             checks.append(

@@ -28,7 +28,7 @@ from typing import BinaryIO, Literal
 
 from pydantic import SecretStr
 
-from nodefence.engine.identity import PLUG, Reported
+from nodefence.engine.identity import PLUG, UNCHECKED, Reported
 from nodefence.fencing.model import PowerReading
 
 # Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
@@ -114,6 +114,10 @@ class AgentRun:
     output: str
     killed: bool = False
     failed_to_start: str = ""
+    # The whole output, scrubbed but not shortened, for an action whose answer is its output
+    # (``list``); ``truncated`` when the agent printed more than the run kept.
+    text: str = ""
+    truncated: bool = False
 
 
 class FenceAgentDriver:
@@ -125,9 +129,12 @@ class FenceAgentDriver:
         parameters: Mapping[str, ParameterValue],
         *,
         poll_interval: float = 1.0,
+        identity: str | None = None,
     ) -> None:
         self._agent = agent
         self._parameters = dict(parameters)
+        # The inventory's ``identity``: stated, it is checked against the agent's own list.
+        self._stated = (identity or "").strip()
         self._poll_interval = poll_interval
         self._secrets = sorted(
             {
@@ -158,6 +165,20 @@ class FenceAgentDriver:
         name = os.path.basename(self._agent)
         return f"fence-agent {name} {self.target}".rstrip()
 
+    @property
+    def parameters(self) -> Mapping[str, ParameterValue]:
+        return self._parameters
+
+    @property
+    def scope(self) -> str:
+        """Where a plug is one machine's name: the agent and where it points, but its plug."""
+        shown = [
+            f"{key}={value}"
+            for key in TARGET_KEYS
+            if key not in ("plug", "port") and isinstance(value := self._parameters.get(key), str)
+        ]
+        return " ".join([os.path.basename(self._agent), *shown])
+
     # ------------------------------------------------------------------ public
     async def status(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
         loop = asyncio.get_running_loop()
@@ -171,10 +192,20 @@ class FenceAgentDriver:
         return await self._power("on", timeout)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
-        """The machine the agent acts on is its ``plug`` (``port`` in older agents): compared
-        with the instance in the Node's providerID (``engine.identity.expected_plug``) or with
-        the inventory's ``identity``. An agent given no plug names no machine."""
-        del timeout  # read from the parameters, not from the agent
+        """Which machine the agent acts on (``fencing.agent_identity``): the system UUID read
+        through fence_redfish's or fence_ipmilan's own BMC; with an ``identity`` stated in the
+        inventory, the plug as the agent's own ``list`` shows it; otherwise its ``plug``
+        (``port`` in older agents), compared with the instance in the Node's providerID
+        (``engine.identity.expected_plug``). An agent given no plug names no machine."""
+        from nodefence.fencing import agent_identity
+
+        if agent_identity.reads_machine_uuid(self._agent):
+            return await agent_identity.read_machine_uuid(
+                self._agent, self._parameters, self.source, timeout
+            )
+        if self._stated and self._stated.lower() != UNCHECKED:
+            listed = agent_identity.text_option(self._parameters, "plug")
+            return await agent_identity.read_listed(self, listed, timeout)
         plug = self._parameters.get("plug", self._parameters.get("port"))
         if isinstance(plug, str) and plug.strip():
             return Reported(plug.strip(), self.source, basis=PLUG, agent=self._agent)
@@ -191,9 +222,12 @@ class FenceAgentDriver:
         """Nothing stays open between runs: every run's process group is gone when it returns."""
 
     # ------------------------------------------------------------------ runs
-    async def run(self, action: str, deadline: float) -> AgentRun:
+    async def run(
+        self, action: str, deadline: float, *, max_output: int = MAX_OUTPUT_BYTES
+    ) -> AgentRun:
         """Run the agent once with ``action`` and the parameters on stdin, until it exits or
-        the loop's clock reaches ``deadline`` (then its whole process group is killed)."""
+        the loop's clock reaches ``deadline`` (then its whole process group is killed); at most
+        ``max_output`` bytes of what it prints are kept."""
         try:
             async with asyncio.timeout_at(deadline):
                 await _limit().acquire()
@@ -204,11 +238,11 @@ class FenceAgentDriver:
             )
             return AgentRun(action, None, "", killed=True, failed_to_start=busy)
         try:
-            return await self._run_one(action, deadline)
+            return await self._run_one(action, deadline, max_output)
         finally:
             _limit().release()
 
-    async def _run_one(self, action: str, deadline: float) -> AgentRun:
+    async def _run_one(self, action: str, deadline: float, max_output: int) -> AgentRun:
         # Both pipes are made here rather than by asyncio: a process's wait() would otherwise
         # also wait for every holder of its stdout (a helper the agent left running) to close.
         # The request is a few hundred bytes, far below a pipe's buffer, so it is written
@@ -238,7 +272,10 @@ class FenceAgentDriver:
             os.close(stdin_read)
             os.close(out_write)
         collected = bytearray()
-        reader = asyncio.create_task(_drain(os.fdopen(out_read, "rb", buffering=0), collected))
+        dropped: list[int] = []
+        reader = asyncio.create_task(
+            _drain(os.fdopen(out_read, "rb", buffering=0), collected, max_output, dropped)
+        )
         killed = False
         try:
             async with asyncio.timeout_at(deadline):
@@ -257,7 +294,15 @@ class FenceAgentDriver:
                     await asyncio.shield(reader)
             reader.cancel()
         code = None if killed else process.returncode
-        return AgentRun(action, code, self.scrub(bytes(collected)), killed=killed)
+        raw = bytes(collected)
+        return AgentRun(
+            action,
+            code,
+            self.scrub(raw),
+            killed=killed,
+            text=self._masked(raw),
+            truncated=bool(dropped),
+        )
 
     def _stdin(self, action: str) -> bytes:
         lines = [f"action={action}"]
@@ -269,9 +314,7 @@ class FenceAgentDriver:
     def scrub(self, raw: bytes) -> str:
         """The agent's output with every secret parameter's value masked, shortened to its last
         lines (where agents say what failed)."""
-        text = raw.decode("utf-8", errors="replace")
-        for secret in self._secrets:
-            text = text.replace(secret, MASK)
+        text = self._masked(raw)
         lines = [
             _TIMESTAMP.sub("", line.strip())
             for line in text.splitlines()
@@ -281,6 +324,12 @@ class FenceAgentDriver:
         if len(joined) > MAX_DETAIL_CHARS:
             joined = "..." + joined[-MAX_DETAIL_CHARS:]
         return joined
+
+    def _masked(self, raw: bytes) -> str:
+        text = raw.decode("utf-8", errors="replace")
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return text
 
     # ------------------------------------------------------------------ readings
     def _reading(self, run: AgentRun) -> PowerReading:
@@ -365,9 +414,12 @@ class FenceAgentDriver:
         return PowerReading("unknown", self.source, detail, raw)
 
 
-async def _drain(pipe: BinaryIO, into: bytearray) -> None:
-    """Reads the agent's output into ``into`` (at most MAX_OUTPUT_BYTES, the rest dropped)
-    until end of file; the pipe is closed however this ends, even cancelled before it began."""
+async def _drain(
+    pipe: BinaryIO, into: bytearray, limit: int = MAX_OUTPUT_BYTES, dropped: list[int] | None = None
+) -> None:
+    """Reads the agent's output into ``into`` (at most ``limit`` bytes, the rest dropped and
+    counted in ``dropped``) until end of file; the pipe is closed however this ends, even
+    cancelled before it began."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     try:
@@ -379,9 +431,11 @@ async def _drain(pipe: BinaryIO, into: bytearray) -> None:
         raise
     try:
         while chunk := await reader.read(4096):
-            room = MAX_OUTPUT_BYTES - len(into)
+            room = limit - len(into)
             if room > 0:
                 into.extend(chunk[:room])
+            if len(chunk) > room and dropped is not None:
+                dropped.append(len(chunk) - max(room, 0))
     finally:
         transport.close()
 

@@ -37,11 +37,14 @@ an entry's own values win, and ``{node}`` in a default's string value is the nod
       worker5: {use: aws-prod, parameters: {plug: i-0abc...}}
 
 Before any power action and again with the proof, the machine must be shown to be the node's:
-a Redfish system's ``UUID`` or the IPMI system GUID equal to the Node's ``systemUUID``, a fence
-agent's ``plug`` equal to the instance in its ``providerID``. ``identity: <value>`` states what
-the machine must report instead; ``identity: unchecked`` says nothing can be read (a PDU outlet),
-and every decision and Event made on that node says so. Two nodes resolving to one machine are
-a configuration error (``nodefence.fencing.binding``).
+a Redfish system's ``UUID`` or the IPMI system GUID equal to the Node's ``systemUUID`` (for
+fence_redfish and fence_ipmilan too, read through the agent's own BMC), another fence agent's
+``plug`` equal to the instance in its ``providerID``. ``identity: <value>`` states what the
+machine must report instead (for other fence agents: the plug or its alias in the agent's own
+``list``); ``identity: unchecked`` says nothing can be read (a PDU outlet), and every decision
+and Event made on that node says so. Two nodes resolving to one machine, and an agent nothing can
+check without ``identity: unchecked``, are configuration errors (``nodefence.fencing.binding``,
+``nodefence.fencing.agent_identity``).
 
 A mistake here would surface only when a node dies, which is the worst moment to learn of it, so
 loading is strict: unknown keys, missing fields, an unknown driver or a CA file that is not there
@@ -217,7 +220,7 @@ class Inventory(_Strict):
                 bmc.address, username=bmc.username, password=bmc.password, port=bmc.port
             )
         if isinstance(bmc, FenceAgentBmc):
-            return FenceAgentDriver(bmc.agent, bmc.parameters)
+            return FenceAgentDriver(bmc.agent, bmc.parameters, identity=bmc.identity)
         return None
 
     def describe(self) -> dict[str, Any]:

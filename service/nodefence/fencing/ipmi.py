@@ -53,8 +53,11 @@ class IpmiDriver:
         password: SecretStr,
         port: int = DEFAULT_PORT,
         poll_interval: float = 1.0,
+        kg: SecretStr | None = None,
     ) -> None:
         self._address = address
+        # The BMC key (Kg), hexadecimal as ipmitool's -y takes it; None: the password stands in.
+        self._kg = kg
         self._username = username
         self._password = password
         self._port = port
@@ -178,6 +181,7 @@ class IpmiDriver:
                     userid=self._username,
                     password=self._password.get_secret_value(),
                     port=self._port,
+                    kg=bytes.fromhex(self._kg.get_secret_value()) if self._kg else None,
                 )
             return operation(self._command)
         except Exception as exc:  # pyghmi's layers raise anything from struct.error to OSError
