@@ -9,6 +9,9 @@ from nodefence_sim.testing import SimulatorHandle
 
 from .harness import Receiver, eventually
 
+# The path of every Node watch; the index is the only one in the receiver that watches it.
+NODES = "/api/v1/nodes"
+
 
 async def following(receiver: Receiver) -> NodeIndex:
     """The receiver's node index, once it has listed the cluster (as a serving receiver's
@@ -23,12 +26,17 @@ async def following(receiver: Receiver) -> NodeIndex:
 async def freeze(cluster: SimulatorHandle, index: NodeIndex) -> FaultRule:
     """From now on the index hears nothing: every new watch of the nodes hangs. Returns once
     the watch it had open has ended (so no change reaches it any more); its freshness bound is
-    raised so what it holds stays in use however slow the machine."""
+    raised so what it holds stays in use however slow the machine.
+
+    Only a watch of the nodes proves it: the index opens its next one when the last has
+    ended, and that one hangs. Any other watch (the pause switch's, of a ConfigMap, opened
+    whenever its own list answers) says nothing about the node watch still streaming."""
     index.max_age = 3600
     since = cluster.faults.cursor
-    rule = cluster.faults.hang(None, verbs=("watch",), path="/api/v1/nodes")
+    rule = cluster.faults.hang(None, verbs=("watch",), path=NODES)
     await eventually(
-        lambda: any(r.verb == "watch" for r in cluster.faults.requests(since)), within=60
+        lambda: any(r.verb == "watch" and r.path == NODES for r in cluster.faults.requests(since)),
+        within=60,
     )
     return rule
 
