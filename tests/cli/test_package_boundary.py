@@ -206,8 +206,8 @@ def test_the_sim_wheel_carries_the_simulator_and_requires_the_same_nodefence(
 
 def _scratch_venv(root: Path, wheels: list[Path]) -> Path:
     """A virtualenv holding exactly ``wheels`` (no dependency resolution, no index), whose
-    third-party dependencies come from this venv's site-packages through a path file. Path files
-    inside that directory are not read from there, so the checkout's editable installs stay out."""
+    third-party dependencies are this venv's, through a path file naming a directory of links to
+    them: everything of its site-packages but its own nodefence and nodefence-sim installs."""
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -237,7 +237,12 @@ def _scratch_venv(root: Path, wheels: list[Path]) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    (Path(site) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    dependencies = root / "dependencies"
+    dependencies.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("nodefence", "__editable__")):
+            (dependencies / entry.name).symlink_to(entry)
+    (Path(site) / "dependencies.pth").write_text(f"{dependencies}\n")
     return venv
 
 
@@ -262,8 +267,8 @@ def test_the_nodefence_wheel_alone_names_the_missing_distribution(
         "import importlib.util, importlib.metadata, nodefence\n"
         "print(nodefence.__file__)\n"
         "print(importlib.util.find_spec('nodefence_sim'))\n"
-        "print(sorted({d.metadata['Name'] for d in importlib.metadata.distributions()"
-        " if d.metadata['Name'].startswith('nodefence')}))\n"
+        "print(sorted(d.metadata['Name'] for d in importlib.metadata.distributions()"
+        " if d.metadata['Name'].startswith('nodefence')))\n"
     )
     where, sim, dists = _run(venv, "python", "-c", probe, cwd=tmp_path).stdout.splitlines()
     assert Path(where).is_relative_to(venv), where
