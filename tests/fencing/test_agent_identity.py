@@ -23,12 +23,13 @@ from nodefence.fencing.agent_identity import option, parse_list
 from nodefence.fencing.binding import NodeIdentity, identity_problems, inventory_problems, shared
 from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue
 from nodefence.fencing.inventory import Inventory, load_inventory
+from nodefence.fencing.ipmi import IpmiDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .agents import require_agent
 from .conftest import fake_system
 from .listing_agent import LIST_PASSWORD, listing_agent
-from .peers import PASSWORD, USER, Ca, Sushy, start_sushy, sushy_installed
+from .peers import PASSWORD, USER, Ca, Sushy, start_ipmi_bmc, start_sushy, sushy_installed
 
 NODE = "compute01"
 OTHER = "compute02"
@@ -384,3 +385,29 @@ async def test_check_config_refuses_an_agent_nothing_can_check(tmp_path: Path) -
     assert f"node {NODE}: nothing shows which machine fence_listing acts on" in err
     assert unchecked == 0
     assert stated == 0
+
+
+async def test_a_bmc_is_read_again_by_a_new_driver_after_the_last_one_closed(
+    tmp_path: Path,
+) -> None:
+    """Every fence, probe and identity read opens its own IPMI driver and closes it: a closed
+    session pyghmi still hands out must not make the next reads of the same BMC fail."""
+    bmc = start_ipmi_bmc(tmp_path, guid=system_uuid(NODE))
+    try:
+        for _ in range(3):
+            driver = IpmiDriver(
+                "127.0.0.1",
+                username=USER,
+                password=SecretStr(PASSWORD),
+                port=bmc.port,
+                poll_interval=0.2,
+            )
+            try:
+                said = await driver.identity(timeout=15)
+                reading = await driver.status(timeout=15)
+            finally:
+                await driver.close()
+            assert said.value.upper() == system_uuid(NODE), said
+            assert reading.state == "on", reading.detail
+    finally:
+        bmc.process.stop()

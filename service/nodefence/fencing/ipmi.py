@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import SecretStr
 from pyghmi.ipmi.command import Command  # type: ignore[import-untyped]
+from pyghmi.ipmi.private.session import Session  # type: ignore[import-untyped]
 from pyghmi.ipmi.private.util import decode_wireformat_uuid  # type: ignore[import-untyped]
 
 from nodefence.engine.identity import Reported
@@ -209,4 +210,12 @@ class IpmiDriver:
 def _logout(command: Any) -> None:
     # The session times out on the BMC anyway; a failed logout changes no power state.
     with contextlib.suppress(Exception):
-        command.ipmi_session.logout()
+        session = command.ipmi_session
+        session.logout()
+        # pyghmi keeps a logged-in session in its table of sessions being set up, keyed by BMC
+        # and credentials, and hands it to the next Command for the same BMC even once logged
+        # out: every later driver for this BMC in the process would then fail ("'<' not
+        # supported between float and None"). Only this session's own entry is dropped.
+        for key, held in list(Session.initting_sessions.items()):
+            if held is session:
+                del Session.initting_sessions[key]
