@@ -33,7 +33,8 @@ setup(
     version=VERSION,
     install_requires=[
         f"nodefence=={VERSION}",
-        "aiohttp>=3.9,<4",
+        # 3.14: web.RequestKey, the typed request storage the API server keeps its warnings in.
+        "aiohttp>=3.14,<4",
         "multidict>=6",
         "PyYAML>=6",
         "pydantic>=2.6,<3",

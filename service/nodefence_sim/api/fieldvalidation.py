@@ -36,7 +36,8 @@ from nodefence_sim.errors import ApiError, bad_request
 from nodefence_sim.resources import ResourceType
 
 STRICT, WARN, IGNORE = "Strict", "Warn", "Ignore"
-_WARNINGS = "nodefence_sim.warnings"
+# Typed request storage (aiohttp 3.14): a plain string key is warned about on every run.
+_WARNINGS = web.RequestKey("nodefence_sim.warnings", list[str])
 _MAX_ERRORS = 100
 _QUANTITY = re.compile(r"([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)")
 _QUANTITY_FORMAT = (
