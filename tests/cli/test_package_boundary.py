@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -202,6 +203,51 @@ def test_the_sim_wheel_carries_the_simulator_and_requires_the_same_nodefence(
     others = {_requirement_name(r) for r in requires} - {"nodefence"}
     assert others, requires
     assert others <= locked, sorted(others - locked)
+
+
+def test_the_sim_sdist_rebuilds_a_wheel_with_the_same_requirement(tmp_path: Path) -> None:
+    """A release's source archive of nodefence-sim builds on its own: it carries the one file
+    its version and its nodefence pin are read from, and no more of the product."""
+    source = _copy_checkout(tmp_path / "src") / "service"
+    build_sdist = "from setuptools import build_meta; print(build_meta.build_sdist('../sdist'))"
+    built = subprocess.run(
+        [sys.executable, "-c", build_sdist],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    sdist = tmp_path / "src" / "sdist" / built.stdout.split()[-1]
+    with tarfile.open(sdist) as archive:
+        product = sorted(n for n in archive.getnames() if "/nodefence/" in n)
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    assert product == [f"nodefence_sim-{VERSION}/nodefence/__init__.py"]
+    rebuilt = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path / "dist"),
+            str(tmp_path / "unpacked" / f"nodefence_sim-{VERSION}"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-4000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    assert f"nodefence=={VERSION}" in (_metadata(wheel).get_all("Requires-Dist") or [])
+    assert not any(m.startswith("nodefence/") for m in _members(wheel))
+    assert "nodefence_sim/scenarios/seed.yaml" in _members(wheel)
 
 
 def _scratch_venv(root: Path, wheels: list[Path]) -> Path:
