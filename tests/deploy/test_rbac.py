@@ -92,7 +92,11 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "list_configmap_named": {("namespace", "", "configmaps", "list", "nodefence-control")},
     "watch_configmap_named": {("namespace", "", "configmaps", "watch", "nodefence-control")},
     "create_configmap": {("namespace", "", "configmaps", "create", "*")},
-    "replace_configmap": {("namespace", "", "configmaps", "update", "nodefence-fences")},
+    # The fence record; the probe record (each node's last power-state probe).
+    "replace_configmap": {
+        ("namespace", "", "configmaps", "update", "nodefence-fences"),
+        ("namespace", "", "configmaps", "update", "nodefence-fencing-probes"),
+    },
     "create_event": {("cluster", "", "events", "create", "*")},
     "list_volume_attachments": {("cluster", "storage.k8s.io", "volumeattachments", "list", "*")},
     "delete_volume_attachment": {("cluster", "storage.k8s.io", "volumeattachments", "delete", "*")},

@@ -7,6 +7,8 @@ power state is read through its entry's driver, a bounded number at a time; a re
 when the node's BMC or agent answered On or Off and 0 otherwise, and
 ``nodefence_fencing_probe_timestamp_seconds{node,driver}`` says when it was last read, so the
 shipped alert ``NodefenceFencingUnavailable`` can tell a failing path from a probe that stopped.
+Each round is also written to the ConfigMap ``nodefence-fencing-probes`` (``probe_record``), each
+answer dated on the API server's clock, so ``nodefence status`` shows every node's last probe.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from typing import TYPE_CHECKING
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
-from nodefence.fencing.check import NodeCheck, read_nodes
+from nodefence.fencing import probe_record
+from nodefence.fencing.check import NodeCheck, read_node
 from nodefence.fencing.inventory import Inventory
+from nodefence.kube.client import Deadline, KubeClient
 
 if TYPE_CHECKING:
     from nodefence.settings import Settings
@@ -71,6 +75,10 @@ class FencingProbe:
         timeout: float = PROBE_TIMEOUT_SECONDS,
         wall_clock: Callable[[], float] = time.time,
         first_round: tuple[float, float] = FIRST_ROUND_SECONDS,
+        kube: KubeClient | None = None,
+        namespace: str = "nodefence",
+        identity: str = "",
+        deadline_seconds: float = 30.0,
     ) -> None:
         self.inventory = inventory
         self.metrics = metrics
@@ -79,6 +87,11 @@ class FencingProbe:
         self.timeout = timeout
         self.wall_clock = wall_clock
         self.first_round = first_round
+        # Where each round is recorded for ``status``; None (dry-run, S8): nowhere.
+        self.kube = kube
+        self.namespace = namespace
+        self.identity = identity
+        self.deadline_seconds = deadline_seconds
         self.rounds = 0
         self.last: list[NodeCheck] = []
         self._task: asyncio.Task[None] | None = None
@@ -91,12 +104,8 @@ class FencingProbe:
         """One round over every inventory node: status reads only."""
         if self.inventory is None:
             return []
-        checks = await read_nodes(
-            self.inventory,
-            sorted(self.inventory.nodes),
-            concurrency=self.concurrency,
-            timeout=min(self.timeout, max(1.0, self.interval)),
-        )
+        answers = await self._read_all(self.inventory)
+        checks = [check for check, _ in answers]
         self.metrics.observe(checks, self.wall_clock())
         self.rounds += 1
         self.last = checks
@@ -114,7 +123,43 @@ class FencingProbe:
             nodes=len(checks),
             answered=sum(1 for c in checks if c.answered),
         )
+        await self._record(answers)
         return checks
+
+    async def _read_all(self, inventory: Inventory) -> list[tuple[NodeCheck, float]]:
+        """Every node read, a bounded number at a time, each with the monotonic time its answer
+        came (mapped onto the API server's clock when the round is recorded)."""
+        limit = asyncio.Semaphore(max(1, self.concurrency))
+        timeout = min(self.timeout, max(1.0, self.interval))
+
+        async def one(node: str) -> tuple[NodeCheck, float]:
+            async with limit:
+                check = await read_node(inventory, node, timeout)
+                return check, time.monotonic()
+
+        return list(await asyncio.gather(*(one(node) for node in sorted(inventory.nodes))))
+
+    async def _record(self, answers: list[tuple[NodeCheck, float]]) -> None:
+        """The round in the cluster for ``status``; a failed write is logged and the next round
+        writes again (the metrics above already hold this round)."""
+        if self.kube is None:
+            return
+        try:
+            await probe_record.write_round(
+                self.kube,
+                self.namespace,
+                answers,
+                interval_seconds=self.interval,
+                by=self.identity,
+                inventory=self.inventory,
+                deadline=Deadline(self.deadline_seconds),
+            )
+        except Exception as exc:
+            log.warning(
+                "fencing_probe_not_recorded",
+                configmap=f"{self.namespace}/{probe_record.CONFIGMAP}",
+                error=str(exc) or type(exc).__name__,
+            )
 
     def start(self) -> None:
         if self.enabled and self._task is None:
@@ -140,10 +185,25 @@ class FencingProbe:
             await asyncio.sleep(self.interval * random.uniform(1 - JITTER, 1 + JITTER))  # noqa: S311
 
 
-def fencing_probe_for(settings: Settings, registry: CollectorRegistry) -> FencingProbe:
-    """The probe ``serve`` runs, from the settings (the inventory was validated at start)."""
+def fencing_probe_for(
+    settings: Settings, registry: CollectorRegistry, pipeline: object = None
+) -> FencingProbe:
+    """The probe ``serve`` runs, from the settings (the inventory was validated at start); its
+    rounds are recorded through the pipeline's client unless the receiver is in dry-run (S8:
+    no write at all)."""
     from nodefence.runtime import bmc_inventory
 
     interval = float(settings.fencing_probe_interval)
     inventory = bmc_inventory(settings) if interval > 0 else None
-    return FencingProbe(inventory, ProbeMetrics(registry), interval=interval)
+    kube = getattr(pipeline, "kube", None)
+    policy = getattr(pipeline, "policy", None)
+    dry_run = settings.dry_run or bool(getattr(policy, "dry_run", False))
+    return FencingProbe(
+        inventory,
+        ProbeMetrics(registry),
+        interval=interval,
+        kube=kube if isinstance(kube, KubeClient) and not dry_run else None,
+        namespace=settings.namespace,
+        identity=settings.identity,
+        deadline_seconds=settings.request_deadline_seconds,
+    )

@@ -79,7 +79,7 @@ async def run(
     """
     app = build_app(settings, pipeline, metrics=metrics, slack=slack)
     reconciler = reconcile_loop_for(settings, pipeline, app[METRICS], app[DECISIONS])
-    prober = fencing_probe_for(settings, app[METRICS].registry)
+    prober = fencing_probe_for(settings, app[METRICS].registry, pipeline)
     runner = web.AppRunner(
         app,
         access_log=None,
