@@ -90,12 +90,20 @@ def _mirrored(node: Json) -> bool:
 async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
     """``pipeline`` runs a dry-run policy: the NotReady nodes are judged as ``explain`` does."""
     from nodefence.commands.held_back import operator_view
+    from nodefence.commands.probe_status import probe_view
 
     record = await pipeline.read_record(deadline)
     nodes = await pipeline.kube.list_nodes(deadline)
     status = report(record, nodes)
     await _volumes_of_fenced(status, pipeline, deadline)
-    return {**status, **await operator_view(pipeline, record, nodes, deadline)}
+    probes = await probe_view(
+        pipeline.kube, pipeline.reader.namespace, pipeline.loop.inventory, deadline
+    )
+    return {
+        **status,
+        **await operator_view(pipeline, record, nodes, deadline),
+        "fencingProbes": probes,
+    }
 
 
 async def _volumes_of_fenced(
@@ -178,4 +186,7 @@ def as_text(status: dict[str, Any]) -> str:
         for r in released:
             lines.append(f"  {r['node']}  at {r['at']}: {r['why']}")
     lines.extend(held_back_lines(status))
+    from nodefence.commands.probe_status import probe_lines
+
+    lines.extend(probe_lines(status))
     return "\n".join(lines)
