@@ -57,6 +57,11 @@ def bmc_inventory(settings: Settings) -> Inventory | None:
         raise ConfigError(str(exc)) from None
 
 
+def record_writer(kube: KubeClient, policy: Policy, options: PipelineOptions) -> RecordWriter:
+    keep = max((r.flap_window_seconds for r in policy.rules), default=0)
+    return RecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
+
+
 def assemble_pipeline(
     kube: KubeClient,
     policy: Policy,
@@ -68,12 +73,13 @@ def assemble_pipeline(
     approvals: ApprovalRequester | None = None,
     notifier: FenceNotifier | None = None,
     clock: Callable[[], datetime] = utcnow,
+    records: RecordWriter | None = None,
 ) -> Pipeline:
-    """The shell's parts, each built once and given the parts it works with."""
+    """The shell's parts, each built once and given the parts it works with (``records``: the
+    fence record's writer, when the approval requester shares it)."""
     reader = FactsReader(kube, options.namespace)
     executor = Executor(kube, purge_concurrency=options.purge_concurrency)
-    keep = max((r.flap_window_seconds for r in policy.rules), default=0)
-    records = RecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
+    records = records or record_writer(kube, policy, options)
     reporter = Reporter(metrics, EventRecorder(kube, options.identity), clock, notifier)
     power_step = PowerStep(policy, inventory, records, reporter)
     loop = Loop(reader, Commit(records, executor, power_step), records, reporter, inventory)
@@ -163,15 +169,18 @@ async def build_service(
     check_slack_settings(settings, policy)
     inventory = bmc_inventory(settings)
     kube = await _connect(settings, metrics, kubeconfig)
-    slack = slack_parts(settings, policy, kube, metrics, utcnow)
+    options = pipeline_options(settings)
+    records = record_writer(kube, policy, options)
+    slack = slack_parts(settings, policy, kube, metrics, utcnow, records=records)
     pipeline = assemble_pipeline(
         kube,
         policy,
         metrics,
-        pipeline_options(settings),
+        options,
         inventory=inventory,
         alertmanager=settings.alertmanager,
         approvals=slack.approvals,
         notifier=slack.notifier,
+        records=records,
     )
     return Service(pipeline, slack.integration(settings, pipeline), metrics)

@@ -3,7 +3,7 @@
 The record is the authority, so this is what an operator asks at 3 a.m.: which nodes nodefence
 has fenced (since when on the API server's clock, by which rule, on what proof, with whose
 approval), which fences are half-written (claimed, taint not yet on), and which approval
-requests are waiting for a person (these live on the nodes, as the Slack round trip left them).
+requests are waiting for a person (in the record too: never what a node's annotations say).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from nodefence.engine import mirror
+from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.engine.record import FenceRecord, Phase
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.pipeline import Pipeline
 from nodefence.shell.volume_gauge import attached_volumes
-from nodefence.slack.approvals import EXPIRES_AT, REQUEST_NODE_UID, REQUESTED_AT
 
 
 def _fence(entry: Any) -> dict[str, Any]:
@@ -47,17 +47,16 @@ def _fence(entry: Any) -> dict[str, Any]:
 def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
     fenced = [_fence(e) for e in record.entries if e.phase is Phase.FENCED]
     half = [_fence(e) for e in record.entries if e.phase is Phase.CLAIMED]
-    pending = []
-    for node in nodes:
-        notes = (node.get("metadata") or {}).get("annotations") or {}
-        if REQUESTED_AT in notes and notes.get(REQUEST_NODE_UID) == node["metadata"].get("uid"):
-            pending.append(
-                {
-                    "node": node["metadata"]["name"],
-                    "requestedAt": notes.get(REQUESTED_AT),
-                    "expiresAt": notes.get(EXPIRES_AT),
-                }
-            )
+    uids = {n["metadata"]["name"]: n["metadata"].get("uid") for n in nodes}
+    pending = [
+        _pending(a)
+        for a in record.approvals
+        # Asked about this very node object and not answered with a no; an expired question
+        # still waits for a person until the next alert asks again.
+        if not a.rejection
+        and a.requested_at is not None
+        and uids.get(a.node) == a.incident.node_uid
+    ]
     # S3: taints the record does not hold still spend the budget; nodefence's own among them
     # (its mirror on the node) show a record that lost entries.
     held = {e.node for e in record.entries}
@@ -70,10 +69,22 @@ def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
         "halfWritten": sorted(half, key=lambda f: f["node"]),
         "unreadableEntries": list(record.unreadable),
         "pendingApprovals": sorted(pending, key=lambda p: p["node"]),
+        "unreadableApprovalRequests": list(record.unreadable_approvals),
         "recentlyReleased": [
             {"node": r.node, "nodeUID": r.uid, "at": instant(r.at), "why": r.why}
             for r in sorted(record.released, key=lambda r: r.node)
         ],
+    }
+
+
+def _pending(request: ApprovalRequest) -> dict[str, Any]:
+    return {
+        "node": request.node,
+        "nodeUID": request.incident.node_uid,
+        "fingerprint": request.incident.fingerprint,
+        "requestedAt": instant(request.requested_at) if request.requested_at else None,
+        "expiresAt": instant(request.expires_at) if request.expires_at else None,
+        "message": f"{request.channel}/{request.ts}" if request.posted else None,
     }
 
 
@@ -179,7 +190,13 @@ def as_text(status: dict[str, Any]) -> str:
     pending = status["pendingApprovals"]
     lines.append(f"Pending approvals: {len(pending) or 'none'}")
     for p in pending:
-        lines.append(f"  {p['node']}  asked at {p['requestedAt']}, expires {p['expiresAt']}")
+        where = f" (Slack message {p['message']})" if p.get("message") else " (being posted)"
+        lines.append(f"  {p['node']}  asked at {p['requestedAt']}, expires {p['expiresAt']}{where}")
+    if status.get("unreadableApprovalRequests"):
+        lines.append(
+            "Unreadable approval requests (counted as none: the next alert asks again): "
+            + ", ".join(status["unreadableApprovalRequests"])
+        )
     released = status["recentlyReleased"]
     if released:
         lines.append("Recently released:")

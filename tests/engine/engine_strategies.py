@@ -65,9 +65,23 @@ def shifted(moment: datetime | None, skew: int) -> datetime | None:
 
 # --- what a node can write -------------------------------------------------------------------
 
+# Where approval requests and rejections used to be kept on the node: a node can still write them,
+# and they must mean nothing now that the fence record holds them (S12).
+FORMER_APPROVAL_KEYS = tuple(
+    PREFIX + key
+    for key in (
+        "approval-node-uid",
+        "approval-fingerprint",
+        "approval-not-ready-since",
+        "approval-requested-at",
+        "approval-expires-at",
+        "approval-message",
+    )
+)
+
 mirror_keys = st.one_of(
     st.sampled_from(
-        [*mirror.ALL_KEYS, mirror.APPROVAL_NODE_UID, mirror.APPROVAL_FINGERPRINT, EXCLUDE_LABEL]
+        [*mirror.ALL_KEYS, *FORMER_APPROVAL_KEYS, EXCLUDE_LABEL]
     ),
     st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).map(PREFIX.__add__),
 )

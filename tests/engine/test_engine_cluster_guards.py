@@ -1,16 +1,18 @@
 """Cluster-level guards: storm cooldown, cluster-wide pause, proof of power-off, and a rejection
-recorded on the node. Each test fails if its guard is removed."""
+recorded in the fence record. Each test fails if its guard is removed."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
-from engine_factories import NOW, UID, ago, cluster, event, facts, node, policy
+from engine_factories import NODE, NOW, UID, ago, cluster, event, facts, node, policy
 
 from nodefence.engine import mirror
+from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.decide import decide
-from nodefence.engine.model import PowerEvidence, Verdict
+from nodefence.engine.model import PREFIX, Approval, ApprovalDecision, PowerEvidence, Verdict
+from nodefence.engine.record import FenceRecord
 
 
 def blocked_by(decision_reasons: tuple[object, ...]) -> list[str]:
@@ -68,16 +70,34 @@ def test_http_proof_needs_a_url() -> None:
 
 
 def test_recorded_rejection_holds_for_the_incident_only() -> None:
-    notes = {
-        mirror.APPROVAL: "rejected by U123 at 2026-11-30T08:00:00Z",
-        mirror.APPROVAL_NODE_UID: UID,
-        mirror.APPROVAL_FINGERPRINT: "fp-1",
-    }
+    """The rejection the fence record holds, for this node object, alert and outage."""
+    incident = Incident.of(node(), "fp-1")
+    answer = "rejected by U123 at 2026-11-30T08:00:00Z"
+    held = FenceRecord(
+        resource_version="3", approvals=(ApprovalRequest(NODE, incident, rejection=answer),)
+    )
     slack = policy(rule={"approval": "slack"})
-    rejected = decide(event(), facts(node(annotations=notes)), slack, NOW)
+    rejected = decide(event(), facts(record_=held), slack, NOW)
     assert rejected.verdict is Verdict.NOOP
     assert "rejected by U123" in rejected.summary
-    new_incident = decide(event(fingerprint="fp-2"), facts(node(annotations=notes)), slack, NOW)
+    new_incident = decide(event(fingerprint="fp-2"), facts(record_=held), slack, NOW)
     assert new_incident.verdict is Verdict.AWAIT_APPROVAL
-    new_node = decide(event(), facts(node(uid="other", annotations=notes)), slack, NOW)
+    new_node = decide(event(), facts(node(uid="other"), record_=held), slack, NOW)
     assert new_node.verdict is Verdict.AWAIT_APPROVAL
+    new_outage = decide(event(), facts(node(since=600), record_=held), slack, NOW)
+    assert new_outage.verdict is Verdict.AWAIT_APPROVAL
+
+
+def test_a_rejection_on_the_node_is_not_honoured() -> None:
+    """S12: a node can write its annotations, so a rejection there is only words."""
+    notes = {
+        mirror.APPROVAL: "rejected by U123 at 2026-11-30T08:00:00Z",
+        PREFIX + "approval-node-uid": UID,
+        PREFIX + "approval-fingerprint": "fp-1",
+    }
+    slack = policy(rule={"approval": "slack"})
+    waiting = decide(event(), facts(node(annotations=notes)), slack, NOW)
+    assert waiting.verdict is Verdict.AWAIT_APPROVAL
+    approved = Approval("U0ONCALL", ago(30), ApprovalDecision.APPROVE, UID, "fp-1")
+    fenced = decide(event(), facts(node(annotations=notes)), slack, NOW, approval=approved)
+    assert fenced.verdict is Verdict.FENCE

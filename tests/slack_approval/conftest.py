@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +17,8 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.demo.payloads import node_alert, webhook
+from nodefence.engine import record as fence_record
+from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
@@ -29,7 +32,7 @@ from nodefence.slack.fake import (
 )
 from nodefence.slack.messages import APPROVE_ACTION_ID
 from nodefence.slack.routes import SLACK, SlackIntegration
-from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.resources import CONFIGMAPS, NODES, PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
@@ -75,6 +78,36 @@ class World:
 
     def annotations(self) -> dict[str, str]:
         return dict(self.node()["metadata"].get("annotations") or {})
+
+    def fences_configmap(self) -> dict[str, Any] | None:
+        return self.cluster.sim.store.peek(CONFIGMAPS, "nodefence", fence_record.CONFIGMAP)
+
+    def record(self) -> fence_record.FenceRecord:
+        """The fence record as the API server holds it: where approval requests live."""
+        return fence_record.from_configmap(self.fences_configmap() or {})[0]
+
+    def request(self) -> ApprovalRequest | None:
+        """The node's approval request in the fence record."""
+        return self.record().approval(NODE)
+
+    async def kubelet_annotates(self, *changes: str) -> None:
+        """Edit the node's annotations as its own kubelet can (real kubectl against the
+        simulated API server): ``key=value`` sets, ``key-`` removes."""
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl",
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "annotate",
+            "--overwrite",
+            f"node/{NODE}",
+            *changes,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "HOME": str(self.cluster.kubeconfig.parent)},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, out.decode()
 
     def oos(self) -> list[dict[str, Any]]:
         return [

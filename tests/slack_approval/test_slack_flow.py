@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from nodefence.engine import mirror as ledger
-from nodefence.slack import approvals
+from nodefence.engine import mirror
+from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.slack.messages import REJECT_ACTION_ID
 from nodefence_sim.faults import FaultRule
 
@@ -16,6 +16,12 @@ from .conftest import APPROVER, NODE, World, eventually
 async def kill(world: World) -> None:
     world.cluster.sim.node_down(NODE, since_seconds=1200)
     await eventually(world.terminating)
+
+
+def asked(world: World) -> ApprovalRequest:
+    request = world.request()
+    assert request is not None, world.record()
+    return request
 
 
 def node_patches(world: World, cursor: int, *, accepted: bool = True) -> list[int]:
@@ -45,10 +51,10 @@ async def test_alert_asks_once_then_an_approval_fences(world: World) -> None:
     assert "Kubelet Lease" in text
     assert "StatefulSets affected" in text
     assert "openstack/mariadb-server" in text
-    notes = world.annotations()
-    assert notes[approvals.REQUEST_NODE_UID] == world.node()["metadata"]["uid"]
-    assert notes[approvals.MESSAGE].startswith("C0NODEFENCE/")
-    assert approvals.EXPIRES_AT in notes
+    request = asked(world)
+    assert request.incident.node_uid == world.node()["metadata"]["uid"]
+    assert (request.channel, bool(request.ts)) == ("C0NODEFENCE", True)
+    assert request.expires_at is not None
 
     status, body = await world.alert()
     assert status == 200
@@ -67,8 +73,8 @@ async def test_alert_asks_once_then_an_approval_fences(world: World) -> None:
     [taint] = world.oos()
     assert taint["effect"] == "NoExecute"
     notes = world.annotations()
-    assert notes[ledger.FENCED_BY] == "nodefence"
-    assert notes[ledger.APPROVAL].startswith(f"approved by {APPROVER} at ")
+    assert notes[mirror.FENCED_BY] == "nodefence"
+    assert notes[mirror.APPROVAL].startswith(f"approved by {APPROVER} at ")
     [reply] = world.slack.responses
     assert reply["replace_original"] is True
     assert "is fenced" in reply["text"]
@@ -107,10 +113,12 @@ async def test_reject_is_recorded_and_not_asked_again(world: World) -> None:
     assert await world.click(REJECT_ACTION_ID) == 200
     await world.settle()
     assert not world.oos()
-    notes = world.annotations()
-    assert notes[ledger.APPROVAL].startswith(f"rejected by {APPROVER} at ")
-    assert notes[approvals.REQUEST_NODE_UID] == world.node()["metadata"]["uid"]
-    assert notes[approvals.REQUEST_FINGERPRINT]
+    request = asked(world)
+    assert request.rejection.startswith(f"rejected by {APPROVER} at ")
+    assert request.incident.node_uid == world.node()["metadata"]["uid"]
+    assert request.incident.fingerprint
+    # The node shows it to people too.
+    assert world.annotations()[mirror.APPROVAL] == request.rejection
     [reply] = world.slack.responses
     assert "rejected" in reply["text"]
     status, _body = await world.alert()
@@ -118,8 +126,8 @@ async def test_reject_is_recorded_and_not_asked_again(world: World) -> None:
     assert len(world.slack.posted()) == 1, "a rejected incident is not asked about again"
     assert not world.oos()
     # The old approve button of the same message no longer fences either: the rejection stands
-    # in the ledger and the engine still needs a fresh approval.
-    assert world.annotations()[ledger.APPROVAL].startswith("rejected")
+    # in the fence record and the engine still needs a fresh approval.
+    assert asked(world).rejection.startswith("rejected")
 
 
 async def test_approval_after_recovery_fences_nothing(world: World) -> None:
@@ -136,12 +144,13 @@ async def test_approval_after_recovery_fences_nothing(world: World) -> None:
     assert await world.click() == 200
     await world.settle()
     assert not world.oos()
-    assert ledger.FENCED_BY not in world.annotations()
+    assert mirror.FENCED_BY not in world.annotations()
     [reply] = world.slack.responses
     assert "Ready again" in reply["text"]
     assert "Nothing was fenced" in reply["text"]
     assert len(node_patches(world, cursor)) <= 1, "at most the request is withdrawn"
-    assert approvals.MESSAGE not in world.annotations()
+    assert world.request() is None, "the answered request is withdrawn from the record"
+    assert mirror.APPROVAL not in world.annotations()
 
 
 async def test_group_member_may_approve(world: World) -> None:
@@ -161,7 +170,7 @@ async def test_slack_down_means_503_and_no_fence(world: World) -> None:
     assert body["status"] == 503
     assert "Slack" in body["detail"]
     assert not world.oos()
-    assert approvals.REQUESTED_AT not in world.annotations(), "the claim is released"
+    assert world.request() is None, "the claim is released"
     world.slack.down = False
     status, body = await world.alert()
     assert status == 200
@@ -171,7 +180,7 @@ async def test_slack_down_means_503_and_no_fence(world: World) -> None:
 async def test_expired_request_is_asked_again(world: World) -> None:
     await kill(world)
     await world.alert()
-    old = world.annotations()[approvals.MESSAGE]
+    old = asked(world)
     requester = world.integration.approvals
     assert requester is not None
     later = datetime.now(UTC) + timedelta(hours=2)
@@ -179,7 +188,7 @@ async def test_expired_request_is_asked_again(world: World) -> None:
     status, _body = await world.alert()
     assert status == 200
     assert len(world.slack.posted()) == 2, "an expired request is asked again"
-    assert world.annotations()[approvals.MESSAGE] != old
+    assert asked(world).ts != old.ts
     [update] = world.slack.posted("chat.update")
-    assert update["ts"] == old.split("/", 1)[1]
+    assert update["ts"] == old.ts
     assert "expired" in update["text"]

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import SecretStr
 
-from nodefence.engine import mirror as ledger
+from nodefence.engine import mirror
 from nodefence.slack import tokens
 from nodefence.slack.messages import REJECT_ACTION_ID
 
@@ -59,10 +59,16 @@ async def dead_and_asked(world: World) -> None:
 
 
 def untouched(world: World) -> None:
+    """No fence and no answer: the question stays open in the fence record, and the node shows
+    people only that it was asked."""
     assert not world.oos()
     notes = world.annotations()
-    assert ledger.FENCED_BY not in notes
-    assert ledger.APPROVAL not in notes
+    assert mirror.FENCED_BY not in notes
+    assert notes.get(mirror.APPROVAL, "").startswith("asked in Slack at ")
+    request = world.request()
+    assert request is not None
+    assert request.rejection == ""
+    assert request.ts
 
 
 async def test_bad_slack_signatures_are_401(world: World) -> None:

@@ -28,6 +28,9 @@ from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
 
 Change = Callable[[FenceRecord, FenceEntry, datetime], FenceRecord]
+# A change of the record as a whole (None: nothing to write), at the API server's time of the read.
+ApprovalChange = Callable[[FenceRecord, datetime], FenceRecord | None]
+Step = Callable[[FenceRecord, datetime], FenceRecord | ActionResult]
 
 
 def _now(reply: Dated) -> datetime:
@@ -43,20 +46,22 @@ class RecordWriter:
         self.identity = identity
         self.keep_releases_seconds = keep_releases_seconds
 
-    def _configmap(self, data: Mapping[str, str], resource_version: str) -> Json:
-        meta: Json = {
-            "name": fence_record.CONFIGMAP,
-            "namespace": self.namespace,
-            "labels": {"app.kubernetes.io/name": "nodefence"},
-        }
+    def _configmap(self, data: Mapping[str, str], resource_version: str, read: Json) -> Json:
+        """The ConfigMap to write; the labels and annotations of the one read (``read``: its
+        metadata) are kept, since a PUT replaces them too and others may have set them (a
+        backup tool's, a GitOps owner's)."""
+        labels = {**(read.get("labels") or {}), "app.kubernetes.io/name": "nodefence"}
+        meta: Json = {"name": fence_record.CONFIGMAP, "namespace": self.namespace, "labels": labels}
+        if read.get("annotations"):
+            meta["annotations"] = dict(read["annotations"])
         if resource_version:
             meta["resourceVersion"] = resource_version
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data)}
 
     async def _write(
-        self, data: Mapping[str, str], resource_version: str, deadline: Deadline
+        self, data: Mapping[str, str], resource_version: str, deadline: Deadline, read: Json
     ) -> Dated:
-        body = self._configmap(data, resource_version)
+        body = self._configmap(data, resource_version, read)
         if not resource_version:
             return await self.kube.create_configmap(self.namespace, body, deadline)
         return await self.kube.replace_configmap(
@@ -69,14 +74,22 @@ class RecordWriter:
         return f"{self.identity}/{uuid.uuid4().hex[:12]}"
 
     async def claim(
-        self, action: ClaimAction, raw: Mapping[str, str], token: str, deadline: Deadline
+        self,
+        action: ClaimAction,
+        raw: Mapping[str, str],
+        token: str,
+        deadline: Deadline,
+        *,
+        metadata: Json,
     ) -> ActionResult:
+        """``raw`` and ``metadata``: the ConfigMap's data and metadata as the decision read
+        them, at the version it was made on."""
         node = action.entry.node
         current = fence_record.decode(raw, action.record_version)
         entry = dataclasses.replace(action.entry, claimed_by=token)
         data = fence_record.encode(fence_record.with_entry(current, entry), raw)
         try:
-            await self._write(data, action.record_version, deadline)
+            await self._write(data, action.record_version, deadline, metadata)
         except KubeError as exc:
             if exc.status == 409:
                 return ActionResult("claim", node, Outcome.CONFLICT, "the fence record changed")
@@ -96,17 +109,10 @@ class RecordWriter:
     ) -> ActionResult:
         """``expected``: the entry exactly as the decision read it; the change is made only
         on that entry, so a step that another replica has overtaken does nothing (S7)."""
-        while True:
-            try:
-                reply = await self.kube.get_configmap_dated(
-                    self.namespace, fence_record.CONFIGMAP, deadline
-                )
-            except KubeError as exc:
-                if exc.status == 404:
-                    return ActionResult(kind, node, Outcome.SKIPPED, "no fence record")
-                return ActionResult(kind, node, Outcome.FAILED, str(exc))
-            current, raw = fence_record.from_configmap(reply.body)
-            version = current.resource_version
+
+        def step(current: FenceRecord, now: datetime) -> FenceRecord | ActionResult:
+            if not current.exists:
+                return ActionResult(kind, node, Outcome.SKIPPED, "no fence record")
             entry = current.entry(node)
             if entry is None or entry.uid != uid:
                 return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")
@@ -123,10 +129,36 @@ class RecordWriter:
                     f"({fence_record.progress(expected)} then, {fence_record.progress(entry)} "
                     "now); this step is not taken",
                 )
-            changed = change(current, entry, _now(reply))
+            return change(current, entry, now)
+
+        return await self._update(kind, node, step, deadline)
+
+    async def _update(self, kind: str, node: str, step: Step, deadline: Deadline) -> ActionResult:
+        """The one read-modify-write loop of the record: read it, let ``step`` change it (or
+        answer without a write), write it with the resourceVersion read; on a conflict read
+        again. An absent record reads as an empty one (``step`` says whether to create it)."""
+        while True:
             try:
-                await self._write(fence_record.encode(changed, raw), version, deadline)
+                reply = await self.kube.get_configmap_dated(
+                    self.namespace, fence_record.CONFIGMAP, deadline
+                )
             except KubeError as exc:
+                if exc.status != 404:
+                    return ActionResult(kind, node, Outcome.FAILED, str(exc))
+                reply = Dated({}, None)
+            current, raw = fence_record.from_configmap(reply.body)
+            changed = step(current, _now(reply))
+            if isinstance(changed, ActionResult):
+                return changed
+            try:
+                await self._write(
+                    fence_record.encode(changed, raw),
+                    current.resource_version,
+                    deadline,
+                    reply.body.get("metadata") or {},
+                )
+            except KubeError as exc:
+                # 409: written since it was read (or created meanwhile, for a create).
                 if exc.status != 409:
                     return ActionResult(kind, node, Outcome.FAILED, str(exc))
                 if deadline.expired:
@@ -135,6 +167,22 @@ class RecordWriter:
                     ) from None
                 continue
             return ActionResult(kind, node, Outcome.DONE)
+
+    async def approval_request(
+        self, kind: str, node: str, change: ApprovalChange, deadline: Deadline
+    ) -> ActionResult:
+        """Change the node's approval request in the record (``change`` returns None to leave
+        the record as it is: SKIPPED), creating the record if there is none yet. The same
+        optimistic concurrency as a fence entry's, so two replicas never both claim the one
+        question, and nothing a node can write takes part."""
+
+        def step(current: FenceRecord, now: datetime) -> FenceRecord | ActionResult:
+            changed = change(current, now)
+            if changed is None:
+                return ActionResult(kind, node, Outcome.SKIPPED, "nothing to change")
+            return changed
+
+        return await self._update(kind, node, step, deadline)
 
     async def confirm(
         self,

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import audit, guards, machine, mirror, orphans, reboot
+from nodefence.engine import approval_request, audit, guards, machine, mirror, orphans, reboot
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
@@ -517,7 +517,7 @@ def _fresh(
     if any(not r.passed for r in record.reasons if r.guard != guards.FLAP):
         refused = record.finish(Verdict.NOOP)
     elif rule.approval == "slack":
-        refused = _approval(record, rule, node, approval, flap)
+        refused = _approval(record, rule, node, approval, flap, facts=facts)
     elif not flap.passed:
         refused = record.finish(Verdict.NOOP)
     if refused is not None:
@@ -595,13 +595,18 @@ def _approval(
     node: NodeFacts,
     approval: Approval | None,
     flap: Reason,
+    *,
+    facts: Facts,
 ) -> Decision | None:
     """None when a valid approval lets the fence proceed; otherwise the waiting or refused
-    decision. A person's approval also overrides the flap guard: that is what it is asked for."""
+    decision. A person's approval also overrides the flap guard: that is what it is asked for.
+    A rejection counts only as the fence record holds it (S12: the node's annotations could
+    say anything)."""
     asked = f"rule {rule.name!r} requires approval in Slack" + (
         "" if flap.passed else " (the node may be flapping)"
     )
-    rejected = mirror.rejection(node, record.fingerprint)
+    requested = facts.record.approval(node.name)
+    rejected = approval_request.rejection_of(requested, node, record.fingerprint)
     if rejected is not None:
         # Whatever button is pressed next (a second approver, an old message): a rejection
         # holds for its incident; a new outage is asked again.
@@ -609,7 +614,8 @@ def _approval(
         record.add("approval", False, f"fencing was {rejected} for this incident{later}")
         return record.finish(Verdict.NOOP)
     if approval is None:
-        record.add("approval", False, f"{asked}; none given yet")
+        when = _asked_when(requested, node, record)
+        record.add("approval", False, f"{asked}; none given yet{when}")
         return record.finish(Verdict.AWAIT_APPROVAL)
     if approval.node_uid != node.uid:
         record.add(
@@ -635,6 +641,18 @@ def _approval(
         return record.finish(Verdict.NOOP)
     record.add("approval", True, f"approved by {approval.user} at {instant(approval.at)}")
     return None
+
+
+def _asked_when(
+    requested: approval_request.ApprovalRequest | None, node: NodeFacts, record: _Record
+) -> str:
+    """When the fence record says this incident's question went out, for the waiting reason."""
+    incident = approval_request.Incident.of(node, record.fingerprint)
+    if requested is None or not requested.posted or requested.incident != incident:
+        return ""
+    if requested.requested_at is None:
+        return ""
+    return f" (asked in Slack at {instant(requested.requested_at)})"
 
 
 def _purge_leftovers(

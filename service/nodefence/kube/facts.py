@@ -65,6 +65,9 @@ class Snapshot:
     node: Json | None
     record_data: dict[str, str] = dataclasses.field(default_factory=dict)
     server_time: datetime | None = None
+    # The fence record's ConfigMap metadata as read (its labels and annotations are kept by a
+    # write made on this snapshot).
+    record_meta: Json = dataclasses.field(default_factory=dict)
 
     @property
     def now(self) -> datetime:
@@ -278,7 +281,7 @@ class FactsReader:
             clock=API_SERVER_CLOCK if server_time is not None else LOCAL_CLOCK,
             attachments=attachments,
         )
-        return Snapshot(facts, raw, data, server_time)
+        return Snapshot(facts, raw, data, server_time, record.body.get("metadata") or {})
 
     async def _control_plane_live(
         self, cluster: ClusterFacts, deadline: Deadline | None

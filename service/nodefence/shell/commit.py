@@ -110,7 +110,10 @@ class Commit:
         return progress.end(again=housekeeping and done)
 
     async def _claim(self, action: ClaimAction, at: _Progress) -> Step:
-        result = await self.records.claim(action, at.snapshot.record_data, at.token, at.deadline)
+        snapshot = at.snapshot
+        result = await self.records.claim(
+            action, snapshot.record_data, at.token, at.deadline, metadata=snapshot.record_meta
+        )
         at.claim = action
         at.claimed = dataclasses.replace(action.entry, claimed_by=at.token)
         return result

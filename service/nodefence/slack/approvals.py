@@ -1,28 +1,36 @@
-"""The approval request: one Slack message per node incident, recorded in the node's annotations.
+"""The approval request: one Slack message per node incident, held in the fence record.
 
-Alertmanager repeats a firing alert, and several replicas may receive the same one; the record
-on the node is what makes them ask once. A replica first *claims* the request with a JSON patch
-that tests the node's resourceVersion (only one concurrent claim can win), then posts, then
-records where the message is. An incident is the NotReady period of one node object for one
-alert: node UID, alert fingerprint and the Ready condition's last transition. A rejection holds
-for that incident; a request is asked again only after it expired.
+Alertmanager repeats a firing alert, and several replicas may receive the same one; the request
+in the fence record (``engine.approval_request``) is what makes them ask once. A replica first
+*claims* the question with a record write on the version it read (only one concurrent claim can
+win), then posts, then records where the message is; a claim whose message never got recorded
+belongs to a replica that died in between, and is asked again after a grace. A rejection holds
+for its incident; a request is asked again once it expired, or for a new incident.
+
+The record lives in nodefence's namespace, where no kubelet can write (S12): a node can neither
+withdraw its question, nor answer it, nor pretend it was asked. The node gets
+``nodefence.io/approval`` in words for people, written without being read back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import structlog
 from pydantic import SecretStr
 
-from nodefence.engine import mirror
-from nodefence.engine.model import PREFIX, Approval, Decision, NodeFacts
-from nodefence.engine.wording import instant, parse_instant
+from nodefence.actions.executor import Outcome
+from nodefence.actions.record import RecordWriter
+from nodefence.engine import approval_request, mirror
+from nodefence.engine import record as fence_record
+from nodefence.engine.approval_request import ApprovalRequest, Incident
+from nodefence.engine.model import Approval, Decision
+from nodefence.engine.record import FenceRecord
+from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import node_facts
 from nodefence.kube.facts import Snapshot
 from nodefence.slack import messages, tokens
 from nodefence.slack.client import ApprovalChannelUnavailableError, SlackClient
@@ -32,145 +40,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-REQUESTED_AT = PREFIX + "approval-requested-at"
-EXPIRES_AT = PREFIX + "approval-expires-at"
-MESSAGE = PREFIX + "approval-message"
-REQUEST_NODE_UID = mirror.APPROVAL_NODE_UID
-REQUEST_FINGERPRINT = mirror.APPROVAL_FINGERPRINT
-REQUEST_NOT_READY_SINCE = PREFIX + "approval-not-ready-since"
-REQUEST_KEYS = (
-    REQUESTED_AT,
-    EXPIRES_AT,
-    MESSAGE,
-    REQUEST_NODE_UID,
-    REQUEST_FINGERPRINT,
-    REQUEST_NOT_READY_SINCE,
-)
-# A claim whose message was never recorded belongs to a replica that died between claim and post.
-CLAIM_GRACE = timedelta(seconds=30)
-MAX_WRITE_ATTEMPTS = 5
 
-
-@dataclass(frozen=True)
-class Incident:
-    node_uid: str
-    fingerprint: str
-    not_ready_since: str
-
-    @classmethod
-    def of(cls, node: NodeFacts, fingerprint: str) -> Incident:
-        since = node.ready.last_transition if node.ready is not None else None
-        return cls(node.uid, fingerprint, instant(since) if since else "")
-
-    @property
-    def since_unix(self) -> int:
-        if not self.not_ready_since:
-            return 0
-        return int(datetime.fromisoformat(self.not_ready_since.replace("Z", "+00:00")).timestamp())
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """The approval request as the node's annotations hold it, read leniently: anything
-    unreadable counts as absent (at worst a person is asked again; no fence follows from it)."""
-
-    incident: Incident | None
-    requested_at: datetime | None
-    expires_at: datetime | None
-    channel: str | None
-    ts: str | None
-    answer: str | None
-
-    @classmethod
-    def parse(cls, annotations: dict[str, str]) -> RequestRecord:
-        uid = annotations.get(REQUEST_NODE_UID)
-        fingerprint = annotations.get(REQUEST_FINGERPRINT)
-        incident = (
-            Incident(uid, fingerprint, annotations.get(REQUEST_NOT_READY_SINCE, ""))
-            if uid and fingerprint
-            else None
-        )
-        channel, _, ts = (annotations.get(MESSAGE) or "").partition("/")
-        return cls(
-            incident=incident,
-            requested_at=parse_instant(annotations.get(REQUESTED_AT)),
-            expires_at=parse_instant(annotations.get(EXPIRES_AT)),
-            channel=channel or None,
-            ts=ts or None,
-            answer=annotations.get(mirror.APPROVAL),
-        )
-
-    def rejected(self, incident: Incident) -> bool:
-        return self.incident == incident and (self.answer or "").startswith("rejected")
-
-    def pending(self, incident: Incident, now: datetime) -> bool:
-        if self.incident != incident or self.requested_at is None or self.expires_at is None:
-            return False
-        if now >= self.expires_at:
-            return False
-        return self.ts is not None or now - self.requested_at < CLAIM_GRACE
-
-
-def _since_text(since: int) -> str:
-    return instant(datetime.fromtimestamp(since, UTC)) if since else ""
-
-
-def _annotations(node: Json) -> dict[str, str]:
-    return dict(node.get("metadata", {}).get("annotations") or {})
-
-
-class NodeLedger:
-    """Annotation writes with the node's uid and resourceVersion as ``test`` preconditions,
-    re-reading and re-checking on a conflict, so a concurrent writer is never overwritten."""
-
-    def __init__(self, kube: KubeClient) -> None:
-        self.kube = kube
-
-    async def update(
-        self,
-        name: str,
-        changes: Callable[[Json], dict[str, str | None] | None],
-        deadline: Deadline,
-        *,
-        node: Json | None = None,
-    ) -> Json | None:
-        """Apply ``changes(node)`` (None: leave the node alone); the patched node, or None."""
-        for _attempt in range(MAX_WRITE_ATTEMPTS):
-            if node is None:
-                try:
-                    node = (await self.kube.get_node(name, deadline)).body
-                except KubeError as exc:
-                    if exc.status == 404:
-                        return None
-                    raise
-            wanted = changes(node)
-            if wanted is None:
-                return None
-            notes = _annotations(node)
-            for key, value in wanted.items():
-                if value is None:
-                    notes.pop(key, None)
-                else:
-                    notes[key] = value
-            meta = node.get("metadata", {})
-            ops: list[Json] = [
-                {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-                {
-                    "op": "test",
-                    "path": "/metadata/resourceVersion",
-                    "value": meta.get("resourceVersion"),
-                },
-                {"op": "add", "path": "/metadata/annotations", "value": notes},
-            ]
-            try:
-                return await self.kube.patch_node_json(name, ops, deadline)
-            except KubeError as exc:
-                if exc.status == 404:
-                    return None
-                if not exc.is_conflict:
-                    raise
-            node = None
-        return None
+# ``nodefence.io/approval`` as a JSON pointer (RFC 6901: "/" is written "~1").
+_MIRROR_PATH = "/metadata/annotations/" + mirror.APPROVAL.replace("~", "~0").replace("/", "~1")
 
 
 class SlackApprovals:
@@ -179,6 +51,7 @@ class SlackApprovals:
     def __init__(
         self,
         slack: SlackClient,
+        records: RecordWriter,
         kube: KubeClient,
         *,
         channel: str,
@@ -188,7 +61,8 @@ class SlackApprovals:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.slack = slack
-        self.ledger = NodeLedger(kube)
+        self.records = records
+        self.kube = kube
         self.channel = channel
         self.approval_key = approval_key
         self.ttl = timedelta(seconds=ttl_seconds)
@@ -201,32 +75,37 @@ class SlackApprovals:
             return
         name = decision.node
         now = self.clock()
-        expires = now + self.ttl
         incident = Incident.of(facts.node, decision.fingerprint)
-        stamp = instant(now)
-        previous: list[RequestRecord] = []
+        asked = ApprovalRequest(
+            node=name,
+            incident=incident,
+            requested_at=now,
+            expires_at=now + self.ttl,
+            claimed_by=self.records.new_token(),
+        )
+        seen: list[ApprovalRequest | None] = []
 
-        def claim(node: Json) -> dict[str, str | None] | None:
-            record = RequestRecord.parse(_annotations(node))
-            live = Incident.of(node_facts(node), decision.fingerprint)
-            if live != incident or record.pending(incident, now) or record.rejected(incident):
+        def claim(record: FenceRecord, at: datetime) -> FenceRecord | None:
+            current = record.approval(name)
+            seen.append(current)
+            if current is not None and (
+                current.pending(incident, now) or current.rejected(incident)
+            ):
                 return None
-            previous.append(record)
-            changes: dict[str, str | None] = {
-                REQUESTED_AT: stamp,
-                EXPIRES_AT: instant(expires),
-                MESSAGE: None,
-                REQUEST_NODE_UID: incident.node_uid,
-                REQUEST_FINGERPRINT: incident.fingerprint,
-                REQUEST_NOT_READY_SINCE: incident.not_ready_since,
-                mirror.APPROVAL: None,
-            }
-            return changes
+            return fence_record.prune_approvals(fence_record.with_approval(record, asked), at)
 
-        claimed = await self.ledger.update(name, claim, deadline, node=snapshot.node)
-        if claimed is None:
-            self._waiting(name, snapshot.node, now)
+        claimed = await self.records.approval_request("approval-claim", name, claim, deadline)
+        previous = seen[-1] if seen else None
+        if claimed.outcome is Outcome.FAILED:
+            # Retried by Alertmanager (503) rather than answered as if the question were out.
+            raise ClusterUnavailableError(
+                f"the approval request could not be written to the fence record: {claimed.detail}"
+            )
+        if claimed.outcome is not Outcome.DONE:
+            self._waiting(name, previous, now)
             return
+        await self._show(name, snapshot.node, approval_request.mirror_text(asked), deadline)
+        expires = asked.expires_at or now
         text, blocks = messages.request_message(
             decision,
             facts,
@@ -238,21 +117,28 @@ class SlackApprovals:
         try:
             posted = await self.slack.post_message(self.channel, text, blocks)
         except ApprovalChannelUnavailableError:
-            await self._release(name, stamp, deadline)
+            await self._release(name, asked.claimed_by, deadline)
             raise
         log.info("approval_requested", node=name, channel=posted.channel, ts=posted.ts)
 
-        def record(node: Json) -> dict[str, str | None] | None:
-            if _annotations(node).get(REQUESTED_AT) != stamp:
+        def record_message(record: FenceRecord, at: datetime) -> FenceRecord | None:
+            del at
+            current = record.approval(name)
+            if current is None or current.claimed_by != asked.claimed_by:
                 return None
-            return {MESSAGE: f"{posted.channel}/{posted.ts}"}
+            message = approval_request.with_message(current, posted.channel, posted.ts)
+            return fence_record.with_approval(record, message)
 
-        await self.ledger.update(name, record, deadline, node=claimed)
+        kept = await self.records.approval_request(
+            "approval-message", name, record_message, deadline
+        )
+        if kept.outcome is Outcome.FAILED:
+            # The claim then looks abandoned after its grace, and the question is asked again.
+            log.warning("approval_message_not_recorded", node=name, error=kept.detail)
         if self.metrics is not None:
             self.metrics.approval_waiting(name, 0.0)
-        old = previous[-1] if previous else None
-        if old is not None and old.channel and old.ts:
-            await self._mark_expired(name, old.channel, old.ts)
+        if previous is not None and previous.posted:
+            await self._mark_expired(name, previous.channel, previous.ts)
 
     def _value(
         self, decision: Decision, incident: Incident, action: tokens.Action, expires: datetime
@@ -270,21 +156,22 @@ class SlackApprovals:
         )
         return tokens.sign(token, self.approval_key)
 
-    def _waiting(self, name: str, node: Json, now: datetime) -> None:
-        record = RequestRecord.parse(_annotations(node))
-        if self.metrics is not None and record.requested_at is not None:
-            self.metrics.approval_waiting(name, (now - record.requested_at).total_seconds())
+    def _waiting(self, name: str, request: ApprovalRequest | None, now: datetime) -> None:
+        if self.metrics is not None and request is not None and request.requested_at is not None:
+            self.metrics.approval_waiting(name, (now - request.requested_at).total_seconds())
 
-    async def _release(self, name: str, stamp: str, deadline: Deadline) -> None:
+    async def _release(self, name: str, claimed_by: str, deadline: Deadline) -> None:
         """Give up a claim whose message could not be posted, so the retried alert asks again."""
 
-        def release(node: Json) -> dict[str, str | None] | None:
-            if _annotations(node).get(REQUESTED_AT) != stamp:
+        def release(record: FenceRecord, at: datetime) -> FenceRecord | None:
+            del at
+            current = record.approval(name)
+            if current is None or current.claimed_by != claimed_by:
                 return None
-            return dict.fromkeys(REQUEST_KEYS)
+            return fence_record.without_approval(record, name)
 
         try:
-            await self.ledger.update(name, release, deadline)
+            await self.records.approval_request("approval-release", name, release, deadline)
         except Exception:
             log.warning("approval_claim_not_released", node=name, exc_info=True)
 
@@ -295,44 +182,88 @@ class SlackApprovals:
         except ApprovalChannelUnavailableError as exc:
             log.warning("expired_request_not_updated", node=name, error=str(exc))
 
+    async def _show(self, name: str, node: Json, text: str, deadline: Deadline) -> None:
+        """``nodefence.io/approval: text`` on this node object, for people."""
+        meta = node.get("metadata") or {}
+        ops: list[Json] = [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid")}]
+        if meta.get("annotations") is None:
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        ops.append({"op": "add", "path": _MIRROR_PATH, "value": text})
+        await self._patch(name, ops, deadline)
+
+    async def _unshow(self, name: str, uid: str, text: str, deadline: Deadline) -> None:
+        """Take ``nodefence.io/approval`` off only while it still shows ``text`` (a fence's
+        "approved by ..." written meanwhile stays)."""
+        ops: list[Json] = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": _MIRROR_PATH, "value": text},
+            {"op": "remove", "path": _MIRROR_PATH},
+        ]
+        await self._patch(name, ops, deadline)
+
+    async def _patch(self, name: str, ops: list[Json], deadline: Deadline) -> None:
+        """One JSON patch, never retried: if the node changed under it, the words are left as
+        they are; nothing reads them."""
+        try:
+            await self.kube.patch_node_json(name, ops, deadline)
+        except KubeError as exc:
+            log.info("approval_mirror_not_written", node=name, error=str(exc))
+
     async def record_rejection(
-        self, name: str, token: tokens.ButtonToken, approval: Approval, deadline: Deadline
+        self,
+        name: str,
+        token: tokens.ButtonToken,
+        approval: Approval,
+        deadline: Deadline,
+        *,
+        live: Json | None,
     ) -> bool:
-        """Write the rejection, bound to the incident the question was about; False when that
-        node object is gone."""
+        """Write the rejection into the record, bound to the incident the question was about;
+        False when ``live`` (the node as read for this answer) is not that node object."""
+        if live is None or (live.get("metadata") or {}).get("uid") != token.uid:
+            return False
+        incident = Incident(token.uid, token.fingerprint, Incident.since_text(token.since))
+        said = mirror.approval_text(approval)
+        expires = datetime.fromtimestamp(token.expires, UTC)
 
-        def reject(node: Json) -> dict[str, str | None] | None:
-            meta = node.get("metadata", {})
-            if meta.get("uid") != token.uid:
-                return None
-            changes: dict[str, str | None] = {
-                mirror.APPROVAL: f"rejected by {approval.user} at {instant(approval.at)}",
-                REQUEST_NODE_UID: token.uid,
-                REQUEST_FINGERPRINT: token.fingerprint,
-                REQUEST_NOT_READY_SINCE: _since_text(token.since),
-            }
-            # The rejection names the node object it was for, so a re-created node is asked anew.
-            if mirror.NODE_UID not in _annotations(node):
-                changes[mirror.NODE_UID] = token.uid
-            return changes
+        def reject(record: FenceRecord, at: datetime) -> FenceRecord | None:
+            del at
+            current = record.approval(name)
+            if current is not None and current.incident == incident:
+                if current.rejection:
+                    return None
+                return fence_record.with_approval(record, replace(current, rejection=said))
+            answered = ApprovalRequest(name, incident, expires_at=expires, rejection=said)
+            return fence_record.with_approval(record, answered)
 
-        written = await self.ledger.update(name, reject, deadline)
+        written = await self.records.approval_request("approval-reject", name, reject, deadline)
+        if written.outcome is Outcome.DONE:
+            await self._show(name, live, said, deadline)
         if self.metrics is not None:
             self.metrics.approval_settled(name)
-        return written is not None
+        return written.outcome in (Outcome.DONE, Outcome.SKIPPED)
 
     async def withdraw(self, name: str, token: tokens.ButtonToken, deadline: Deadline) -> None:
         """Forget an answered request that did not lead to a fence, so the next alert that
-        reaches approval asks afresh instead of pointing at a message without buttons."""
+        reaches approval asks afresh instead of pointing at a message without buttons. A
+        rejection is never withdrawn: it holds for its incident."""
+        gone: list[ApprovalRequest] = []
 
-        def forget(node: Json) -> dict[str, str | None] | None:
-            notes = _annotations(node)
-            if notes.get(REQUEST_NODE_UID) != token.uid:
+        def forget(record: FenceRecord, at: datetime) -> FenceRecord | None:
+            del at
+            current = record.approval(name)
+            if current is None or current.rejection:
                 return None
-            if notes.get(REQUEST_FINGERPRINT) != token.fingerprint:
+            if (current.incident.node_uid, current.incident.fingerprint) != (
+                token.uid,
+                token.fingerprint,
+            ):
                 return None
-            return dict.fromkeys(REQUEST_KEYS)
+            gone.append(current)
+            return fence_record.without_approval(record, name)
 
-        await self.ledger.update(name, forget, deadline)
+        written = await self.records.approval_request("approval-withdraw", name, forget, deadline)
+        if written.outcome is Outcome.DONE and gone:
+            await self._unshow(name, token.uid, approval_request.mirror_text(gone[-1]), deadline)
         if self.metrics is not None:
             self.metrics.approval_settled(name)

@@ -29,6 +29,7 @@ from pydantic import SecretStr
 from slack_sdk.signature import SignatureVerifier
 
 from nodefence.engine import mirror
+from nodefence.engine.approval_request import Incident
 from nodefence.engine.model import (
     AlertEvent,
     AlertStatus,
@@ -36,7 +37,7 @@ from nodefence.engine.model import (
     ApprovalDecision,
     Decision,
 )
-from nodefence.engine.record import Phase
+from nodefence.engine.record import FenceRecord, Phase
 from nodefence.engine.wording import instant
 from nodefence.errors import ClusterUnavailableError
 from nodefence.http.handlers import read_bounded
@@ -45,7 +46,7 @@ from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.kube.convert import node_facts
 from nodefence.pipeline import Pipeline
 from nodefence.slack import messages, tokens
-from nodefence.slack.approvals import Incident, RequestRecord, SlackApprovals
+from nodefence.slack.approvals import SlackApprovals
 from nodefence.slack.client import ApprovalChannelUnavailableError, SlackClient
 
 log = structlog.get_logger(__name__)
@@ -239,7 +240,8 @@ class Interactions:
         if server_time is not None:
             # The engine judges the answer's age on the API server's clock, as everything else.
             approval = dataclasses.replace(approval, at=server_time)
-        fenced = await self._fenced_by_us(live, token.uid, deadline)
+        held = await self.pipeline.read_record(deadline)
+        fenced = _fenced_by_us(live, token.uid, held)
         if fenced is not None:
             tail = (
                 f"the rejection by {who} came after the fence; nodefence removes its taint once "
@@ -253,12 +255,12 @@ class Interactions:
         if stale is not None:
             # Dry-run writes nothing, Slack answers included (S8).
             if reject and not self.pipeline.policy.dry_run:
-                await self.approvals.record_rejection(node, token, approval, deadline)
+                await self.approvals.record_rejection(node, token, approval, deadline, live=live)
             elif not self.pipeline.policy.dry_run:
                 await self.approvals.withdraw(node, token, deadline)
             await self._replace(click, f"{stale} Nothing was fenced.", None)
             return
-        rejected = _rejected(live, token)
+        rejected = _rejected(live, token, held)
         if rejected is not None and not reject:
             # A rejection holds for its incident whatever button is pressed next (a second
             # approver, the approve button of the same message); nothing is withdrawn either,
@@ -274,7 +276,7 @@ class Interactions:
         decision = await self.pipeline.handle_event(event, deadline, approval=approval)
         if reject:
             if not decision.dry_run:
-                await self.approvals.record_rejection(node, token, approval, deadline)
+                await self.approvals.record_rejection(node, token, approval, deadline, live=live)
             await self._replace(
                 click,
                 f":no_entry_sign: Fencing node *{node}* was rejected by {who}; nodefence does "
@@ -282,7 +284,8 @@ class Interactions:
                 decision,
             )
             return
-        fenced = await self._fenced_by_us(await self._node(node, deadline), token.uid, deadline)
+        after = await self.pipeline.read_record(deadline)
+        fenced = _fenced_by_us(await self._node(node, deadline), token.uid, after)
         mine = mirror.approval_text(approval)
         if fenced is not None and mine in fenced:
             headline = (
@@ -325,19 +328,6 @@ class Interactions:
             labels=labels,
         )
 
-    async def _fenced_by_us(self, node: Json | None, uid: str, deadline: Deadline) -> str | None:
-        """How nodefence's fence on this node object reads in the fence record (the authority;
-        the node's annotations could say anything), or None when it is not fenced."""
-        if node is None or node.get("metadata", {}).get("uid") != uid:
-            return None
-        entry = (await self.pipeline.read_record(deadline)).entry(token_node(node))
-        if entry is None or entry.uid != uid or entry.phase is not Phase.FENCED:
-            return None
-        parts = [f"since {instant(entry.fenced_at or entry.claimed_at)}"]
-        if entry.approval:
-            parts.append(entry.approval)
-        return ", ".join(parts)
-
     async def _node(self, name: str, deadline: Deadline) -> Json | None:
         return (await self._node_dated(name, deadline))[0]
 
@@ -357,13 +347,28 @@ def token_node(node: Json) -> str:
     return str(node.get("metadata", {}).get("name", ""))
 
 
-def _rejected(node: Json | None, token: tokens.ButtonToken) -> str | None:
-    """The recorded rejection ("rejected by ...") of the incident the button was for, if any."""
+def _fenced_by_us(node: Json | None, uid: str, record: FenceRecord) -> str | None:
+    """How nodefence's fence on this node object reads in the fence record (the authority;
+    the node's annotations could say anything), or None when it is not fenced."""
+    if node is None or node.get("metadata", {}).get("uid") != uid:
+        return None
+    entry = record.entry(token_node(node))
+    if entry is None or entry.uid != uid or entry.phase is not Phase.FENCED:
+        return None
+    parts = [f"since {instant(entry.fenced_at or entry.claimed_at)}"]
+    if entry.approval:
+        parts.append(entry.approval)
+    return ", ".join(parts)
+
+
+def _rejected(node: Json | None, token: tokens.ButtonToken, record: FenceRecord) -> str | None:
+    """The rejection ("rejected by ...") the fence record holds for the incident the button
+    was for, if any (S12: never one from the node's annotations)."""
     if node is None:
         return None
-    record = RequestRecord.parse(dict(node.get("metadata", {}).get("annotations") or {}))
+    requested = record.approval(token_node(node))
     incident = Incident.of(node_facts(node), token.fingerprint)
-    return record.answer if record.rejected(incident) else None
+    return requested.rejection if requested is not None and requested.rejected(incident) else None
 
 
 def _stale(node: Json | None, token: tokens.ButtonToken) -> str | None:

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from aiohttp import web
 
+from nodefence.actions.record import RecordWriter
 from nodefence.errors import ConfigError
 from nodefence.http.problems import Problem
 from nodefence.kube.client import KubeClient
@@ -109,6 +110,8 @@ def slack_parts(
     kube: KubeClient,
     metrics: Metrics,
     clock: Callable[[], datetime],
+    *,
+    records: RecordWriter,
 ) -> SlackParts:
     """The requester and notifier the settings and the policy ask for (after
     ``check_slack_settings``)."""
@@ -128,6 +131,7 @@ def slack_parts(
         return SlackParts(slack, None, notifier)
     approvals = SlackApprovals(
         slack,
+        records,
         kube,
         channel=channel,
         approval_key=settings.approval_key,
