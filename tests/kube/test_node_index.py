@@ -14,7 +14,6 @@ import pytest
 
 from nodefence.engine.model import OUT_OF_SERVICE_KEY, ClusterFacts
 from nodefence.kube.client import KubeClient, load_api_client
-from nodefence.kube.convert import cluster_facts
 from nodefence.kube.facts import FactsReader
 from nodefence.kube.node_index import NodeIndex
 from nodefence_sim import store as sim_store
@@ -23,6 +22,8 @@ from nodefence_sim.scale import realistic_node
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import DeleteOptions
 from nodefence_sim.testing import SimulatorHandle, running_simulator
+
+from .oracle import cluster_facts
 
 T = TypeVar("T")
 # Generous: a poll returns as soon as the index agrees, and must hold on a busy machine.

@@ -13,6 +13,7 @@ from typing import Any
 
 from nodefence.commands import explain, pause
 from nodefence.engine.model import Decision
+from nodefence.engine.readiness import is_ready
 from nodefence.engine.record import FenceRecord
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json
@@ -26,8 +27,7 @@ MAX_EXPLAINED = 20
 
 
 def _not_ready(node: Json) -> bool:
-    cond = ready_condition(node)
-    return cond is None or cond.status != "True"
+    return not is_ready(ready_condition(node))
 
 
 def _since(node: Json) -> str | None:

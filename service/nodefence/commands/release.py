@@ -32,6 +32,7 @@ from nodefence.engine.model import (
     PREFIX,
     ReleaseAction,
 )
+from nodefence.engine.readiness import is_ready
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
 from nodefence.engine.wording import duration, instant
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
@@ -203,7 +204,7 @@ def plan_release(
     ops.extend({"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"} for k in mirror)
     cond = ready_condition(node)
     not_ready = ""
-    if own is not None and (cond is None or cond.status != "True"):
+    if own is not None and not is_ready(cond):
         rule = policy.rule_named(entry.rule) or Rule(name="built-in defaults")
         not_ready = _consequences(name, node, entry, rule)
     extra = () if own is not None else ("its out-of-service taint was already removed",)

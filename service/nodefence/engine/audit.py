@@ -10,8 +10,8 @@ a metric, a shipped alert) and holds its taint until a person has looked and rel
 
 from __future__ import annotations
 
-from nodefence.engine.guards import is_ready
 from nodefence.engine.model import NodeFacts, Reason
+from nodefence.engine.readiness import node_is_ready
 from nodefence.engine.record import FenceEntry
 from nodefence.engine.wording import instant
 from nodefence.policy import Rule
@@ -46,7 +46,7 @@ def contradiction(node: NodeFacts, entry: FenceEntry, rule: Rule) -> tuple[Reaso
             ),
             False,
         )
-    if not _proved_by_power(entry, rule) or not is_ready(node):
+    if not _proved_by_power(entry, rule) or not node_is_ready(node):
         return None
     if not node.boot_id or node.boot_id != entry.boot_id:
         return None

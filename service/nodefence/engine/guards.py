@@ -18,6 +18,8 @@ from nodefence.engine.model import (
     PowerEvidence,
     Reason,
 )
+from nodefence.engine.readiness import is_ready as condition_is_ready
+from nodefence.engine.readiness import node_is_ready, node_takes_workloads
 from nodefence.engine.record import FenceEntry, FenceRecord, Release
 from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.engine.wording import duration, instant
@@ -63,7 +65,8 @@ def _percent(fraction: float) -> str:
 
 
 def is_ready(node: NodeFacts) -> bool:
-    return node.ready is not None and node.ready.status == "True"
+    """Kept for the decision's callers; the one definition is ``engine.readiness``."""
+    return node_is_ready(node)
 
 
 def ready_is_not_true(node: NodeFacts) -> Reason:
@@ -71,7 +74,7 @@ def ready_is_not_true(node: NodeFacts) -> Reason:
     cond = node.ready
     if cond is None:
         return _pass(READY, f"Node {node.name} reports no Ready condition; counted as NotReady")
-    if cond.status == "True":
+    if condition_is_ready(cond):
         since = f" since {instant(cond.last_transition)}" if cond.last_transition else ""
         return _block(READY, f"Node {node.name} is Ready (Ready=True{since}); never fenced")
     detail = f" ({cond.reason})" if cond.reason else ""
@@ -378,8 +381,7 @@ def ready_fraction_kept(node: NodeFacts, cluster: ClusterFacts, policy: ClusterP
     capacity = (
         cluster.ready_nodes if cluster.schedulable_ready is None else cluster.schedulable_ready
     )
-    counts_node = is_ready(node) and not node.unschedulable and node.out_of_service_taint is None
-    remaining = max(0, capacity - (1 if counts_node else 0))
+    remaining = max(0, capacity - (1 if node_takes_workloads(node) else 0))
     fraction = remaining / total
     minimum = _percent(policy.min_ready_fraction)
     if fraction < policy.min_ready_fraction:
@@ -416,7 +418,7 @@ def control_plane_quorum(
         return _block(
             CONTROL_PLANE, "control-plane node counts are unavailable; cannot confirm quorum"
         )
-    remaining = max(0, cluster.control_plane_ready - (1 if is_ready(node) else 0))
+    remaining = max(0, cluster.control_plane_ready - (1 if node_is_ready(node) else 0))
     if remaining * 2 <= total:
         return _block(
             CONTROL_PLANE,
@@ -470,7 +472,7 @@ def healthy_long_enough(node: NodeFacts, entry: FenceEntry, rule: Rule, now: dat
     """
     cond = node.ready
     required = duration(rule.healthy_delay_seconds)
-    if cond is None or cond.status != "True":
+    if cond is None or not condition_is_ready(cond):
         status = "missing" if cond is None else cond.status
         return _block(HEALTHY_DELAY, f"Node {node.name} is not Ready (Ready is {status})")
     seen = entry.ready_seen_at

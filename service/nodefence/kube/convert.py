@@ -7,11 +7,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
+from nodefence.engine import readiness
 from nodefence.engine.model import (
-    CONTROL_PLANE_LABELS,
-    OUT_OF_SERVICE_KEY,
-    ClusterFacts,
     Condition,
     LeaseFacts,
     NodeFacts,
@@ -83,8 +80,7 @@ def _owns_ready_heartbeat(entry: Json) -> bool:
 
 
 def is_ready(node: Json) -> bool:
-    cond = ready_condition(node)
-    return cond is not None and cond.status == "True"
+    return readiness.is_ready(ready_condition(node))
 
 
 def node_facts(node: Json) -> NodeFacts:
@@ -210,54 +206,6 @@ def pod_facts(pod: Json) -> PodFacts:
         phase=str(pod.get("status", {}).get("phase") or ""),
         has_pvc=any("persistentVolumeClaim" in v for v in volumes if isinstance(v, dict)),
     )
-
-
-def _takes_workloads(node: Json) -> bool:
-    """Ready, schedulable and not out of service: a node that can carry what a fence moves."""
-    spec = node.get("spec") or {}
-    if spec.get("unschedulable") or not is_ready(node):
-        return False
-    return not any(t.get("key") == OUT_OF_SERVICE_KEY for t in spec.get("taints") or [])
-
-
-def cluster_facts(
-    nodes: list[Json], server_version: str = "", paused_reason: str | None = None
-) -> ClusterFacts:
-    """Counts for the budget, quorum and storm guards, from one list of all nodes."""
-    control_plane = [
-        n
-        for n in nodes
-        if any(k in (n["metadata"].get("labels") or {}) for k in CONTROL_PLANE_LABELS)
-    ]
-    recovered = tuple(
-        since for n in nodes if (since := ready_since(n, ready_condition(n))) is not None
-    )
-    return ClusterFacts(
-        total_nodes=len(nodes),
-        ready_nodes=sum(1 for n in nodes if is_ready(n)),
-        control_plane_total=len(control_plane),
-        control_plane_ready=sum(1 for n in control_plane if is_ready(n)),
-        schedulable_ready=sum(1 for n in nodes if _takes_workloads(n)),
-        server_version=server_version,
-        ready_since=recovered,
-        paused_reason=paused_reason,
-        out_of_service=tuple(sorted(_name(n) for n in nodes if _tainted(n))),
-        mirrored=tuple(sorted(_name(n) for n in nodes if _tainted(n) and _mirrored(n))),
-    )
-
-
-def _name(node: Json) -> str:
-    return str((node.get("metadata") or {}).get("name", ""))
-
-
-def _tainted(node: Json) -> bool:
-    taints = (node.get("spec") or {}).get("taints") or []
-    return any(t.get("key") == OUT_OF_SERVICE_KEY for t in taints)
-
-
-def _mirrored(node: Json) -> bool:
-    notes = (node.get("metadata") or {}).get("annotations") or {}
-    return notes.get(FENCED_BY) == FENCED_BY_VALUE
 
 
 def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
+from nodefence.engine import readiness
 from nodefence.engine.identity import canonical_identity
 from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
 from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
@@ -78,11 +79,12 @@ def summarize(node: Json) -> NodeSummary:
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     cond = ready_condition(node)
-    ready = cond is not None and cond.status == "True"
     out_of_service = any(t.get("key") == OUT_OF_SERVICE_KEY for t in spec.get("taints") or [])
     return NodeSummary(
-        ready=ready,
-        takes_workloads=ready and not spec.get("unschedulable") and not out_of_service,
+        ready=readiness.is_ready(cond),
+        takes_workloads=readiness.takes_workloads(
+            cond, unschedulable=bool(spec.get("unschedulable")), out_of_service=out_of_service
+        ),
         control_plane=any(k in (meta.get("labels") or {}) for k in CONTROL_PLANE_LABELS),
         ready_since=ready_since(node, cond),
         out_of_service=_name(node) if out_of_service else "",
@@ -98,7 +100,8 @@ def _machine(node: Json) -> str:
 
 
 def count(summaries: Iterable[NodeSummary]) -> ClusterFacts:
-    """The counts of ``convert.cluster_facts``, from summaries instead of whole Nodes."""
+    """The counts the guards need of the whole cluster, from summaries instead of whole Nodes
+    (``tests/kube/oracle.py`` counts the same from a full list, to check the index)."""
     total = ready = control_plane = control_plane_ready = takes_workloads = 0
     ready_since: list[datetime] = []
     tainted: list[str] = []

@@ -30,6 +30,7 @@ from nodefence.actions.power_binding import bind_machine
 from nodefence.engine import record as fence_record
 from nodefence.engine.cached import Source, may_claim, refusal_on_cache
 from nodefence.engine.model import API_SERVER_CLOCK, Decision, Facts, NodeFacts
+from nodefence.engine.readiness import node_is_ready
 from nodefence.engine.wording import instant
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import CONFIGMAP, Deadline
@@ -153,7 +154,7 @@ class CachedRefusal:
             # control-plane node's quorum is counted from the index here, which can only
             # refuse and never stands alone: the guard is not one a cached refusal rests on.)
             return None, None
-        ready = node is not None and node.ready is not None and node.ready.status == "True"
+        ready = node is not None and node_is_ready(node)
         within = RECORD_READY_SECONDS if ready else RECORD_SHARE_SECONDS
         shared = await self._shared_record(deadline, -1.0 if fresh else within)
         now = self.reader.kube.server_clock.now()
