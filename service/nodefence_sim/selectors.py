@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nodefence.engine.labels import Selector, SelectorError, parse_selector
+from nodefence_sim import label_selector
 from nodefence_sim.errors import bad_request
+from nodefence_sim.field_selector import FieldSelectorError, parse_field_terms
 
 
-def parse_label_selector(selector: str | None) -> Selector:
-    """The same parser the rules engine uses; a bad selector is the API server's 400."""
+def parse_label_selector(selector: str | None) -> label_selector.LabelSelector:
+    """The simulator's own parser (``label_selector``), not the rules engine's, so that the
+    product's parser is tested against an independent one; a bad selector is the API server's
+    400."""
     try:
-        return parse_selector(selector)
-    except SelectorError as exc:
-        raise bad_request(f"unable to parse requirement: {exc}") from None
+        return label_selector.parse_label_selector(selector or "")
+    except label_selector.LabelSelectorError as exc:
+        raise bad_request(str(exc)) from None
 
 
 def _dig(obj: Mapping[str, Any], path: str) -> str:
@@ -68,25 +71,13 @@ def parse_field_selector(selector: str | None, kind: str) -> Callable[[Mapping[s
     if not selector:
         return lambda _obj: True
     allowed = SUPPORTED_FIELDS.get(kind, frozenset()) | {"metadata.name", "metadata.namespace"}
-    checks: list[tuple[str, bool, str]] = []
-    for part in selector.split(","):
-        if not part.strip():
-            continue
-        if "!=" in part:
-            key, value = part.split("!=", 1)
-            negate = True
-        elif "==" in part:
-            key, value = part.split("==", 1)
-            negate = False
-        elif "=" in part:
-            key, value = part.split("=", 1)
-            negate = False
-        else:
-            raise bad_request(f"invalid selector: {selector!r}; can't understand {part!r}")
-        key = key.strip()
-        if key not in allowed:
-            raise bad_request(f"field label not supported: {key}")
-        checks.append((key, negate, value.strip()))
+    try:
+        terms = parse_field_terms(selector)
+    except FieldSelectorError as exc:
+        raise bad_request(str(exc)) from None
+    for term in terms:
+        if term.field not in allowed:
+            raise bad_request(f"field label not supported: {term.field}")
 
     def _source(obj: Mapping[str, Any], key: str) -> str:
         if key == "source":
@@ -94,6 +85,6 @@ def parse_field_selector(selector: str | None, kind: str) -> Callable[[Mapping[s
         return _dig(obj, key)
 
     def matches(obj: Mapping[str, Any]) -> bool:
-        return all((_source(obj, key) == value) != negate for key, negate, value in checks)
+        return all(term.holds(_source(obj, term.field)) for term in terms)
 
     return matches
