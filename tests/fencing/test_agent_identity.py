@@ -411,3 +411,36 @@ async def test_a_bmc_is_read_again_by_a_new_driver_after_the_last_one_closed(
             assert reading.state == "on", reading.detail
     finally:
         bmc.process.stop()
+
+
+async def test_check_fencing_reads_each_stated_identity_through_the_agents_list(
+    tmp_path: Path,
+) -> None:
+    """What check-fencing calls: the agent's list is run (read-only: no power action), each
+    node bound only when its plug is listed under its stated identity; a plug the list lacks and
+    a plug listed as another node's machine are named."""
+    agent = listing_agent(tmp_path / "agent", {"vm-a": NODE, "vm-b": OTHER})
+
+    def entry(plug: str, identity: str) -> dict[str, Any]:
+        return {
+            "driver": "fence-agent",
+            "agent": str(agent.path),
+            "parameters": agent.parameters(plug),
+            "identity": identity,
+        }
+
+    inventory = write(
+        tmp_path,
+        {NODE: entry("vm-a", NODE), OTHER: entry("vm-z", OTHER), "control01": entry("vm-b", "x")},
+    )
+    assert inventory_problems(inventory) == []
+    nodes = [NodeIdentity(n) for n in (NODE, OTHER, "control01")]
+    checks = {c.node: c for c in await identity_problems(inventory, nodes, timeout=15)}
+    assert checks[NODE].bound, checks[NODE].message
+    assert checks[NODE].reported == "vm-a"
+    assert not checks[OTHER].bound
+    assert "does not include plug vm-z" in checks[OTHER].message, checks[OTHER].message
+    assert not checks["control01"].bound
+    assert f"vm-b ({OTHER})" in checks["control01"].message, checks["control01"].message
+    assert set(agent.actions()) == {"list"}
+    assert agent.power("vm-a") == agent.power("vm-b") == "on"
