@@ -25,6 +25,7 @@ An agent none of these applies to names no machine anybody can check: its entry 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -89,6 +90,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "target": ("target",),
     "hexadecimal_kg": ("hexadecimal_kg",),
     "separator": ("separator",),
+    "plug_separator": ("plug_separator",),
 }
 
 
@@ -255,8 +257,6 @@ def parse_list(text: str, separator: str = LIST_SEPARATOR) -> dict[str, str]:
 async def read_listed(driver: FenceAgentDriver, plug: str, timeout: float) -> Reported:  # noqa: ASYNC109
     """The agent's own ``list``, looked up for the plug it is given: the plug (and its alias)
     as the agent lists it, or empty with why not."""
-    import asyncio
-
     name = agent_name(driver.agent)
     scope = driver.scope
     if not plug:
@@ -315,10 +315,11 @@ def entry_problems(
     stated = (identity or "").strip()
     problems: list[str] = []
     plug = text_option(parameters, "plug")
-    if plug and LIST_SEPARATOR in plug and name not in REDFISH_AGENTS | IPMI_AGENTS:
+    several = text_option(parameters, "plug_separator") or LIST_SEPARATOR
+    if plug and several in plug and name not in REDFISH_AGENTS | IPMI_AGENTS:
         problems.append(
             f"configuration error: node {node}: plug {plug!r} names several machines (the "
-            "agent acts on each plug between its commas); give each node its own entry"
+            f"agent acts on each plug between its {several!r}); give each node its own entry"
         )
     if stated.lower() == UNCHECKED:
         return problems
