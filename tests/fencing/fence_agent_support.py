@@ -53,7 +53,8 @@ def write_inventory(tmp_path: Path, fence_agent: dict[str, Any], nodes: list[str
     path = tmp_path / "bmcs.yaml"
     data = {
         "defaults": {"fence-agent": fence_agent},
-        # fence_redfish names no machine of its own (no plug), so the entries say so.
+        # These tests are about the proof path, not the machine's identity (which the scripted
+        # agents cannot report; fence_redfish's is tested in test_agent_identity_peers).
         "nodes": {node: {"driver": "fence-agent", "identity": "unchecked"} for node in nodes},
     }
     path.write_text(yaml.safe_dump(data))
