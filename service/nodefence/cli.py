@@ -262,6 +262,12 @@ def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, s
             summary[rule.name] = (
                 f"{fencing.driver}, action {fencing.action}, Off read back within "
                 f"{fencing.timeout_seconds:g}s ({where})"
+                + (
+                    "; when that fails (no answer, a refused login, not Off in time) a person "
+                    "is asked in Slack and their approval stands in for the proof"
+                    if fencing.on_failure == "approval"
+                    else "; no proof, no taint"
+                )
             )
         elif fencing.driver == "annotation":
             summary[rule.name] = (
@@ -288,6 +294,13 @@ def _check_config(offline: bool) -> int:
         return 2
     conflicted = _driver_conflicts(policy, inventory)
     if _machines_shared(inventory) or conflicted:
+        return 2
+    from nodefence.slack.routes import check_slack_settings
+
+    try:
+        check_slack_settings(settings, policy)
+    except ConfigError as exc:
+        print(f"nodefence: check-config: {exc}", file=sys.stderr)
         return 2
     alertmanager = settings.alertmanager
     report = {

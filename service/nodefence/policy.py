@@ -90,6 +90,11 @@ class Fencing(_Model):
     timeout_seconds: float = Field(default=15.0, gt=0, le=600)
     annotation: str = "nodefence.io/power-state"
     url: str = ""
+    # When the power step genuinely fails (driver error, timeout, a state that is not Off):
+    # ``refuse`` (no proof, no taint) or ``approval`` (ask a person in Slack, whose approval
+    # then stands in for the proof; nodefence.engine.escalation). A machine shown to be another
+    # node's, or a target two nodes share, is a configuration error and is never escalated.
+    on_failure: Literal["refuse", "approval"] = "refuse"
 
     @field_validator("action", mode="before")
     @classmethod
@@ -105,6 +110,11 @@ class Fencing(_Model):
             raise ValueError(
                 f"action {self.action} needs a BMC (driver {' or '.join(POWER_DRIVERS)}); driver "
                 f"{self.driver} only reads proof"
+            )
+        if self.on_failure == "approval" and self.driver not in POWER_DRIVERS:
+            raise ValueError(
+                f"on_failure approval escalates a failed power step, which only driver "
+                f"{' or '.join(POWER_DRIVERS)} has; driver {self.driver} has none to escalate"
             )
         return self
 

@@ -147,7 +147,8 @@ def as_text(status: dict[str, Any]) -> str:
         lines.append(
             f"  {f['node']}  since {f['since']}  rule {f['rule']!r}  effect {f['taintEffect']}"
         )
-        proof = f["proof"] if f["proof"].startswith("no proof") else f"proof: {f['proof']}"
+        unproven = f["proof"].startswith(("no proof", "no power-off proof"))
+        proof = f["proof"] if unproven else f"proof: {f['proof']}"
         lines.append(f"      {proof}; approval: {f['approval']}")
         if f["readySeenAt"]:
             lines.append(f"      seen Ready again since {f['readySeenAt']}")

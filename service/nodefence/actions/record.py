@@ -203,6 +203,7 @@ class RecordWriter:
                 phase=Phase.FENCED,
                 fenced_at=fenced_at or now,
                 proof=action.proof or entry.proof,
+                approval=action.approval or entry.approval,
                 taint_added=added or action.taint_added or entry.taint_added,
                 taint_version=version or entry.taint_version,
             )

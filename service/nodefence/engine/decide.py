@@ -17,7 +17,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from nodefence.engine import approval_request, audit, guards, machine, mirror, orphans, reboot
+from nodefence.engine import (
+    approval_request,
+    audit,
+    escalation,
+    guards,
+    machine,
+    mirror,
+    orphans,
+    reboot,
+)
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
@@ -513,8 +522,25 @@ def _fresh(
         )
     flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, record.now)
     record.extend(flap)
+    if escalation.enabled(rule) and rule.approval != "slack":
+        # A person's "no" to an escalation holds for the incident, before any power step.
+        requested = facts.record.approval(node.name)
+        said_no = escalation.rejection(node, record.fingerprint, approval, requested)
+        if said_no is not None:
+            record.add("approval", False, said_no)
+    failed = escalation.failure(rule, node, facts)
+    blocking_now = {r.guard for r in record.reasons if not r.passed and r.guard != guards.FLAP}
+    if failed is not None and not blocking_now <= escalation.OVERRULED:
+        failed = None
     refused: Decision | None = None
-    if any(not r.passed for r in record.reasons if r.guard != guards.FLAP):
+    if failed is not None:
+        # S10 escalated: this request's power step failed; only a person's approval stands in.
+        record.extend(escalation.escalated(failed))
+        asked = escalation.asked(rule, node, failed)
+        refused = _approval(record, rule, node, approval, flap, facts=facts, asked=asked)
+        if refused is None and approval is not None:
+            record.reasons[:] = escalation.overruled(record.reasons, failed, approval)
+    elif any(not r.passed for r in record.reasons if r.guard != guards.FLAP):
         refused = record.finish(Verdict.NOOP)
     elif rule.approval == "slack":
         refused = _approval(record, rule, node, approval, flap, facts=facts)
@@ -527,7 +553,9 @@ def _fresh(
         # A machine not read back as Off yet says nothing of whose it is either: while only the
         # proof is missing, the claim is kept so the power-off is never sent twice.
         powering = pending.power_off_sent_at is not None and guards.POWER_OFF in blocking
-        powering = powering and blocking <= {guards.POWER_OFF, machine.IDENTITY}
+        # An escalation waiting for its answer is still only the proof missing.
+        waiting = {"approval"} if refused.verdict is Verdict.AWAIT_APPROVAL else set()
+        powering = powering and blocking <= {guards.POWER_OFF, machine.IDENTITY, *waiting}
         fresh = _claim_fresh(record, pending)
         if fresh and (powering or pending.claimed_by != own_claim):
             return refused
@@ -535,8 +563,10 @@ def _fresh(
         rollback = ReleaseAction(node.name, node.uid, why, pending.claimed_by, remember=False)
         return dataclasses.replace(refused, actions=(rollback,))
 
-    approved = approval if rule.approval == "slack" else None
+    approved = approval if rule.approval == "slack" or failed is not None else None
     proof = _proof_text(facts, rule, approved)
+    if failed is not None and approval is not None:
+        proof = escalation.proof_text(failed, approval)
     if by_approval and power is not None and not power.passed:
         record.add(guards.POWER_OFF, True, proof)
     effect = rule.taint_effect
@@ -560,7 +590,8 @@ def _fresh(
             claiming = (ClaimAction(claim, facts.record.resource_version),)
         record.add("verdict", True, f"fencing node {node.name}: proof first")
         return record.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
-    claim = dataclasses.replace(claim, proof=proof)
+    approved_by = mirror.approval_text(approved) if approved is not None else ""
+    claim = dataclasses.replace(claim, proof=proof, approval=approved_by or claim.approval)
     fence = FenceAction(
         node.name,
         node.uid,
@@ -571,21 +602,25 @@ def _fresh(
     )
     purges, purge_reason = select_purge(node, facts.pods, rule.purge)
     record.extend(purge_reason)
+    unproven = (guards.NO_PROOF, escalation.NO_PROOF)
     record.add(
         "verdict",
         True,
         f"all guards passed: fencing node {node.name} with the out-of-service taint "
         # A proof text that says "no proof" is not introduced as a proof.
-        f"({claim.effect}); " + (proof if proof.startswith(guards.NO_PROOF) else f"proof: {proof}"),
+        f"({claim.effect}); " + (proof if proof.startswith(unproven) else f"proof: {proof}"),
     )
     if pending is None:
         steps: tuple[Action, ...] = (
             ClaimAction(claim, facts.record.resource_version),
             fence,
-            ConfirmAction(node.name, node.uid, proof=proof),
+            ConfirmAction(node.name, node.uid, proof=proof, approval=approved_by),
         )
     else:
-        steps = (fence, ConfirmAction(node.name, node.uid, pending.claimed_by, proof=proof))
+        confirm = ConfirmAction(
+            node.name, node.uid, pending.claimed_by, proof=proof, approval=approved_by
+        )
+        steps = (fence, confirm)
     return record.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
 
 
@@ -597,12 +632,13 @@ def _approval(
     flap: Reason,
     *,
     facts: Facts,
+    asked: str = "",
 ) -> Decision | None:
     """None when a valid approval lets the fence proceed; otherwise the waiting or refused
     decision. A person's approval also overrides the flap guard: that is what it is asked for.
     A rejection counts only as the fence record holds it (S12: the node's annotations could
     say anything)."""
-    asked = f"rule {rule.name!r} requires approval in Slack" + (
+    asked = (asked or f"rule {rule.name!r} requires approval in Slack") + (
         "" if flap.passed else " (the node may be flapping)"
     )
     requested = facts.record.approval(node.name)

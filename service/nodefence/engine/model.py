@@ -263,6 +263,9 @@ class ConfirmAction:
     node_uid: str
     claimed_by: str = ""
     proof: str = ""
+    # The person's approval the fence rests on, when one was given in the same request that
+    # completes it (an escalation answered after the claim was written); "" keeps the entry's.
+    approval: str = ""
     # The ``timeAdded`` of the taint being confirmed, when the decision read it on the node
     # (completing a fence whose confirm was lost); a fresh fence takes it from its write's reply.
     taint_added: datetime | None = None

@@ -91,6 +91,14 @@ class Metrics:
             ["node"],
             registry=registry,
         )
+        self.fencing_escalations = Counter(
+            "nodefence_fencing_escalations_total",
+            "Fence decisions escalated to a person in Slack (fencing.on_failure: approval) "
+            "because the power step gave no proof, by node, driver and reason (driver-error, "
+            "timeout, not-off, identity-unread); one count per decision that asks or waits.",
+            ["node", "driver", "reason"],
+            registry=registry,
+        )
         self.approval_pending = Gauge(
             "nodefence_approval_pending_seconds",
             "How long a fence has been waiting for a human approval.",
@@ -251,6 +259,9 @@ class Metrics:
         self.fenced_nodes.clear()
         for node, moment in fenced_at_unix.items():
             self.fenced_nodes.labels(node=node).set(moment)
+
+    def fencing_escalated(self, node: str, driver: str, reason: str) -> None:
+        self.fencing_escalations.labels(node=node, driver=driver, reason=reason).inc()
 
     def approval_waiting(self, node: str, seconds: float) -> None:
         self.approval_pending.labels(node=node).set(seconds)

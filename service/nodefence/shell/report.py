@@ -15,7 +15,7 @@ from typing import Protocol
 import structlog
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine import machine, orphans, reboot
+from nodefence.engine import escalation, machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe
@@ -34,6 +34,7 @@ REFUSAL_REASONS = frozenset(
         "UnfenceRefused",
         "UnfenceDeferred",
         "FenceAwaitingApproval",
+        "FenceEscalated",
         "FenceProofContradicted",
     }
 )
@@ -86,6 +87,9 @@ class Reporter:
         purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
         if purged:
             self.metrics.pod_purged(purged)
+        note = escalation.is_escalation(decision.reasons)
+        if note is not None and decision.node is not None and not fenced:
+            self.metrics.fencing_escalated(decision.node, *escalation.labels(note))
         if not results and any(r.guard == NODE_FOUND and not r.passed for r in decision.reasons):
             # No Node to put an Event on: a counter says how many alerts named nodes that do
             # not exist, so a payload of made-up names cannot flood the Events.
@@ -186,6 +190,11 @@ def node_event(
     if unfenced:
         return ("NodeUnfenced", "out-of-service taint removed: " + decision.summary, False)
     let_go = [r for r in results if r.action == "release" and r.outcome is Outcome.DONE]
+    note = escalation.is_escalation(decision.reasons)
+    if note is not None and decision.verdict is Verdict.AWAIT_APPROVAL:
+        # Said before the failed power step it comes from: a person is asked, with its error.
+        waits = next((r.message for r in blocked if r.guard == "approval"), decision.summary)
+        return ("FenceEscalated", f"{note.message}; {waits}", True)
     if failed:
         details = "; ".join(f"{r.target}: {r.detail}" for r in failed[:5])
         return ("NodefenceActionFailed", details, True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from nodefence.engine import escalation
 from nodefence.engine.model import Decision, Facts
 from nodefence.engine.wording import duration, instant
 
@@ -114,6 +115,22 @@ def request_message(
             f"passed and rule `{escape(decision.rule or '')}` asks a person before the "
             "out-of-service taint is applied."
         ),
+    ]
+    note = escalation.is_escalation(decision.reasons)
+    if note is not None:
+        text = f"nodefence could not prove node {node}'s machine is off and asks a person"
+        title = f"Fence node {decision.node} without power-off proof?"
+        blocks[0] = {"type": "header", "text": {"type": "plain_text", "text": title}}
+        blocks[1] = _section(
+            f":warning: *No power-off proof for node {node}.* *{escape(decision.alertname)}* "
+            f"fires and every other guard passed, but fencing (rule "
+            f"`{escape(decision.rule or '')}`) could not show the machine is off:\n"
+            f"```{escape(note.message.partition(escalation.NO_PROOF + ': ')[2])}```\n"
+            "*Approve only after checking yourself that the machine is powered off or "
+            "isolated* (console, datacenter, cloud API): your approval is recorded as the "
+            "proof. Reject if in doubt; nothing more is done for this outage."
+        )
+    blocks += [
         _section("\n".join(fact_lines(facts, now))),
         _section("*Guards*\n" + "\n".join(reason_lines(decision))),
         {

@@ -16,7 +16,7 @@ from nodefence.http.problems import Problem
 from nodefence.kube.client import KubeClient
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline
-from nodefence.policy import Policy
+from nodefence.policy import Policy, Rule
 from nodefence.settings import Settings
 from nodefence.slack.approvals import SlackApprovals
 from nodefence.slack.client import SlackClient
@@ -46,7 +46,11 @@ _APPROVAL_SETTINGS = {
 
 
 def _uses_approval(policy: Policy) -> bool:
-    return any(rule.approval == "slack" for rule in policy.rules)
+    return any(rule.approval == "slack" or _escalates(rule) for rule in policy.rules)
+
+
+def _escalates(rule: Rule) -> bool:
+    return rule.fencing is not None and rule.fencing.on_failure == "approval"
 
 
 def check_slack_settings(settings: Settings, policy: Policy) -> None:
@@ -60,8 +64,15 @@ def check_slack_settings(settings: Settings, policy: Policy) -> None:
     if approval and not settings.slack_approvers and not settings.slack_approver_groups:
         missing.append("NODEFENCE_SLACK_APPROVERS or NODEFENCE_SLACK_APPROVER_GROUPS")
     if approval and missing:
+        escalating = [rule.name for rule in policy.rules if _escalates(rule)]
+        why = (
+            f" (rule {', '.join(repr(n) for n in escalating)} sets fencing.on_failure: approval, "
+            "which asks a person in Slack when the power step cannot prove the machine off)"
+            if escalating
+            else ""
+        )
         raise ConfigError(
-            "the policy asks for approval in Slack, but these settings are missing: "
+            f"the policy asks for approval in Slack{why}, but these settings are missing: "
             + ", ".join(missing)
         )
     if settings.slack_notify and (settings.slack_bot_token is None or not settings.slack_channel):

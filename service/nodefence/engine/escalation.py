@@ -1,0 +1,159 @@
+"""Escalation (``fencing.on_failure: approval``): a power step that genuinely failed is put to a
+person in Slack, whose approval then stands in for the proof S10 asks for.
+
+As Node Health Check escalates a remediation that did not work to the next one, the next one here
+is a person: fencing is automatic while the BMC or agent proves the machine off, and only when it
+cannot (unreachable, a refused login, an agent that failed, a power-off never read back as Off in
+time, a state that is not Off) is someone asked, with the BMC's or agent's own error in the
+question. The step must have been tried in this very request: a failure is only known from the
+evidence the power step handed back (``facts.power``), never assumed beforehand.
+
+What is never escalated: a machine shown to be another node's (identity mismatch), a target the
+inventory gives two nodes, cloned machines reporting one systemUUID, a Node with nothing to compare
+an identity with, a node missing from the inventory. Those say the inventory is wrong; a person
+approving a fence on it would be approving the wrong machine's power state as this node's, or a
+power action sent to a healthy node. They stay refusals and configuration errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nodefence.engine import guards, machine, mirror
+from nodefence.engine.approval_request import ApprovalRequest, rejection_of
+from nodefence.engine.identity import judge
+from nodefence.engine.model import Approval, ApprovalDecision, Facts, NodeFacts, Reason
+from nodefence.engine.wording import instant
+from nodefence.policy import Rule
+
+GUARD = "escalation"
+NO_PROOF = "no power-off proof"
+# The guards a person's approval may stand in for: the proof and the identity that could not be
+# read with it (a mismatch never reaches here; ``failure`` returns None for it).
+OVERRULED = frozenset({guards.POWER_OFF, machine.IDENTITY})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why the power step gave no proof. ``reason`` is the metric label: ``driver-error`` (the
+    BMC or agent could not be asked or failed), ``timeout`` (a power-off went out and the machine
+    was not read back as Off in time), ``not-off`` (the state read, without a power-off, was not
+    Off), ``identity-unread`` (Off, but which machine it is could not be read)."""
+
+    reason: str
+    error: str
+    driver: str
+
+
+def enabled(rule: Rule) -> bool:
+    fencing = rule.fencing
+    return fencing is not None and fencing.powers and fencing.on_failure == "approval"
+
+
+def failure(rule: Rule, node: NodeFacts, facts: Facts) -> Failure | None:
+    """The failure of this request's power step a person may overrule, or None: escalation not
+    configured, the step not tried yet, the proof stands, or the failure is a configuration
+    error (see the module's docstring)."""
+    power = facts.power
+    bound = facts.machine
+    if not enabled(rule) or power is None or bound is None:
+        return None
+    if bound.shared_with or facts.uuid_shared_with:
+        return None
+    said = power.identity.value.strip() if power.identity is not None else ""
+    if said:
+        verdict = judge(
+            bound,
+            power.identity,
+            node=node.name,
+            system_uuid=node.system_uuid,
+            provider_id=node.provider_id,
+            uuid_shared_with=facts.uuid_shared_with,
+        )
+        if not verdict.bound:
+            return None
+    if power.state == "off" and (said or bound.unchecked):
+        return None
+    driver = rule.fencing.driver if rule.fencing is not None else ""
+    error = power.detail or f"it answered {power.state}"
+    if power.state == "off":
+        kind = "identity-unread"
+    elif power.action_sent:
+        kind = "timeout"
+    elif power.state == "on":
+        kind = "not-off"
+    else:
+        kind = "driver-error"
+    said_by = error if power.source in error else f"{power.source}: {error}"
+    return Failure(kind, said_by, driver)
+
+
+def rejection(
+    node: NodeFacts,
+    fingerprint: str,
+    approval: Approval | None,
+    requested: ApprovalRequest | None,
+) -> str | None:
+    """A person's "no" for this incident: the answer being acted on now, or the one the fence
+    record holds (``requested``: the node's approval request there; S12, never the node's
+    annotations)."""
+    if (
+        approval is not None
+        and approval.decision is ApprovalDecision.REJECT
+        and approval.node_uid == node.uid
+    ):
+        return f"fencing was rejected by {approval.user} at {instant(approval.at)}"
+    recorded = rejection_of(requested, node, fingerprint)
+    return f"fencing was {recorded} for this incident" if recorded is not None else None
+
+
+def escalated(found: Failure) -> Reason:
+    return Reason(
+        GUARD,
+        True,
+        f"escalated to a person in Slack (fencing.on_failure: approval; driver {found.driver}, "
+        f"{found.reason}): {NO_PROOF}: {found.error}",
+    )
+
+
+_LABELS = re.compile(r"\(fencing\.on_failure: approval; driver ([\w-]+), ([\w-]+)\)")
+
+
+def labels(note: Reason) -> tuple[str, str]:
+    """The driver and the failure's reason an escalation note names, for the metric."""
+    found = _LABELS.search(note.message)
+    return (found.group(1), found.group(2)) if found is not None else ("unknown", "unknown")
+
+
+def asked(rule: Rule, node: NodeFacts, found: Failure) -> str:
+    """How the wait for the answer is worded: loudly, since the answer replaces the proof."""
+    return (
+        f"rule {rule.name!r} escalates a failed power step: nodefence could not prove node "
+        f"{node.name}'s machine is off ({found.error}); a person must check the machine is "
+        "really off and approve in Slack"
+    )
+
+
+def proof_text(found: Failure, approval: Approval) -> str:
+    """The proof S10 accepts in its place, as the fence record, the mirror and Events keep it."""
+    return f"{NO_PROOF}: {found.error}; {mirror.approval_text(approval)}"
+
+
+def overruled(reasons: Sequence[Reason], found: Failure, approval: Approval) -> list[Reason]:
+    """The reasons with the failed proof (and the identity that could not be read with it)
+    marked as stood in for by the person's approval: still in the decision, worded for what
+    they are, no longer blocking."""
+    who = mirror.approval_text(approval)
+    return [
+        Reason(r.guard, True, f"{r.message} — {who} in place of the proof (escalated)")
+        if r.guard in OVERRULED and not r.passed
+        else r
+        for r in reasons
+    ]
+
+
+def is_escalation(reasons: Sequence[Reason]) -> Reason | None:
+    """The escalation note of a decision, if it was escalated."""
+    return next((r for r in reasons if r.guard == GUARD and r.passed), None)

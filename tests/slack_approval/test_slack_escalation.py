@@ -1,0 +1,246 @@
+"""``fencing.on_failure: approval`` end to end: the simulator's Redfish BMC fails the power step
+(a refused login, a power-off that never takes), the real receiver asks in Slack with the BMC's
+error, and a signed click decides: approve -> taint with "no power-off proof: ...; approved by",
+reject -> no taint for the outage. The power-off already sent is never sent again."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from pydantic import SecretStr
+
+from nodefence.engine import escalation
+from nodefence.engine import mirror as ledger
+from nodefence.engine import record as fence_record
+from nodefence.http.app import build_app
+from nodefence.observability.metrics import Metrics
+from nodefence.policy import parse_policy
+from nodefence.runtime import build_service
+from nodefence.settings import Settings
+from nodefence.slack.fake import running_fake_slack
+from nodefence.slack.messages import REJECT_ACTION_ID
+from nodefence.slack.routes import SLACK
+from nodefence_sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
+from nodefence_sim.resources import CONFIGMAPS, EVENTS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import running_simulator
+
+from .conftest import (
+    APPROVAL_KEY,
+    APPROVER,
+    BOT_TOKEN,
+    CHANNEL,
+    NODE,
+    SIGNING_SECRET,
+    World,
+    eventually,
+)
+
+POLICY: dict[str, Any] = {
+    "rules": [
+        {
+            "name": "escalating",
+            "fencing": {
+                "driver": "redfish",
+                "action": "off",
+                # Short, so a power-off that never takes is given up within the request.
+                "timeout_seconds": 2,
+                "on_failure": "approval",
+            },
+        }
+    ]
+}
+
+
+class Escalating(World):
+    """The seed cluster, its simulated Redfish BMCs and the fake Slack around the receiver."""
+
+    bmcs: SimBmcs
+    inventory_password: str
+    integration_metrics: Metrics
+
+    def sent(self) -> list[tuple[str, str]]:
+        return [r for r in self.bmcs.resets if r[0] == NODE]
+
+    def entry(self) -> fence_record.FenceEntry | None:
+        body = self.cluster.sim.store.peek(CONFIGMAPS, "nodefence", fence_record.CONFIGMAP)
+        return fence_record.from_configmap(body or {})[0].entry(NODE)
+
+    def events(self, reason: str) -> list[str]:
+        return [
+            str(e.get("message", ""))
+            for e in self.cluster.sim.store.items(EVENTS)
+            if e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == NODE
+        ]
+
+    def escalations(self) -> float:
+        metrics = self.integration_metrics.exposition().decode()
+        total = 0.0
+        for line in metrics.splitlines():
+            if line.startswith("nodefence_fencing_escalations_total{") and f'node="{NODE}"' in line:
+                assert 'driver="redfish"' in line
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[Escalating]:
+    sim = Simulation.from_scenario("seed")
+    sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
+    token = secrets.token_urlsafe(16)
+    async with running_simulator(sim) as cluster, running_fake_slack(BOT_TOKEN) as slack:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+        bmcs = bmcs_of(cluster.sim)
+        password = bmcs.password.get_secret_value()
+        settings = Settings(
+            alert_token=SecretStr(token),
+            namespace="nodefence",
+            identity="replica-1",
+            slack_bot_token=SecretStr(BOT_TOKEN),
+            slack_signing_secret=SecretStr(SIGNING_SECRET),
+            approval_key=SecretStr(APPROVAL_KEY),
+            slack_channel=CHANNEL,
+            slack_approvers=[APPROVER],
+            slack_api_url=slack.api_url,
+            slack_timeout_seconds=2,
+            request_deadline_seconds=10,
+            bmc_inventory=inventory,
+        )
+        service = await build_service(
+            settings, policy=parse_policy(POLICY), kubeconfig=str(cluster.kubeconfig)
+        )
+        pipeline = service.pipeline
+        pipeline.options = type(pipeline.options)(
+            namespace="nodefence", identity="replica-1", deadline_seconds=10, settle_seconds=0.5
+        )
+        app = build_app(settings, pipeline, metrics=pipeline.metrics, slack=service.slack)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            async with aiohttp.ClientSession() as session:
+                built = Escalating(cluster, slack, url, token, session, app[SLACK])
+                built.bmcs = bmcs
+                built.inventory_password = password
+                built.integration_metrics = pipeline.metrics
+                yield built
+        finally:
+            await runner.cleanup()
+            await pipeline.close()
+
+
+async def kill(world: World) -> None:
+    world.cluster.sim.node_down(NODE, since_seconds=1200)
+    await eventually(world.terminating)
+
+
+def refuse_logins(world: Escalating) -> None:
+    """The BMC's password was changed and the inventory not: every login answers 401."""
+    world.bmcs.password = SecretStr("rotated-" + secrets.token_hex(8))
+
+
+async def asked(world: Escalating) -> str:
+    status, body = await world.alert()
+    assert status == 200, body
+    [decision] = body["decisions"]
+    assert decision["verdict"] == "await-approval", decision
+    assert not world.oos()
+    [message] = world.slack.posted()
+    return str(message["blocks"]) + str(message["text"])
+
+
+async def test_a_refused_login_asks_with_the_error_and_an_approval_fences(
+    world: Escalating,
+) -> None:
+    refuse_logins(world)
+    await kill(world)
+    question = await asked(world)
+    assert "No power-off proof" in question
+    assert "401" in question
+    assert world.inventory_password not in question
+    assert world.sent() == [], "nothing may be sent to a BMC that refused the login"
+    [escalated] = world.events("FenceEscalated")
+    assert "escalated to a person in Slack" in escalated
+    assert "401" in escalated
+    assert world.escalations() >= 1
+    # A repeated alert asks no second time.
+    status, body = await world.alert()
+    assert status == 200
+    assert body["decisions"][0]["verdict"] == "await-approval"
+    assert len(world.slack.posted()) == 1
+
+    assert await world.click() == 200
+    await world.settle()
+    [taint] = world.oos()
+    assert taint["effect"] == "NoExecute"
+    notes = world.annotations()
+    proof = notes[ledger.PROOF]
+    assert proof.startswith(f"{escalation.NO_PROOF}: ")
+    assert "401" in proof
+    assert f"approved by {APPROVER} at " in proof
+    assert world.inventory_password not in proof
+    entry = world.entry()
+    assert entry is not None
+    assert entry.proof == proof
+    assert entry.approval.startswith(f"approved by {APPROVER} at ")
+    [fenced] = world.events("NodeFenced")
+    assert f"{escalation.NO_PROOF}: " in fenced
+    assert f"approved by {APPROVER}" in fenced
+    [reply] = world.slack.responses
+    assert "is fenced" in reply["text"]
+    assert world.sent() == []
+    await eventually(lambda: not world.terminating())
+
+
+async def test_a_rejected_escalation_leaves_the_node_untainted_for_the_outage(
+    world: Escalating,
+) -> None:
+    refuse_logins(world)
+    await kill(world)
+    question = await asked(world)
+    assert "401" in question
+    assert await world.click(REJECT_ACTION_ID) == 200
+    await world.settle()
+    assert not world.oos()
+    [reply] = world.slack.responses
+    assert "rejected" in reply["text"]
+    # The BMC works again; still nothing for this outage, and nobody is asked again.
+    world.bmcs.password = SecretStr(world.inventory_password)
+    status, body = await world.alert()
+    assert status == 200
+    assert body["decisions"][0]["verdict"] == "noop", body
+    assert f"rejected by {APPROVER}" in str(body["decisions"][0]["reasons"])
+    assert not world.oos()
+    assert world.sent() == []
+    assert len(world.slack.posted()) == 1
+
+
+async def test_a_power_off_that_never_takes_is_sent_once_and_approved_over(
+    world: Escalating,
+) -> None:
+    world.bmcs.stuck_on.add(NODE)
+    await kill(world)
+    question = await asked(world)
+    assert "No power-off proof" in question
+    assert "still reports On" in question
+    assert world.sent() == [(NODE, "ForceOff")]
+    entry = world.entry()
+    assert entry is not None
+    assert entry.power_off_sent_at is not None, "the claim and its power-off mark were let go"
+
+    assert await world.click() == 200
+    await world.settle()
+    assert world.oos()
+    # Approved over the same incident: read back again, never sent a second time.
+    assert world.sent() == [(NODE, "ForceOff")]
+    proof = world.annotations()[ledger.PROOF]
+    assert proof.startswith(f"{escalation.NO_PROOF}: ")
+    assert f"approved by {APPROVER}" in proof
