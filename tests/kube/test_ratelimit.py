@@ -43,6 +43,15 @@ async def wire_requests(cluster: SimulatorHandle, since: int) -> list[dict[str, 
     return list(body["requests"])
 
 
+async def left(cluster: SimulatorHandle, since: int, path: str) -> None:
+    """Until the API server has received a GET of ``path`` sent after ``since`` (not a fixed
+    pause, which a busy machine can outlast before the request is even sent)."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while not any(r.method == "GET" and r.path == path for r in cluster.faults.requests(since)):
+        assert asyncio.get_running_loop().time() < deadline, f"no GET {path} sent"
+        await asyncio.sleep(0.01)
+
+
 async def test_fence_writes_go_before_live_reads_before_refusal_reads() -> None:
     limiter = RateLimiter(50, 1, keep_order=True)
     await limiter.acquire(Priority.REFUSAL)  # the burst is spent: everyone else queues
@@ -126,8 +135,9 @@ async def test_a_read_after_a_write_never_joins_a_read_sent_before_it(
     kube = KubeClient(await load_api_client(str(cluster.kubeconfig)))
     try:
         cluster.faults.slow(0.5, verbs=("get",), path="/api/v1/nodes/*")
+        since = cluster.faults.cursor
         before = asyncio.ensure_future(kube.get_node("compute01", Deadline(30)))
-        await asyncio.sleep(0.05)  # let the slow GET leave
+        await left(cluster, since, "/api/v1/nodes/compute01")
         node = (await kube.get_node("compute02", Deadline(30))).body
         node = (await kube.get_node("compute01", Deadline(30))).body  # joins ``before``
         node["metadata"].setdefault("labels", {})["written"] = "yes"

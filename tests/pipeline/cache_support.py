@@ -3,6 +3,8 @@ shared by the tests of refusals on cached facts, so none imports another test mo
 
 from __future__ import annotations
 
+from nodefence.engine import record as fence_record
+from nodefence.kube.client import CONFIGMAP
 from nodefence.kube.node_index import NodeIndex
 from nodefence_sim.faults import WRITE_VERBS, FaultRule
 from nodefence_sim.testing import SimulatorHandle
@@ -11,15 +13,23 @@ from .harness import Receiver, eventually
 
 # The path of every Node watch; the index is the only one in the receiver that watches it.
 NODES = "/api/v1/nodes"
+# What the background refresh reads by itself every minute, for its gauges (``shell.refresh``).
+RECORD = CONFIGMAP.format(namespace="nodefence", name=fence_record.CONFIGMAP)
 
 
 async def following(receiver: Receiver) -> NodeIndex:
-    """The receiver's node index, once it has listed the cluster (as a serving receiver's
-    readiness probe starts it)."""
+    """The receiver's node index, once it has listed the cluster, and the pause switch once
+    its watch has read it (as a serving receiver's readiness probe starts both): from then on
+    neither is read by a request."""
     assert (await receiver.pipeline.ready())[0]
-    index = receiver.pipeline.reader.nodes
+    reader = receiver.pipeline.reader
+    index = reader.nodes
     assert index is not None
-    await eventually(lambda: index.fresh() is not None, within=30)
+    await eventually(lambda: index.fresh() is not None, within=60)
+    await eventually(
+        lambda: reader.pause_watch is not None and reader.pause_watch.fresh() is not None,
+        within=60,
+    )
     return index
 
 
@@ -39,6 +49,19 @@ async def freeze(cluster: SimulatorHandle, index: NodeIndex) -> FaultRule:
         within=60,
     )
     return rule
+
+
+def sent_since(cluster: SimulatorHandle, since: int) -> list[str]:
+    """Requests since ``since``, without those a serving receiver sends on its own timers,
+    whenever a busy machine lets them run: the watches it renews (the node index's every 10 s,
+    the pause switch's every minute) and the background refresh's reads of the fence record.
+    Whether a request read the fence record is counted by the cached path itself
+    (``CacheStats.record_reads``)."""
+    return [
+        f"{r.method} {r.path}"
+        for r in cluster.faults.requests(since)
+        if r.verb != "watch" and not (r.verb == "get" and r.path == RECORD)
+    ]
 
 
 def writes_since(cluster: SimulatorHandle, since: int) -> list[str]:

@@ -21,7 +21,7 @@ from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.scale import node_name, simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
-from .cache_support import following, freeze, writes_since
+from .cache_support import following, freeze, sent_since, writes_since
 from .harness import Receiver, eventually, firing, inference, node, oos_taints, start_receiver
 
 NODE = "compute01"
@@ -53,6 +53,8 @@ async def test_a_node_the_index_saw_ready_is_refused_by_s1_without_a_request(
     await following(receiver)
     [warm] = await receiver.alert(firing(NODE))  # the fence record read once, shared after
     assert warm["verdict"] == "noop", warm
+    stats = receiver.pipeline.loop.cached.stats
+    record_reads, live = stats.record_reads, stats.live
     since = cluster.faults.cursor
     [decision] = await receiver.alert(firing(NODE))
     assert decision["verdict"] == "noop", decision
@@ -63,8 +65,9 @@ async def test_a_node_the_index_saw_ready_is_refused_by_s1_without_a_request(
     assert " s old" in note["message"], note
     # Neither the Lease nor pods were judged: a refusal needs neither.
     assert not any(r["guard"] == "lease" for r in decision["reasons"]), decision
-    sent = [f"{r.method} {r.path}" for r in cluster.faults.requests(since)]
+    sent = sent_since(cluster, since)
     assert sent == [], sent
+    assert (stats.record_reads, stats.live) == (record_reads, live), stats
 
 
 async def test_a_stale_cache_saying_notready_never_acts_on_a_live_ready_node(
@@ -110,11 +113,14 @@ async def test_a_ready_control_plane_node_is_refused_from_the_cache_too(
     await following(receiver)
     [warm] = await receiver.alert(firing("control01"))
     assert warm["verdict"] == "noop", warm
+    stats = receiver.pipeline.loop.cached.stats
+    record_reads, live = stats.record_reads, stats.live
     since = cluster.faults.cursor
     [decision] = await receiver.alert(firing("control01"))
     assert [r["guard"] for r in decision["reasons"] if not r["passed"]] == ["ready"], decision
     assert any(r["guard"] == CACHED for r in decision["reasons"]), decision
-    assert cluster.faults.requests(since) == []
+    assert sent_since(cluster, since) == []
+    assert (stats.record_reads, stats.live) == (record_reads, live), stats
 
 
 async def test_a_storm_in_miniature_reads_live_only_where_it_fences() -> None:
