@@ -59,7 +59,7 @@ async def test_sigterm_drains_in_flight_request_then_closes_pipeline(
         in_flight = asyncio.create_task(
             session.post(base + "/alerts", json=load_payload("am_firing.json"), headers=bearer())
         )
-        await asyncio.wait_for(pipeline.entered.wait(), 10)
+        await asyncio.wait_for(pipeline.entered.wait(), 60)
 
         os.kill(os.getpid(), signal.SIGTERM)
         await eventually(lambda: _refused(base + "/healthz"))
@@ -67,11 +67,11 @@ async def test_sigterm_drains_in_flight_request_then_closes_pipeline(
         assert not server.done()
 
         pipeline.gate.set()
-        response = await asyncio.wait_for(in_flight, 10)
+        response = await asyncio.wait_for(in_flight, 60)
         assert response.status == 200
         assert len((await response.json())["decisions"]) == 2
 
-    await asyncio.wait_for(server, 10)
+    await asyncio.wait_for(server, 60)
     assert pipeline.closed
 
 
@@ -87,6 +87,6 @@ async def test_stop_event_ends_serving(pipeline: RecordingPipeline) -> None:
     await eventually(lambda: answers(f"http://127.0.0.1:{port}/readyz"))
 
     stop.set()
-    await asyncio.wait_for(server, 10)
+    await asyncio.wait_for(server, 60)
     assert pipeline.closed
     assert not await answers(f"http://127.0.0.1:{port}/healthz")

@@ -101,7 +101,7 @@ async def serving(
             except aiohttp.ClientError:
                 return False
 
-        await until(healthy, within=20)
+        await until(healthy, within=60)
         try:
             yield Serving(url, token, http)
         finally:

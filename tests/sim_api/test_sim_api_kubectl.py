@@ -34,7 +34,7 @@ async def kubectl(handle: SimulatorHandle, *args: str, stdin: str | None = None)
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "HOME": str(handle.kubeconfig.parent)},
     )
-    out, _ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 30)
+    out, _ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode()
 
@@ -163,14 +163,14 @@ async def test_get_watch_shows_new_objects(sim_api: SimulatorHandle) -> None:
     )  # fmt: skip
     assert proc.stdout is not None
     try:
-        deadline = asyncio.get_running_loop().time() + 20
+        deadline = asyncio.get_running_loop().time() + 60
         while sim_api.faults.count(verb="watch") == 0:
             assert asyncio.get_running_loop().time() < deadline, "kubectl never watched"
             await asyncio.sleep(0.05)
         sim_api.sim.store.create(PODS, "default", _pod("late-arrival"))
-        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
         while b"late-arrival" not in line:
-            line = await asyncio.wait_for(proc.stdout.readline(), 20)
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
         assert line.split()[:2] == [b"late-arrival", b"0/1"], line
     finally:
         proc.terminate()
