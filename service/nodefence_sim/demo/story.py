@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import secrets
 import shutil
 import time
@@ -191,6 +192,23 @@ class Story:
             self.t.detail(f"{mark} [{reason['guard']}] {reason['message']}")
         return str(decision["verdict"])
 
+    async def show_binding(self, body: dict[str, Any]) -> None:
+        """An Off read from some machine is no proof for this node (S10): the proof the fence
+        keeps must name the system UUID its BMC reported, and that must be the Node's own."""
+        verdict = " ".join(
+            r["message"] for r in body["decisions"][0]["reasons"] if r["guard"] == "verdict"
+        )
+        matched = re.search(r"identity matched \(([^)]+)\)", verdict)
+        node = await self.view.node(NODE)
+        own = str(node.get("status", {}).get("nodeInfo", {}).get("systemUUID", ""))
+        if matched is None or not own or matched[1].lower() != own.lower():
+            self.t.fail(f"the proof does not show that the machine read Off is {NODE}'s ({own})")
+            raise StepFailedError("identity")
+        self.t.ok(
+            f"the proof is bound to {NODE}'s machine: identity matched ({matched[1]}), the "
+            "system UUID its BMC reports is the Node's systemUUID"
+        )
+
     async def stuck_pods(self) -> list[dict[str, Any]]:
         return [p for p in await self.view.pods(node=NODE) if pod_status(p) == "Terminating"]
 
@@ -298,6 +316,7 @@ class Story:
                 t.fail("the fence decision does not carry the BMC's Off as its proof")
                 raise StepFailedError("proof")
             t.ok(f"the taint came after the BMC read back Off: {proof[-1]}")
+            await self.show_binding(body)
 
         async def purged() -> bool:
             return not await self.stuck_pods()
@@ -437,8 +456,9 @@ async def _no_front() -> AsyncIterator[None]:
 
 def _agent_inventory(path: Path, port: int, sim: Simulation) -> Path:
     """Every node behind fence_redfish with shared parameters and its own system ({node}).
-    fence_redfish names no machine of its own (no plug), so the entries say identity:
-    unchecked, and every decision made on them says so."""
+    No entry states an identity: nodefence reads the Redfish system UUID of the very system the
+    agent acts on, through the same TLS front and credentials, and binds it to the Node's
+    systemUUID (the simulated BMCs report each node's, as real hardware does)."""
     bmcs = bmcs_of(sim)
     parameters = {
         "ip": "127.0.0.1",
@@ -448,10 +468,7 @@ def _agent_inventory(path: Path, port: int, sim: Simulation) -> Path:
         "ssl_insecure": "1",
         "systems_uri": "/redfish/v1/Systems/{node}",
     }
-    nodes = {
-        str(state["name"]): {"driver": "fence-agent", "identity": "unchecked"}
-        for state in sim.node_states()
-    }
+    nodes = {str(state["name"]): {"driver": "fence-agent"} for state in sim.node_states()}
     data = {"defaults": {"fence-agent": {"agent": AGENT, "parameters": parameters}}}
     path.touch(mode=0o600, exist_ok=True)
     path.write_text(yaml.safe_dump({**data, "nodes": nodes}, sort_keys=True))
