@@ -78,9 +78,11 @@ class SizeResult:
 class ScaleSimulator:
     """``python -m nodefence_sim.scale`` in a subprocess."""
 
-    def __init__(self, nodes: int, pods: int) -> None:
+    def __init__(self, nodes: int, pods: int, *, down: int = 0, down_since: float = 0.0) -> None:
         self.nodes = nodes
         self.pods = pods
+        self.down = down
+        self.down_since = down_since
         self._tmp = tempfile.TemporaryDirectory(prefix="nodefence-scale-")
         self.kubeconfig = Path(self._tmp.name) / "kubeconfig"
         self.url = ""
@@ -89,6 +91,7 @@ class ScaleSimulator:
     def __enter__(self) -> ScaleSimulator:
         command = [sys.executable, "-m", "nodefence_sim.scale", "--nodes", str(self.nodes)]
         command += ["--pods", str(self.pods), "--kubeconfig-out", str(self.kubeconfig)]
+        command += ["--down", str(self.down), "--down-since", str(self.down_since)]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )

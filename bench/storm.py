@@ -38,7 +38,6 @@ from bench.common import (
     firing,
     median,
     percentile,
-    request,
     wait_for_node_index,
 )
 from bench.scale import ScaleSimulator
@@ -50,6 +49,7 @@ IN_FLIGHT = 50
 PODS_PER_NODE = 2
 ANSWER_SECONDS = 30.0
 BUDGET = 1  # the policy's default max_fenced_nodes
+DEAD_SECONDS = 1200.0  # long past the policy's waits: every victim may be fenced
 MODES = (("baseline: limit and cache off", UNLIMITED), ("defaults", {}))
 
 
@@ -126,23 +126,21 @@ def measure(dead: int, nodes: int, mode: str, env: dict[str, str]) -> StormResul
     pods = PODS_PER_NODE * max(0, nodes - 3)
     victims = [node_name(i) for i in range(nodes - dead, nodes)]
     result = StormResult(mode, dead, nodes)
-    with ScaleSimulator(nodes, pods) as sim:
-        for name in victims:
-            status, body = request(
-                f"{sim.url}/sim/v1/nodes/{name}/down", method="POST", body={"sinceSeconds": 1200}
-            )
-            assert status < 300, body
-        with _ready_receiver(sim, env) as receiver:
-            cursor = sim.cursor()
-            began = time.perf_counter()
-            result.statuses, result.answer_ms, result.fences = asyncio.run(
-                _send(receiver.url + "/alerts", victims)
-            )
-            result.seconds = time.perf_counter() - began
-            sent = sim.requests_since(cursor)
-            result.requests = len(sent)
-            result.peak_second = peak_in_any_second([float(r["at"]) for r in sent])  # type: ignore[arg-type]
-            result.peak_rss_kib = receiver.status_kib("VmHWM")
+    # The victims are the last nodes, dead before the simulator serves (one settle for all).
+    with (
+        ScaleSimulator(nodes, pods, down=dead, down_since=DEAD_SECONDS) as sim,
+        _ready_receiver(sim, env) as receiver,
+    ):
+        cursor = sim.cursor()
+        began = time.perf_counter()
+        result.statuses, result.answer_ms, result.fences = asyncio.run(
+            _send(receiver.url + "/alerts", victims)
+        )
+        result.seconds = time.perf_counter() - began
+        sent = sim.requests_since(cursor)
+        result.requests = len(sent)
+        result.peak_second = peak_in_any_second([float(r["at"]) for r in sent])  # type: ignore[arg-type]
+        result.peak_rss_kib = receiver.status_kib("VmHWM")
     print(
         f"  {dead} of {nodes} dead, {mode}: {result.per_alert:.2f} requests/alert, peak "
         f"{result.peak_second}/s, p50 {median(result.answer_ms) / 1000:.2f} s, p99 "

@@ -122,9 +122,13 @@ def objects(nodes: int, pods: int) -> list[Obj]:
     return found
 
 
-def simulation(nodes: int, pods: int, **settings: Any) -> Simulation:
+def simulation(
+    nodes: int, pods: int, *, down: int = 0, down_since: float = 0.0, **settings: Any
+) -> Simulation:
     """A settled cluster, as ``Simulation.from_scenario`` builds one: Ready nodes with fresh
-    Leases, running pods, up for a day."""
+    Leases, running pods, up for a day; the last ``down`` nodes' kubelets died ``down_since``
+    seconds ago (an outage, settled once: taken down one by one through the control API, each
+    death settles the whole cluster again, minutes for a thousand of 5,000)."""
     sim = Simulation(
         SimSettings(
             lease_renew_seconds=LEASE_RENEW_SECONDS,
@@ -139,6 +143,10 @@ def simulation(nodes: int, pods: int, **settings: Any) -> Simulation:
         sim.kubelets.up(str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds)
     sim.settle()
     sim.kubelets.spread_timers()
+    for index in range(max(0, nodes - down), nodes):
+        sim.kubelets.down(node_name(index), down_since)
+    if down:
+        sim.settle()
     return sim
 
 
@@ -148,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=0)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--kubeconfig-out")
+    parser.add_argument("--down", type=int, default=0, help="the last N nodes' kubelets dead")
+    parser.add_argument("--down-since", type=float, default=0.0, help="dead for S seconds")
     args = parser.parse_args(argv)
-    sim = simulation(args.nodes, args.pods)
+    sim = simulation(args.nodes, args.pods, down=args.down, down_since=args.down_since)
     return asyncio.run(serve_until_signalled(sim, args.port, args.kubeconfig_out))
 
 

@@ -61,6 +61,8 @@ class NodeLifecycleController:
         # a Node only when it is silent.
         self._agenda = Agenda()
         self._started = False
+        # Silent nodes this controller has brought in line, by what they were then (``_inputs``).
+        self._settled: dict[str, tuple[object, ...]] = {}
         sim.store.add_listener(self._heard)
 
     def _heard(self, event: WatchEvent) -> None:
@@ -80,13 +82,28 @@ class NodeLifecycleController:
             node = store.peek(NODES, None, name)
             if node is None:
                 self._agenda.forget(name)
+                self._settled.pop(name, None)
+                continue
+            settled = self._settled.pop(name, None)
+            if settled is not None and settled == self._inputs(name, node):
+                # A silent node, its Lease and its pods as the last pass left them: that pass
+                # changed nothing more to do, and only time has moved since, which changes
+                # nothing on a node already marked silent. Skipped, so that a thousand dead
+                # nodes do not cost a thousand visits every tick.
+                self._settled[name] = settled
+                self._agenda.visited(name, now)
                 continue
             last = self._last_heartbeat(node)
             silent = now - last > grace
-            # Only a silent node's conditions change here; otherwise a copy of the spec is
-            # all the taint check may write to.
-            new = clone(node) if silent else {**node, "spec": dict(node.get("spec") or {})}
-            noticed = self._monitor_health(new, now) if silent else None
+            # Only a silent node's conditions and the spec's taints change here, so only they
+            # are copied: a whole Node (~13 KB) copied per NotReady node per pass held the
+            # simulator at a full core with a thousand of them (the store copies what it keeps).
+            new = {**node, "spec": dict(node.get("spec") or {})}
+            if silent:
+                status = node.get("status") or {}
+                conditions = [dict(c) for c in status.get("conditions") or []]
+                new["status"] = {**status, "conditions": conditions}
+            noticed = self._monitor_health(new, last) if silent else None
             tainted = self._sync_taints(new, noticed or now)
             if new != node:
                 try:
@@ -105,11 +122,25 @@ class NodeLifecycleController:
                     continue
             since = _not_ready_since(new)
             if since is not None:
-                self._mark_pods_not_ready(name, since)
+                marked = self._mark_pods_not_ready(name, since)
                 # A node that is not Ready is looked at on every pass (its pods, its taints).
                 self._agenda.visited(name, now)
+                current = store.peek(NODES, None, name)
+                if silent and marked and current is not None:
+                    self._settled[name] = self._inputs(name, current)
             else:
                 self._agenda.visited(name, last + grace)
+
+    def _inputs(self, name: str, node: Mapping[str, Any]) -> tuple[object, ...]:
+        """Everything a visit of a silent node reads: the Node, its Lease and its pods, each
+        by resourceVersion."""
+        lease = self.sim.store.peek(LEASES, LEASE_NAMESPACE, name)
+        pods = tuple(
+            (p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["resourceVersion"])
+            for p in self.sim.store.pods_on(name)
+        )
+        version = node["metadata"]["resourceVersion"]
+        return (version, None if lease is None else lease["metadata"]["resourceVersion"], pods)
 
     def _last_heartbeat(self, node: Mapping[str, Any]) -> datetime:
         """The kubelet's latest sign of life on the server's clock: when the server recorded
@@ -127,14 +158,12 @@ class NodeLifecycleController:
         created = parse_time(node["metadata"].get("creationTimestamp"))
         return posted or created or self.sim.store.now()
 
-    def _monitor_health(self, node: Obj, now: datetime) -> datetime | None:
-        """Mark a silent node's conditions Unknown from the moment the grace period ran out;
-        returns that moment when this pass changed them (the controller would have written
-        then), else ``None``. A death moved further back moves the transition with it."""
+    def _monitor_health(self, node: Obj, last: datetime) -> datetime | None:
+        """Mark a silent node's conditions Unknown from the moment the grace period after its
+        last heartbeat ``last`` ran out; returns that moment when this pass changed them (the
+        controller would have written then), else ``None``. A death moved further back moves
+        the transition with it."""
         grace = self.sim.settings.node_monitor_grace_seconds
-        last = self._last_heartbeat(node)
-        if (now - last).total_seconds() <= grace:
-            return None
         noticed = last + timedelta(seconds=grace)
         silent_since = rfc3339(noticed)
         changed = False
@@ -229,11 +258,13 @@ class NodeLifecycleController:
             return parse_time(since)
         return None
 
-    def _mark_pods_not_ready(self, node_name: str, since: datetime) -> None:
+    def _mark_pods_not_ready(self, node_name: str, since: datetime) -> bool:
         """Ready=False on the node's pods from the moment the node went Unknown, as the
         controller marks them when it marks the node (a pod already NotReady keeps its
-        earlier transition; one marked after a death that has since moved back moves too)."""
+        earlier transition; one marked after a death that has since moved back moves too).
+        False when a pod could not be written (the next pass tries again)."""
         store = self.sim.store
+        done = True
         stamp = rfc3339(since)
         for pod in store.pods_on(node_name):
             ready = condition(pod, "Ready")
@@ -259,8 +290,10 @@ class NodeLifecycleController:
                     written_at=since,
                 )
             except ApiError:
+                done = False
                 continue
             self.events.record(pod, WARNING, "NodeNotReady", "Node is not ready", at=since)
+        return done
 
 
 def _not_ready_since(node: Mapping[str, Any]) -> datetime | None:
