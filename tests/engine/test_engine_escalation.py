@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from nodefence.engine import escalation
-from nodefence.engine.decide import decide
+from nodefence.engine.approval_request import ApprovalRequest, Incident
+from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.identity import MachineBinding, Reported
 from nodefence.engine.model import (
     Approval,
@@ -218,6 +219,67 @@ def test_approved_after_a_power_off_completes_the_claim_without_sending_again() 
     assert confirm.approval.startswith("approved by U0ONCALL")
     assert "still reports On" in confirm.proof
     assert not any(isinstance(a, PowerAction | ClaimAction) for a in after.actions)
+
+
+def asked_in_slack(expires_in: float = 3000) -> ApprovalRequest:
+    """The question about this incident, as the fence record holds it once posted."""
+    asked_node = node()
+    return ApprovalRequest(
+        NODE,
+        Incident.of(asked_node, "fp-1"),
+        requested_at=ago(600),
+        expires_at=NOW + timedelta(seconds=expires_in),
+        claimed_by=CLAIM_TOKEN,
+        channel="C0NODEFENCE",
+        ts="1796150149.000001",
+    )
+
+
+def old_claim_with_power_off_sent() -> Any:
+    """Claimed and powered off 20 minutes ago: far past the claim timeout (5 minutes)."""
+    claimed = entry(phase=Phase.CLAIMED, claimed=1200)
+    return dataclasses.replace(claimed, power_off_sent_at=ago(1190), fingerprint="fp-1")
+
+
+@pytest.mark.parametrize("own", ["", CLAIM_TOKEN])
+def test_a_slow_answer_finds_the_claim_and_its_power_off_mark_kept(own: str) -> None:
+    """However long the person takes, the claim whose power-off went out is not rolled back,
+    so their approval never sends the power-off a second time."""
+    held = old_claim_with_power_off_sent()
+    the = the_facts(stuck_on(), record_=record(held))
+    waiting = decide(event(), the, redfish(), NOW, own_claim=own)
+    assert waiting.verdict is Verdict.AWAIT_APPROVAL
+    assert not any(isinstance(a, ReleaseAction) for a in waiting.actions)
+    # The reconcile pass leaves it too while the question is open...
+    asked = dataclasses.replace(the, power=None)
+    asked = dataclasses.replace(
+        asked, record=dataclasses.replace(asked.record, approvals=(asked_in_slack(),))
+    )
+    kept = decide_reconcile(asked, redfish(), NOW, NODE)
+    assert not any(isinstance(a, ReleaseAction) for a in kept.actions)
+    assert "a person is asked in Slack" in kept.summary
+    # ...and the answer only reads the machine again.
+    before = decide(event(), asked, redfish(), NOW, approval=approved(), own_claim=own)
+    [step] = [a for a in before.actions if isinstance(a, PowerAction)]
+    assert not step.send
+
+
+def test_without_an_open_question_an_old_claim_is_rolled_back_as_before() -> None:
+    held = old_claim_with_power_off_sent()
+    expired = dataclasses.replace(asked_in_slack(), expires_at=ago(1))
+    for approvals in ((), (expired,)):
+        the = the_facts(None, record_=record(held))
+        the = dataclasses.replace(the, record=dataclasses.replace(the.record, approvals=approvals))
+        decision = decide_reconcile(the, redfish(), NOW, NODE)
+        assert any(isinstance(a, ReleaseAction) for a in decision.actions), approvals
+    # A node back Ready is not held for a question nobody needs answered any more.
+    ready = the_facts(None, the_node=node(ready="True"), record_=record(held))
+    ready = dataclasses.replace(
+        ready, record=dataclasses.replace(ready.record, approvals=(asked_in_slack(),))
+    )
+    assert any(
+        isinstance(a, ReleaseAction) for a in decide_reconcile(ready, redfish(), NOW, NODE).actions
+    )
 
 
 # ---------------------------------------------------------------- what is never escalated

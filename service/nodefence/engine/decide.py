@@ -298,7 +298,8 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
         return record.finish(Verdict.NOOP)
     fallback = next((r for r in policy.rules if selector_matches(r, node)), None)
     rule = _governing_rule(policy, entry, fallback, record)
-    half = _half_written(record, node, entry, "no firing alert asks for it any more")
+    asked = escalation.awaits_person(entry, node, facts, record.now) and not guards.is_ready(node)
+    half = _half_written(record, node, entry, "no firing alert asks for it any more", asked=asked)
     if half is not None:
         return half
     held_taint = _held_taint(record, node, entry)
@@ -339,21 +340,24 @@ def _claim_fresh(record: _Record, entry: FenceEntry) -> bool:
 
 
 def _half_written(
-    record: _Record, node: NodeFacts, entry: FenceEntry, why_not_finish: str
+    record: _Record, node: NodeFacts, entry: FenceEntry, why_not_finish: str, *, asked: bool = False
 ) -> Decision | None:
     """A claimed entry whose taint is not (yet) on the node. While the claim is young another
     request is probably fencing right now; once it is older than the claim timeout (API server
-    clock on both sides) the fence is rolled back. None when the entry is not half-written."""
+    clock on both sides) the fence is rolled back, unless its power-off went out and a person
+    is being ``asked`` about it (``engine.escalation``). None when the entry is not
+    half-written."""
     if entry.phase is not Phase.CLAIMED or _exact(node, entry):
         return None
     if node.out_of_service_taint is not None:
         return _foreign(record, node, entry)
     claimed = f"claimed by {entry.claimed_by or 'a replica'} at {instant(entry.claimed_at)}"
-    if _claim_fresh(record, entry):
+    if _claim_fresh(record, entry) or asked:
+        waits = "; its power-off was sent and a person is asked in Slack" if asked else ""
         record.add(
             "fence-in-progress",
             False,
-            f"a fence of node {node.name} is in progress ({claimed}); not started twice",
+            f"a fence of node {node.name} is in progress ({claimed}{waits}); not started twice",
         )
         return record.finish(Verdict.NOOP)
     return _let_go(record, entry, f"half-written fence rolled back ({claimed}; {why_not_finish})")
@@ -556,7 +560,10 @@ def _fresh(
         # An escalation waiting for its answer is still only the proof missing.
         waiting = {"approval"} if refused.verdict is Verdict.AWAIT_APPROVAL else set()
         powering = powering and blocking <= {guards.POWER_OFF, machine.IDENTITY, *waiting}
-        fresh = _claim_fresh(record, pending)
+        # An escalation whose power-off went out keeps its claim while a person is asked, however
+        # long they take: the answer must never send the power-off again.
+        answering = escalation.awaits_person(pending, node, facts, record.now)
+        fresh = _claim_fresh(record, pending) or (powering and failed is not None) or answering
         if fresh and (powering or pending.claimed_by != own_claim):
             return refused
         why = f"the claimed fence was rolled back: {refused.summary}"

@@ -20,11 +20,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from nodefence.engine import guards, machine, mirror
-from nodefence.engine.approval_request import ApprovalRequest, rejection_of
+from nodefence.engine.approval_request import ApprovalRequest, Incident, rejection_of
 from nodefence.engine.identity import judge
 from nodefence.engine.model import Approval, ApprovalDecision, Facts, NodeFacts, Reason
+from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import instant
 from nodefence.policy import Rule
 
@@ -107,6 +109,18 @@ def rejection(
         return f"fencing was rejected by {approval.user} at {instant(approval.at)}"
     recorded = rejection_of(requested, node, fingerprint)
     return f"fencing was {recorded} for this incident" if recorded is not None else None
+
+
+def awaits_person(entry: FenceEntry, node: NodeFacts, facts: Facts, now: datetime) -> bool:
+    """A claim whose power-off went out while a person is asked about its incident in Slack:
+    kept past the claim timeout, since rolling it back would let the answer send the power-off
+    a second time. ``now`` is compared with the request's expiry, which is on the requester's
+    clock; a skew only keeps or lets go of the claim a little early or late."""
+    if entry.phase is not Phase.CLAIMED or entry.power_off_sent_at is None:
+        return False
+    requested = facts.record.approval(node.name)
+    incident = Incident.of(node, entry.fingerprint)
+    return requested is not None and requested.pending(incident, now)
 
 
 def escalated(found: Failure) -> Reason:
