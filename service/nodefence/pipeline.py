@@ -144,7 +144,12 @@ class Pipeline:
             for index in indexes:
                 results[index] = await self.handle_event(events[index], deadline)
 
-        await asyncio.gather(*(run_node(ix) for ix in by_node.values()))
+        groups = list(by_node.values())
+        if len(groups) == 1:
+            # One node (Alertmanager's usual webhook): no task to start and gather.
+            await run_node(groups[0])
+        else:
+            await asyncio.gather(*(run_node(ix) for ix in groups))
         return [d for d in results if d is not None]
 
     async def handle_event(

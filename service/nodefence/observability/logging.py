@@ -8,9 +8,12 @@ the same chain.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -27,12 +30,25 @@ _LEVELS = {
 }
 
 
+# Values of exactly these types hold nothing to mask: most of every line, passed through
+# without a look (a subclass takes the full path, so a str subclass is still looked at).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    """Whether ``key`` sounds secret; keys repeat on every line, so each is matched once."""
+    return _SECRET_KEY.search(key) is not None
+
+
 def _redact(value: Any) -> Any:
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, SecretStr | SecretBytes):
         return MASK
     if isinstance(value, dict):
         return {
-            key: MASK if isinstance(key, str) and _SECRET_KEY.search(key) else _redact(item)
+            key: MASK if isinstance(key, str) and _secret_key(key) else _redact(item)
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):
@@ -42,12 +58,23 @@ def _redact(value: Any) -> Any:
 
 def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     """Mask secret values and values under secret-sounding keys, at any depth."""
-    for key in list(event_dict):
-        if key != "event" and _SECRET_KEY.search(key):
+    for key, value in event_dict.items():
+        if key != "event" and _secret_key(key):
             event_dict[key] = MASK
-        else:
-            event_dict[key] = _redact(event_dict[key])
+        elif type(value) not in _PLAIN:
+            event_dict[key] = _redact(value)
     return event_dict
+
+
+@functools.lru_cache(maxsize=8)
+def _encoder(default: Callable[[Any], Any]) -> json.JSONEncoder:
+    return json.JSONEncoder(default=default)
+
+
+def _dumps(value: Any, *, default: Callable[[Any], Any]) -> str:
+    """``json.dumps(value, default=default)``, the same text, without building an encoder for
+    every line."""
+    return _encoder(default).encode(value)
 
 
 def _shared_processors() -> list[Processor]:
@@ -70,7 +97,7 @@ def configure_logging(
     output = stream if stream is not None else sys.stdout
     numeric_level = _LEVELS.get(level.lower(), logging.INFO)
     renderer: Processor = (
-        structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer(serializer=_dumps)
         if log_format == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
