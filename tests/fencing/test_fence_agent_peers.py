@@ -5,7 +5,6 @@ TLS front (socat), fence_ipmilan against a BMC on pyghmi's server side."""
 from __future__ import annotations
 
 import shutil
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,9 +17,10 @@ from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
-from .agents import require_agent, wait_until
+from .agents import require_agent
 from .conftest import WORKER_UUID
-from .peers import PASSWORD, USER, Ca, Process, Sushy, free_port, issue_server_cert, start_ipmi_bmc
+from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
+from .tls_front import tls_front
 
 # sushy's fake driver applies a power change 1-11 s after the action.
 POWER_TIMEOUT = 40.0
@@ -85,55 +85,22 @@ async def test_fence_redfish_with_a_wrong_password_is_no_proof(sushy: Sushy) -> 
 
 
 @pytest.fixture
-def tls_front(tmp_path: Path, ca: Ca) -> Iterator[tuple[Path, list[Process]]]:
-    """socat terminating TLS in front of a plain-HTTP BMC (started by the test)."""
-    if shutil.which("socat") is None:
-        pytest.skip("socat is not installed (Debian package socat)")
-    cert, key = issue_server_cert(tmp_path, ca, "front")
-    pem = tmp_path / "front-combined.pem"
-    pem.write_text(cert.read_text() + key.read_text())
-    started: list[Process] = []
-    yield pem, started
-    for process in started:
-        process.stop()
-
-
-def start_tls_front(pem: Path, target_port: int, log: Path) -> tuple[int, Process]:
-    port = free_port()
-    process = Process(
-        [
-            "socat",
-            f"OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={pem},verify=0",
-            f"TCP:127.0.0.1:{target_port}",
-        ],
-        log,
-    )
-
-    def listening() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except OSError:
-            return False
-        return True
-
-    assert wait_until(listening), process.output()
-    return port, process
-
-
-@pytest.fixture
 async def simulated(tmp_path: Path) -> AsyncIterator[SimulatorHandle]:
     async with running_simulator(Simulation.from_scenario("seed")) as handle:
         yield handle
 
 
+@pytest.fixture
+def tls_bmc(tmp_path: Path, simulated: SimulatorHandle) -> Iterator[int]:
+    """The simulator's Redfish BMCs behind a TLS front (fence_redfish speaks only HTTPS)."""
+    with tls_front(tmp_path, int(simulated.url.rsplit(":", 1)[1])) as port:
+        yield port
+
+
 async def test_fence_redfish_against_the_simulators_bmc_behind_tls(
-    simulated: SimulatorHandle, tls_front: tuple[Path, list[Process]], tmp_path: Path
+    simulated: SimulatorHandle, tls_bmc: int, tmp_path: Path
 ) -> None:
     agent = require_agent("fence_redfish")
-    pem, started = tls_front
-    sim_port = int(simulated.url.rsplit(":", 1)[1])
-    port, process = start_tls_front(pem, sim_port, tmp_path / "socat.log")
-    started.append(process)
     bmcs = bmcs_of(simulated.sim)
     inventory_file = tmp_path / "inventory.yaml"
     inventory_file.write_text(
@@ -141,7 +108,7 @@ async def test_fence_redfish_against_the_simulators_bmc_behind_tls(
         "  fence-agent:\n"
         "    agent: fence_redfish\n"
         "    parameters:\n"
-        f"      ip: 127.0.0.1\n      ipport: '{port}'\n"
+        f"      ip: 127.0.0.1\n      ipport: '{tls_bmc}'\n"
         f"      username: {bmcs.username}\n      password: {bmcs.password.get_secret_value()}\n"
         "      ssl_insecure: '1'\n"
         "      systems_uri: /redfish/v1/Systems/{node}\n"

@@ -5,7 +5,6 @@ separate ``status`` run reading Off; each fault of a scripted agent blocks it wi
 from __future__ import annotations
 
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from pipeline.harness import firing, node_events, oos_taints
 
 from .agents import AGENT_PASSWORD, scripted_agent, wait_until
 from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
-from .peers import Ca, Process, free_port, issue_server_cert, make_ca
+from .tls_front import tls_front
 
 __all__ = ["cluster"]
 
@@ -26,35 +25,8 @@ __all__ = ["cluster"]
 @pytest.fixture
 def tls_bmc(tmp_path: Path, cluster: SimulatorHandle) -> Iterator[int]:
     """The simulator's Redfish BMCs behind a TLS front (fence_redfish speaks only HTTPS)."""
-    if shutil.which("socat") is None:
-        pytest.skip("socat is not installed (Debian package socat)")
-    ca: Ca = make_ca(tmp_path, "front")
-    cert, key = issue_server_cert(tmp_path, ca, "front")
-    pem = tmp_path / "front.pem"
-    pem.write_text(cert.read_text() + key.read_text())
-    port = free_port()
-    target = int(cluster.url.rsplit(":", 1)[1])
-    process = Process(
-        [
-            "socat",
-            f"OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={pem},verify=0",
-            f"TCP:127.0.0.1:{target}",
-        ],
-        tmp_path / "socat.log",
-    )
-
-    def listening() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except OSError:
-            return False
-        return True
-
-    try:
-        assert wait_until(listening), process.output()
+    with tls_front(tmp_path, int(cluster.url.rsplit(":", 1)[1])) as port:
         yield port
-    finally:
-        process.stop()
 
 
 def redfish_defaults(cluster: SimulatorHandle, port: int) -> dict[str, Any]:
