@@ -15,8 +15,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from nodefence.engine import escalation
-from nodefence.engine import mirror as ledger
+from nodefence.engine import escalation, mirror
 from nodefence.engine import record as fence_record
 from nodefence.http.app import build_app
 from nodefence.observability.metrics import Metrics
@@ -182,7 +181,7 @@ async def test_a_refused_login_asks_with_the_error_and_an_approval_fences(
     [taint] = world.oos()
     assert taint["effect"] == "NoExecute"
     notes = world.annotations()
-    proof = notes[ledger.PROOF]
+    proof = notes[mirror.PROOF]
     assert proof.startswith(f"{escalation.NO_PROOF}: ")
     assert "401" in proof
     assert f"approved by {APPROVER} at " in proof
@@ -241,6 +240,6 @@ async def test_a_power_off_that_never_takes_is_sent_once_and_approved_over(
     assert world.oos()
     # Approved over the same incident: read back again, never sent a second time.
     assert world.sent() == [(NODE, "ForceOff")]
-    proof = world.annotations()[ledger.PROOF]
+    proof = world.annotations()[mirror.PROOF]
     assert proof.startswith(f"{escalation.NO_PROOF}: ")
     assert f"approved by {APPROVER}" in proof
