@@ -31,7 +31,7 @@ from pydantic import SecretStr
 from nodefence.engine import escalation
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.decide import decide, decide_reconcile
-from nodefence.engine.identity import MachineBinding, Reported
+from nodefence.engine.identity import PLUG, MachineBinding, Reported
 from nodefence.engine.model import (
     Approval,
     ApprovalDecision,
@@ -309,6 +309,38 @@ def test_a_system_two_nodes_share_is_never_escalated() -> None:
     assert decision.verdict is Verdict.NOOP
     assert not fences(decision)
     assert note(decision) == ""
+
+
+def test_a_fence_agent_that_failed_is_escalated_and_one_acting_on_another_vm_is_not() -> None:
+    server = "5f0c2a1e-8d6b-4c1e-9a3f-2b7d9e0c4a11"
+    agent = "fence-agent fence_openstack"
+    rule = {"name": "default", "fencing": {"driver": "fence-agent", "on_failure": "approval"}}
+    policy = parse_policy({"rules": [rule]})
+    vm = dataclasses.replace(node(), provider_id=f"openstack:///{server}")
+    bound = MachineBinding(node=NODE, target=agent, driver="fence-agent")
+    failed = PowerEvidence(
+        "unknown", agent, "status exited 1: Failed: Unable to obtain correct plug status", ago(1)
+    )
+    made = dataclasses.replace(facts(vm, power=failed), machine=bound)
+    asked = decide(event(), made, policy, NOW)
+    assert asked.verdict is Verdict.AWAIT_APPROVAL
+    assert "Unable to obtain correct plug status" in note(asked)
+    assert "driver fence-agent, driver-error" in note(asked)
+    elsewhere = PowerEvidence(
+        "off",
+        agent,
+        "status exited 2",
+        ago(1),
+        action_sent=True,
+        reset_sent=True,
+        identity=Reported("another-vm", agent, basis=PLUG, agent="fence_openstack"),
+    )
+    wrong = dataclasses.replace(facts(vm, power=elsewhere), machine=bound)
+    for approval in (None, approved()):
+        refused = decide(event(), wrong, policy, NOW, approval=approval)
+        assert refused.verdict is Verdict.NOOP
+        assert not fences(refused)
+        assert note(refused) == ""
 
 
 # ------------------------------------------------------------- every other guard applies
