@@ -30,9 +30,14 @@ class EventRecorder:
 
     def _repeated(self, key: tuple[str, str, str, str]) -> bool:
         now = time.monotonic()
-        self._recent = {
-            k: at for k, at in self._recent.items() if now - at < REPEAT_SUPPRESSION_SECONDS
-        }
+        # Entries are added in time order and never moved, so the expired ones are at the
+        # front: dropped from there, without a pass over every node refused within the window
+        # (a thousand in a storm) on each refusal.
+        while self._recent:
+            oldest = next(iter(self._recent))
+            if now - self._recent[oldest] < REPEAT_SUPPRESSION_SECONDS:
+                break
+            del self._recent[oldest]
         if key in self._recent:
             return True
         self._recent[key] = now
