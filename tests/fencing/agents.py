@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 AGENT_PASSWORD = "agent-s3cret-Pa55"
 
@@ -114,6 +115,23 @@ def scripted_agent(directory: Path, mode: str, *, power: str = "on") -> Scripted
     )
     path.chmod(0o755)
     return ScriptedAgent(path, state, log, release)
+
+
+def two_agents(tmp_path: Path) -> tuple[Path, ScriptedAgent, ScriptedAgent]:
+    """An inventory (written to ``bmcs.yaml``) with compute01 behind an agent that answers and
+    compute02 behind one that refuses the login, as the probe tests read them."""
+    good = scripted_agent(tmp_path / "good", "honest")
+    bad = scripted_agent(tmp_path / "bad", "refuses")
+    data: dict[str, Any] = {
+        "defaults": {"fence-agent": {"parameters": good.parameters()}},
+        "nodes": {
+            "compute01": {"driver": "fence-agent", "agent": str(good.path)},
+            "compute02": {"driver": "fence-agent", "agent": str(bad.path)},
+        },
+    }
+    path = tmp_path / "bmcs.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, good, bad
 
 
 def require_agent(name: str) -> str:

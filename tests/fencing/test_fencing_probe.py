@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import yaml
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
@@ -22,26 +20,11 @@ from nodefence.settings import Settings
 from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import eventually
 
-from .agents import AGENT_PASSWORD, ScriptedAgent, scripted_agent
+from .agents import AGENT_PASSWORD, two_agents
 from .fence_agent_support import cluster
 from .peers import free_port
 
 __all__ = ["cluster"]
-
-
-def two_agents(tmp_path: Path) -> tuple[Path, ScriptedAgent, ScriptedAgent]:
-    good = scripted_agent(tmp_path / "good", "honest")
-    bad = scripted_agent(tmp_path / "bad", "refuses")
-    data: dict[str, Any] = {
-        "defaults": {"fence-agent": {"parameters": good.parameters()}},
-        "nodes": {
-            "compute01": {"driver": "fence-agent", "agent": str(good.path)},
-            "compute02": {"driver": "fence-agent", "agent": str(bad.path)},
-        },
-    }
-    path = tmp_path / "bmcs.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path, good, bad
 
 
 def sample(text: str, name: str, **labels: str) -> float | None:

@@ -35,7 +35,7 @@ from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import eventually
 
-from .agents import AGENT_PASSWORD, ScriptedAgent, scripted_agent
+from .agents import AGENT_PASSWORD, two_agents
 from .peers import free_port
 
 NAMESPACE = "nodefence"
@@ -90,22 +90,6 @@ async def stored(handle: SimulatorHandle) -> dict[str, Any] | None:
         return None
     configmap: dict[str, Any] = json.loads(out)
     return configmap
-
-
-def two_agents(tmp_path: Path) -> tuple[Path, ScriptedAgent, ScriptedAgent]:
-    """compute01 behind an agent that answers, compute02 behind one that refuses the login."""
-    good = scripted_agent(tmp_path / "good", "honest")
-    bad = scripted_agent(tmp_path / "bad", "refuses")
-    data: dict[str, Any] = {
-        "defaults": {"fence-agent": {"parameters": good.parameters()}},
-        "nodes": {
-            "compute01": {"driver": "fence-agent", "agent": str(good.path)},
-            "compute02": {"driver": "fence-agent", "agent": str(bad.path)},
-        },
-    }
-    path = tmp_path / "bmcs.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path, good, bad
 
 
 def entries(configmap: dict[str, Any]) -> dict[str, dict[str, Any]]:
