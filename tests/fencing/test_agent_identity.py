@@ -9,12 +9,9 @@ import asyncio
 import json
 import os
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from pydantic import SecretStr
 
@@ -27,32 +24,14 @@ from nodefence.fencing.ipmi import IpmiDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .agents import require_agent
-from .conftest import fake_system
 from .listing_agent import LIST_PASSWORD, listing_agent
-from .peers import PASSWORD, USER, Ca, Sushy, start_ipmi_bmc, start_sushy, sushy_installed
+from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
+from .sushy_nodes import sushy_nodes, swapped
+
+__all__ = ["sushy_nodes"]
 
 NODE = "compute01"
 OTHER = "compute02"
-
-
-def swapped(value: str) -> str:
-    return str(uuid.UUID(bytes=uuid.UUID(value).bytes_le))
-
-
-@pytest.fixture
-def sushy_nodes(tmp_path: Path, ca: Ca) -> Iterator[Sushy]:
-    """compute01's system reports its UUID in lower case, compute02's byte-swapped."""
-    if not sushy_installed():
-        pytest.skip("sushy-emulator (sushy-tools, in the dev extra) is not installed")
-    systems = [
-        fake_system(system_uuid(NODE).lower(), NODE, "On"),
-        fake_system(swapped(system_uuid(OTHER)), OTHER, "On"),
-    ]
-    emulator = start_sushy(tmp_path, systems, ca)
-    try:
-        yield emulator
-    finally:
-        emulator.process.stop()
 
 
 def redfish_parameters(

@@ -4,8 +4,6 @@ byte-swapped spelling), and the pyghmi BMC answers Get System GUID with a node's
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,35 +18,16 @@ from nodefence.fencing.ipmi import IpmiDriver
 from nodefence.fencing.redfish import RedfishDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
-from .conftest import fake_system
-from .peers import PASSWORD, USER, Ca, Sushy, start_ipmi_bmc, start_sushy, sushy_installed
+from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
+from .sushy_nodes import sushy_nodes, swapped
+
+__all__ = ["sushy_nodes"]
 
 NODE = "compute01"
 OTHER = "compute02"
 SERVER = "5f0c4a8e-2b1d-4c3a-9e8f-1a2b3c4d5e6f"
 MACHINE_LOWER = "4c4c4544-0042-3510-8044-b4c04f4e3732"
 MACHINE_SWAPPED = "44454C4C-4200-1035-8044-B4C04F4E3732"
-
-
-def swapped(value: str) -> str:
-    """The SMBIOS variant: the first three fields byte-swapped, as some firmware reports it."""
-    return str(uuid.UUID(bytes=uuid.UUID(value).bytes_le))
-
-
-@pytest.fixture
-def sushy_nodes(tmp_path: Path, ca: Ca) -> Iterator[Sushy]:
-    """compute01's system reports its UUID in lower case, compute02's byte-swapped."""
-    if not sushy_installed():
-        pytest.skip("sushy-emulator (sushy-tools, in the dev extra) is not installed")
-    systems = [
-        fake_system(system_uuid(NODE).lower(), NODE, "On"),
-        fake_system(swapped(system_uuid(OTHER)), OTHER, "On"),
-    ]
-    emulator = start_sushy(tmp_path, systems, ca)
-    try:
-        yield emulator
-    finally:
-        emulator.process.stop()
 
 
 def redfish(sushy: Sushy, system: str) -> RedfishDriver:
