@@ -8,7 +8,6 @@ taints nothing, with the reason; the right line fences, and the proof says which
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,9 @@ from .fence_agent_support import cluster, kill, receiver, text_of
 from .identity_support import record_entries
 from .listing_agent import LIST_PASSWORD, listing_agent
 from .peers import USER, start_ipmi_bmc
-from .tls_front import tls_front
+from .tls_front import sim_bmc_parameters, tls_bmc
 
-__all__ = ["cluster"]
+__all__ = ["cluster", "tls_bmc"]
 
 NODE = "compute01"
 OTHER = "compute02"
@@ -41,26 +40,12 @@ def write(tmp_path: Path, nodes: dict[str, Any]) -> Path:
     return path
 
 
-@pytest.fixture
-def tls_bmc(tmp_path: Path, cluster: SimulatorHandle) -> Iterator[int]:
-    with tls_front(tmp_path, int(cluster.url.rsplit(":", 1)[1])) as port:
-        yield port
-
-
 def fence_redfish(cluster: SimulatorHandle, port: int, system: str) -> dict[str, Any]:
     require_agent("fence_redfish")
-    bmcs = bmcs_of(cluster.sim)
     return {
         "driver": "fence-agent",
         "agent": "fence_redfish",
-        "parameters": {
-            "ip": "127.0.0.1",
-            "ipport": str(port),
-            "username": bmcs.username,
-            "password": bmcs.password.get_secret_value(),
-            "ssl_insecure": "1",
-            "systems_uri": f"{SYSTEMS}/{system}",
-        },
+        "parameters": sim_bmc_parameters(cluster.sim, port, f"{SYSTEMS}/{system}"),
     }
 
 

@@ -1,26 +1,28 @@
 """Debian's fence agents through the fence-agent driver against BMCs nobody here wrote:
 fence_redfish against sushy-emulator (HTTPS only) and against the simulator's Redfish BMCs behind a
-TLS front (socat), fence_ipmilan against a BMC on pyghmi's server side."""
+TLS front (socat, tls_front.py), fence_ipmilan against a BMC on pyghmi's server side."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import SecretStr
 
 from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.redfish import bmcs_of
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.testing import SimulatorHandle
 
 from .agents import require_agent
 from .conftest import WORKER_UUID
+from .fence_agent_support import cluster
 from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
-from .tls_front import tls_front
+from .tls_front import sim_bmc_parameters, tls_bmc
+
+__all__ = ["cluster", "tls_bmc"]
 
 # sushy's fake driver applies a power change 1-11 s after the action.
 POWER_TIMEOUT = 40.0
@@ -84,35 +86,16 @@ async def test_fence_redfish_with_a_wrong_password_is_no_proof(sushy: Sushy) -> 
     assert (await good.status(timeout=30)).state == "on"
 
 
-@pytest.fixture
-async def simulated(tmp_path: Path) -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
-
-
-@pytest.fixture
-def tls_bmc(tmp_path: Path, simulated: SimulatorHandle) -> Iterator[int]:
-    """The simulator's Redfish BMCs behind a TLS front (fence_redfish speaks only HTTPS)."""
-    with tls_front(tmp_path, int(simulated.url.rsplit(":", 1)[1])) as port:
-        yield port
-
-
 async def test_fence_redfish_against_the_simulators_bmc_behind_tls(
-    simulated: SimulatorHandle, tls_bmc: int, tmp_path: Path
+    cluster: SimulatorHandle, tls_bmc: int, tmp_path: Path
 ) -> None:
     agent = require_agent("fence_redfish")
-    bmcs = bmcs_of(simulated.sim)
+    bmcs = bmcs_of(cluster.sim)
     inventory_file = tmp_path / "inventory.yaml"
+    defaults = {"agent": "fence_redfish", "parameters": sim_bmc_parameters(cluster.sim, tls_bmc)}
+    nodes = {"compute01": {"driver": "fence-agent"}, "compute02": {"driver": "fence-agent"}}
     inventory_file.write_text(
-        "defaults:\n"
-        "  fence-agent:\n"
-        "    agent: fence_redfish\n"
-        "    parameters:\n"
-        f"      ip: 127.0.0.1\n      ipport: '{tls_bmc}'\n"
-        f"      username: {bmcs.username}\n      password: {bmcs.password.get_secret_value()}\n"
-        "      ssl_insecure: '1'\n"
-        "      systems_uri: /redfish/v1/Systems/{node}\n"
-        "nodes:\n  compute01: {driver: fence-agent}\n  compute02: {driver: fence-agent}\n"
+        yaml.safe_dump({"defaults": {"fence-agent": defaults}, "nodes": nodes})
     )
     inventory = load_inventory(inventory_file)
     assert agent == inventory.nodes["compute01"].agent  # type: ignore[union-attr]
@@ -120,16 +103,16 @@ async def test_fence_redfish_against_the_simulators_bmc_behind_tls(
     other = inventory.driver_for("compute02")
     assert bmc is not None
     assert other is not None
-    boot = simulated.sim.node_state("compute01")["bootID"]
+    boot = cluster.sim.node_state("compute01")["bootID"]
     off = await bmc.power_off(timeout=POWER_TIMEOUT)
     assert off.state == "off", off.detail
-    assert simulated.sim.node_state("compute01")["kubelet"] == "down"
+    assert cluster.sim.node_state("compute01")["kubelet"] == "down"
     assert bmcs.resets[-1][0] == "compute01"
     # {node} reached each entry: the other machine was not touched.
     assert (await other.status(timeout=30)).state == "on"
     on = await bmc.power_on(timeout=POWER_TIMEOUT)
     assert on.state == "on", on.detail
-    assert simulated.sim.node_state("compute01")["bootID"] != boot
+    assert cluster.sim.node_state("compute01")["bootID"] != boot
 
 
 async def test_fence_ipmilan_against_a_pyghmi_bmc(tmp_path: Path) -> None:

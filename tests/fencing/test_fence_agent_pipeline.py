@@ -5,7 +5,6 @@ separate ``status`` run reading Off; each fault of a scripted agent blocks it wi
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,31 +16,13 @@ from pipeline.harness import firing, node_events, oos_taints
 
 from .agents import AGENT_PASSWORD, scripted_agent, wait_until
 from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
-from .tls_front import tls_front
+from .tls_front import sim_bmc_parameters, tls_bmc
 
-__all__ = ["cluster"]
-
-
-@pytest.fixture
-def tls_bmc(tmp_path: Path, cluster: SimulatorHandle) -> Iterator[int]:
-    """The simulator's Redfish BMCs behind a TLS front (fence_redfish speaks only HTTPS)."""
-    with tls_front(tmp_path, int(cluster.url.rsplit(":", 1)[1])) as port:
-        yield port
+__all__ = ["cluster", "tls_bmc"]
 
 
 def redfish_defaults(cluster: SimulatorHandle, port: int) -> dict[str, Any]:
-    bmcs = bmcs_of(cluster.sim)
-    return {
-        "agent": "fence_redfish",
-        "parameters": {
-            "ip": "127.0.0.1",
-            "ipport": str(port),
-            "username": bmcs.username,
-            "password": bmcs.password.get_secret_value(),
-            "ssl_insecure": "1",
-            "systems_uri": "/redfish/v1/Systems/{node}",
-        },
-    }
+    return {"agent": "fence_redfish", "parameters": sim_bmc_parameters(cluster.sim, port)}
 
 
 async def test_fence_redfish_fences_only_after_a_status_read_of_off(

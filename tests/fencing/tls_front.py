@@ -1,5 +1,6 @@
 """socat terminating TLS in front of a plain-HTTP BMC on loopback (fence_redfish speaks only
-HTTPS, and the simulator's Redfish BMCs speak HTTP)."""
+HTTPS, and the simulator's Redfish BMCs speak HTTP), and fence_redfish's parameters for the
+simulator's BMCs behind it: what every fence_redfish test against the simulator shares."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from nodefence_sim.redfish import SYSTEMS, bmcs_of
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle
 
 from .agents import wait_until
 from .peers import Process, free_port, issue_server_cert, make_ca
@@ -46,3 +51,27 @@ def tls_front(directory: Path, target_port: int) -> Iterator[int]:
         yield port
     finally:
         process.stop()
+
+
+@pytest.fixture
+def tls_bmc(tmp_path: Path, cluster: SimulatorHandle) -> Iterator[int]:
+    """The TLS port in front of the ``cluster`` fixture's simulated Redfish BMCs."""
+    with tls_front(tmp_path, int(cluster.url.rsplit(":", 1)[1])) as port:
+        yield port
+
+
+def sim_bmc_parameters(
+    sim: Simulation, port: int, systems_uri: str = f"{SYSTEMS}/{{node}}"
+) -> dict[str, str]:
+    """fence_redfish's stdin parameters for the simulator's BMCs behind the front at ``port``:
+    its credentials, no certificate check (the front's CA is a throwaway) and, by default, each
+    node's own system through the inventory's ``{node}`` placeholder."""
+    bmcs = bmcs_of(sim)
+    return {
+        "ip": "127.0.0.1",
+        "ipport": str(port),
+        "username": bmcs.username,
+        "password": bmcs.password.get_secret_value(),
+        "ssl_insecure": "1",
+        "systems_uri": systems_uri,
+    }
