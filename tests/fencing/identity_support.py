@@ -93,9 +93,13 @@ async def kill(cluster: SimulatorHandle, name: str) -> None:
     await eventually(lambda: cluster.sim.node_state(name)["ready"] != "True")
 
 
-def check_config(tmp_path: Path, bmcs: Path) -> subprocess.CompletedProcess[str]:
+def check_config(
+    tmp_path: Path, bmcs: Path, rules: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``nodefence check-config --offline`` on the inventory ``bmcs`` and the policy ``rules``
+    (POLICY unless given), in an environment holding nothing else of nodefence's."""
     policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(POLICY))
+    policy.write_text(yaml.safe_dump(POLICY if rules is None else rules))
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(tmp_path),

@@ -5,10 +5,7 @@ check without ``identity: unchecked``, one machine under two spellings) named by
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +21,7 @@ from nodefence.fencing.ipmi import IpmiDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .agents import require_agent
+from .identity_support import check_config
 from .listing_agent import LIST_PASSWORD, listing_agent
 from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
 from .sushy_nodes import sushy_nodes, swapped
@@ -328,37 +326,17 @@ def test_fence_redfish_and_fence_ipmilan_need_no_unchecked_but_a_uuid_identity(
     assert "bridges to the IPMI target 0x82" in text, text
 
 
-async def test_check_config_refuses_an_agent_nothing_can_check(tmp_path: Path) -> None:
+def test_check_config_refuses_an_agent_nothing_can_check(tmp_path: Path) -> None:
     agent = listing_agent(tmp_path / "agent", {"vm-a": NODE})
     entry = {"driver": "fence-agent", "agent": str(agent.path), "parameters": {"plug": "vm-a"}}
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        yaml.safe_dump({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
-    )
+    rules = {"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]}
     results = []
     for identity in (None, "unchecked", NODE):
         bmcs = tmp_path / "bmcs.yaml"
         given = {**entry, **({"identity": identity} if identity else {})}
         bmcs.write_text(yaml.safe_dump({"nodes": {NODE: given}}))
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(tmp_path),
-            "NODEFENCE_AUTH_DISABLED": "true",
-            "NODEFENCE_POLICY_FILE": str(policy),
-            "NODEFENCE_BMC_INVENTORY": str(bmcs),
-        }
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "nodefence",
-            "check-config",
-            "--offline",
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, err = await asyncio.wait_for(process.communicate(), timeout=120)
-        results.append((process.returncode, err.decode()))
+        checked = check_config(tmp_path, bmcs, rules)
+        results.append((checked.returncode, checked.stderr))
     (code, err), (unchecked, _), (stated, _) = results
     assert code == 2, err
     assert f"node {NODE}: nothing shows which machine fence_listing acts on" in err
