@@ -225,7 +225,7 @@ def start_alertmanager(procs: Processes) -> Starter:
                 raise AssertionError(f"alertmanager exited:\n{tail(process.output())}")
             return am.ready()
 
-        eventually(up, within=30, what=f"alertmanager ready at {am.url}")
+        eventually(up, within=60, what=f"alertmanager ready at {am.url}")
         return am
 
     return start
