@@ -4,6 +4,7 @@ decision read. Kept here so that no test module imports another."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from aiohttp import web
 from pydantic import SecretStr
 
+from nodefence.http.app import run
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
@@ -22,6 +24,8 @@ from nodefence.settings import Settings
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import Receiver, eventually
+
+from .peers import free_port
 
 NODE = "compute01"
 TOKEN = "fence-agent-test-token"
@@ -90,6 +94,37 @@ async def receiver(
             yield Receiver(f"http://127.0.0.1:{port}", TOKEN, pipeline, pipeline.metrics, session)
         finally:
             await runner.cleanup()
+
+
+@asynccontextmanager
+async def serving_probes(
+    cluster: SimulatorHandle, bmcs: Path, namespace: str = "nodefence"
+) -> AsyncIterator[int]:
+    """All of ``nodefence serve`` (its HTTP port yielded), probing the inventory ``bmcs`` every
+    second with the reconcile loop off, until the block ends."""
+    port = free_port()
+    settings = Settings(
+        alert_token=SecretStr("probe-test-token"),
+        namespace=namespace,
+        identity="replica-1",
+        host="127.0.0.1",
+        port=port,
+        bmc_inventory=bmcs,
+        fencing_probe_interval=1,
+        reconcile_interval=0,
+    )
+    metrics = Metrics()
+    policy = parse_policy({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
+    pipeline = await build_pipeline(
+        settings, metrics=metrics, policy=policy, kubeconfig=str(cluster.kubeconfig)
+    )
+    stop = asyncio.Event()
+    serving = asyncio.create_task(run(settings, pipeline, metrics=metrics, stop=stop))
+    try:
+        yield port
+    finally:
+        stop.set()
+        await serving
 
 
 async def kill(cluster: SimulatorHandle, name: str) -> None:

@@ -3,26 +3,18 @@ only, exported as ``nodefence_fencing_ready{node,driver}`` with the time of the 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import aiohttp
 from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
 
 from nodefence.fencing.inventory import load_inventory
 from nodefence.fencing.probe import FencingProbe, ProbeMetrics
-from nodefence.http.app import run
-from nodefence.observability.metrics import Metrics
-from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
-from nodefence.settings import Settings
 from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import eventually
 
 from .agents import AGENT_PASSWORD, two_agents
-from .fence_agent_support import cluster
-from .peers import free_port
+from .fence_agent_support import cluster, serving_probes
 
 __all__ = ["cluster"]
 
@@ -72,48 +64,27 @@ async def test_serve_probes_on_its_own_and_exports_the_result(
     cluster: SimulatorHandle, tmp_path: Path
 ) -> None:
     path, good, _ = two_agents(tmp_path)
-    port = free_port()
-    settings = Settings(
-        alert_token=SecretStr("probe-test-token"),
-        namespace="nodefence",
-        identity="replica-1",
-        host="127.0.0.1",
-        port=port,
-        bmc_inventory=path,
-        fencing_probe_interval=1,
-        reconcile_interval=0,
-    )
-    metrics = Metrics()
-    policy = parse_policy({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
-    pipeline = await build_pipeline(
-        settings, metrics=metrics, policy=policy, kubeconfig=str(cluster.kubeconfig)
-    )
-    stop = asyncio.Event()
-    serving = asyncio.create_task(run(settings, pipeline, metrics=metrics, stop=stop))
+    async with serving_probes(cluster, path) as port:
 
-    async def exported() -> str | None:
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.get(f"http://127.0.0.1:{port}/metrics") as reply,
+        async def exported() -> str | None:
+            try:
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.get(f"http://127.0.0.1:{port}/metrics") as reply,
+                ):
+                    text = await reply.text()
+            except aiohttp.ClientError:
+                return None
+            rounds = [a for a in good.actions() if a == "status"]
+            if (
+                len(rounds) < 2
+                or sample(text, "nodefence_fencing_ready", node="compute02", driver="fence-agent")
+                is None
             ):
-                text = await reply.text()
-        except aiohttp.ClientError:
-            return None
-        rounds = [a for a in good.actions() if a == "status"]
-        if (
-            len(rounds) < 2
-            or sample(text, "nodefence_fencing_ready", node="compute02", driver="fence-agent")
-            is None
-        ):
-            return None
-        return text
+                return None
+            return text
 
-    try:
         text = await eventually(exported, within=60, interval=0.2)
-    finally:
-        stop.set()
-        await serving
     assert sample(text, "nodefence_fencing_ready", driver="fence-agent", node="compute01") == 1
     assert sample(text, "nodefence_fencing_ready", driver="fence-agent", node="compute02") == 0
     assert set(good.actions()) == {"status"}

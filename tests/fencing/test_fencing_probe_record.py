@@ -25,7 +25,6 @@ from nodefence.fencing import probe_record
 from nodefence.fencing.check import NodeCheck
 from nodefence.fencing.inventory import load_inventory
 from nodefence.fencing.probe import FencingProbe, ProbeMetrics, fencing_probe_for
-from nodefence.http.app import run
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
@@ -36,7 +35,7 @@ from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import eventually
 
 from .agents import AGENT_PASSWORD, two_agents
-from .peers import free_port
+from .fence_agent_support import serving_probes
 
 NAMESPACE = "nodefence"
 PROBES = probe_record.CONFIGMAP
@@ -343,32 +342,14 @@ async def test_serve_records_its_rounds_and_status_shows_them(
     ahead: SimulatorHandle, tmp_path: Path
 ) -> None:
     path, _, _ = two_agents(tmp_path)
-    port = free_port()
-    settings = Settings(
-        alert_token=SecretStr("probe-test-token"),
-        namespace=NAMESPACE,
-        identity="replica-1",
-        host="127.0.0.1",
-        port=port,
-        bmc_inventory=path,
-        fencing_probe_interval=1,
-        reconcile_interval=0,
-    )
-    metrics = Metrics()
-    policy = parse_policy({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
-    pipeline = await build_pipeline(
-        settings, metrics=metrics, policy=policy, kubeconfig=str(ahead.kubeconfig)
-    )
-    stop = asyncio.Event()
-    serving = asyncio.create_task(run(settings, pipeline, metrics=metrics, stop=stop))
+    async with serving_probes(ahead, path, NAMESPACE):
 
-    async def recorded() -> dict[str, Any] | None:
-        configmap = await stored(ahead)
-        if configmap is None or set(configmap.get("data") or {}) != {"compute01", "compute02"}:
-            return None
-        return configmap
+        async def recorded() -> dict[str, Any] | None:
+            configmap = await stored(ahead)
+            if configmap is None or set(configmap.get("data") or {}) != {"compute01", "compute02"}:
+                return None
+            return configmap
 
-    try:
         await eventually(recorded, within=60, interval=0.2)
         (policy_file := tmp_path / "policy.yaml").write_text(
             yaml.safe_dump({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
@@ -397,10 +378,6 @@ async def test_serve_records_its_rounds_and_status_shows_them(
             out, err = await asyncio.wait_for(process.communicate(), timeout=120)
             assert process.returncode == 0, err.decode()
             reports.append(out.decode())
-    finally:
-        stop.set()
-        await serving
-        await pipeline.close()
     probes = json.loads(reports[0])["fencingProbes"]
     nodes = {n["node"]: n for n in probes["nodes"]}
     assert nodes["compute01"]["state"] == "on"
