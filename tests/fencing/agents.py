@@ -72,16 +72,11 @@ sys.exit(1)
 """
 
 
-@dataclass
-class ScriptedAgent:
-    path: Path
-    state: Path
-    log: Path
-    release: Path
+class RunLog:
+    """What a test agent logged of its runs, one JSON object a line: every test agent keeps one
+    so that a test can check what nodefence asked it."""
 
-    @property
-    def power(self) -> str:
-        return self.state.read_text().strip()
+    log: Path
 
     def runs(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -90,6 +85,18 @@ class ScriptedAgent:
 
     def actions(self) -> list[str]:
         return [run["action"] for run in self.runs()]
+
+
+@dataclass
+class ScriptedAgent(RunLog):
+    path: Path
+    state: Path
+    log: Path
+    release: Path
+
+    @property
+    def power(self) -> str:
+        return self.state.read_text().strip()
 
     def parameters(self, **extra: str) -> dict[str, str]:
         return {"ip": "192.0.2.10", "username": "fencer", "password": AGENT_PASSWORD, **extra}

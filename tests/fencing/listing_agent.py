@@ -5,11 +5,11 @@ environment and whether the password arrived) so that a test can check what node
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from .agents import RunLog
 
 LIST_PASSWORD = "list-agent-Pa55-s3cret"
 
@@ -53,21 +53,13 @@ sys.exit(1)
 
 
 @dataclass
-class ListingAgent:
+class ListingAgent(RunLog):
     path: Path
     states: Path
     log: Path
 
     def power(self, plug: str) -> str:
         return (self.states / plug).read_text().strip()
-
-    def runs(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
-
-    def actions(self) -> list[str]:
-        return [run["action"] for run in self.runs()]
 
     def parameters(self, plug: str) -> dict[str, str]:
         return {"ip": "192.0.2.40", "username": "fencer", "password": LIST_PASSWORD, "plug": plug}
