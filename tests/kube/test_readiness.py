@@ -9,7 +9,6 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodefence.engine import guards
 from nodefence.engine.model import OUT_OF_SERVICE_KEY, Condition
 from nodefence.engine.readiness import (
     is_ready,
@@ -75,7 +74,7 @@ def test_the_index_the_converter_and_the_oracle_agree(node: dict[str, Any]) -> N
     facts = node_facts(node)
     summary = summarize(node)
     counted = cluster_facts([node])
-    assert summary.ready == node_is_ready(facts) == json_is_ready(node) == guards.is_ready(facts)
+    assert summary.ready == node_is_ready(facts) == json_is_ready(node)
     assert summary.ready == bool(counted.ready_nodes)
     assert summary.takes_workloads == node_takes_workloads(facts)
     assert summary.takes_workloads == bool(counted.schedulable_ready)

@@ -25,6 +25,7 @@ from nodefence.engine import (
     machine,
     mirror,
     orphans,
+    readiness,
     reboot,
 )
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
@@ -298,7 +299,9 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
         return record.finish(Verdict.NOOP)
     fallback = next((r for r in policy.rules if selector_matches(r, node)), None)
     rule = _governing_rule(policy, entry, fallback, record)
-    asked = escalation.awaits_person(entry, node, facts, record.now) and not guards.is_ready(node)
+    asked = escalation.awaits_person(entry, node, facts, record.now) and not (
+        readiness.node_is_ready(node)
+    )
     half = _half_written(record, node, entry, "no firing alert asks for it any more", asked=asked)
     if half is not None:
         return half
@@ -306,7 +309,7 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
     if held_taint is not None:
         return held_taint
     _fenced_since(record, entry)
-    if guards.is_ready(node):
+    if readiness.node_is_ready(node):
         return machine.noted(_unfence(record, facts, node, entry, rule), facts, policy)
     return machine.noted(_purge_leftovers(record, facts, node, entry, rule), facts, policy)
 
@@ -792,7 +795,7 @@ def _unfence(
     cond = node.ready
     first_sight = (
         cond is not None
-        and cond.status == "True"
+        and readiness.is_ready(cond)
         and (entry.ready_seen_at is None or entry.ready_transition != cond.last_transition)
     )
     if first_sight and checks[0].passed and cond is not None:

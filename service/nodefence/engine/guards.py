@@ -64,11 +64,6 @@ def _percent(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
 
 
-def is_ready(node: NodeFacts) -> bool:
-    """Kept for the decision's callers; the one definition is ``engine.readiness``."""
-    return node_is_ready(node)
-
-
 def ready_is_not_true(node: NodeFacts) -> Reason:
     """S1: a node that reports Ready is alive; fencing it would let its volumes attach twice."""
     cond = node.ready
