@@ -45,7 +45,7 @@ APPROVAL_KEY = "approval-" + secrets.token_hex(8)
 POLICY = {"rules": [{"name": "ask", "approval": "slack"}]}
 
 
-async def eventually(probe: Callable[[], Any], *, within: float = 15.0) -> Any:
+async def eventually(probe: Callable[[], Any], *, within: float = 60.0) -> Any:
     """Poll until ``probe`` returns something truthy; fail with its last value at the deadline."""
     deadline = time.monotonic() + within
     while True:
