@@ -206,18 +206,19 @@ class _Token(Enum):
 _LITERALS = {t.value: t for t in _Token if t not in (_Token.ERROR, _Token.END, _Token.IDENTIFIER)}
 _SPECIAL = frozenset("=!(),><")
 _WHITESPACE = frozenset(" \t\r\n")
+_WORD_ENDS = _SPECIAL | _WHITESPACE | {"\x00"}
 
 
 def _lex(text: str) -> list[tuple[_Token, str]]:
-    """The whole input as tokens, ending in END. A NUL ends the input, as it does for the
-    real lexer, which reads a zero byte as the end of the string."""
-    text = text.split("\x00", 1)[0]
+    """The whole input as tokens, ending in END. The real lexer reads a NUL as it reads the end
+    of the string: where a token would start it ends the input, and it ends (and is swallowed
+    by) a word or operator it follows."""
     items: list[tuple[_Token, str]] = []
     pos = 0
     while True:
         while pos < len(text) and text[pos] in _WHITESPACE:
             pos += 1
-        if pos >= len(text):
+        if pos >= len(text) or text[pos] == "\x00":
             items.append((_Token.END, ""))
             return items
         if text[pos] in _SPECIAL:
@@ -237,16 +238,17 @@ def _lex(text: str) -> list[tuple[_Token, str]]:
             else:
                 items.append(found)
                 pos += len(found[1])
+            pos += text.startswith("\x00", pos)
             continue
         end = pos
-        while end < len(text) and text[end] not in _SPECIAL and text[end] not in _WHITESPACE:
+        while end < len(text) and text[end] not in _WORD_ENDS:
             end += 1
         word = text[pos:end]
         keyword = _LITERALS.get(word)
         items.append(
             (keyword, word) if keyword in (_Token.IN, _Token.NOT_IN) else (_Token.IDENTIFIER, word)
         )
-        pos = end
+        pos = end + text.startswith("\x00", end)
 
 
 # -------------------------------------------------------------------------------- parser

@@ -66,6 +66,8 @@ PARSED = [
         (("a", Operator.IN, ("in", "notin", "x", "y", "z")),),
     ),
     ("notin=in", (("notin", Operator.EQUALS, ("in",)),)),
+    # The lexer reads a NUL as the end of the string where a token would start.
+    ("a \x00b=c", (("a", Operator.EXISTS, ()),)),
 ]
 
 # From the same tests (TestSelectorParse, TestSetSelectorParser), each with the server's words.
@@ -86,6 +88,8 @@ REFUSED = [
     ("(", "found '(', expected: !, identifier, or 'end of string'"),
     ("x in a", "found 'a' expected: '('"),
     ("x=(a,b)", "found '(', expected: identifier"),
+    # ... and a NUL right after a word ends that word: "b" is then where an operator belongs.
+    ("a\x00b", "found 'b', expected: in, notin, =, ==, !=, gt, lt"),
     # Keys and values are validated as the API server validates labels.
     ("-x", 'Invalid value: "-x": name part must consist of alphanumeric characters'),
     ("Example.COM/x", 'Invalid value: "Example.COM/x": prefix part a lowercase RFC 1123'),
