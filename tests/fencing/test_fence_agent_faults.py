@@ -65,7 +65,7 @@ async def test_power_on_is_read_back_on(tmp_path: Path) -> None:
 
 async def test_powered_off_printed_while_status_stays_on_is_no_proof(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "lies")
-    reading = await driver(agent).power_off(timeout=6)
+    reading = await driver(agent).power_off(timeout=12)
     assert reading.state == "unknown"
     assert "status still reports Status: ON" in reading.detail
     assert "Success: Powered OFF" in reading.detail  # what the agent claimed, for the record
@@ -76,7 +76,7 @@ async def test_powered_off_printed_while_status_stays_on_is_no_proof(tmp_path: P
 
 async def test_an_off_action_exiting_2_is_not_taken_for_off(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "off-exits-2")
-    reading = await driver(agent).power_off(timeout=6)
+    reading = await driver(agent).power_off(timeout=15)
     assert reading.state == "unknown"
     assert "off exited 2" in reading.detail
     assert "Status: ON" in reading.detail
@@ -93,7 +93,7 @@ async def test_garbage_and_an_undefined_exit_code_from_status_are_unknown(
     # The agent printed the password; the reading carries it masked.
     assert "***" in reading.detail
     no_secret(reading.detail, reading.source)
-    off = await driver(agent).power_off(timeout=5)
+    off = await driver(agent).power_off(timeout=15)
     assert off.state == "unknown"
     assert not off.reset_sent
     assert "off" not in agent.actions()
@@ -102,7 +102,7 @@ async def test_garbage_and_an_undefined_exit_code_from_status_are_unknown(
 async def test_wrong_credentials_are_no_proof_and_send_nothing(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "honest")
     wrong = "not-the-Pa55word"
-    reading = await driver(agent, password=wrong).power_off(timeout=5)
+    reading = await driver(agent, password=wrong).power_off(timeout=15)
     assert reading.state == "unknown"
     assert not reading.reset_sent
     assert "not sent" in reading.detail
@@ -114,7 +114,7 @@ async def test_wrong_credentials_are_no_proof_and_send_nothing(tmp_path: Path) -
 
 async def test_a_hanging_agent_is_killed_with_its_whole_process_group(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "hang")
-    reading = await driver(agent).status(timeout=2)
+    reading = await driver(agent).status(timeout=5)
     assert reading.state == "unknown"
     assert "did not finish in time; killed" in reading.detail
     (run,) = agent.runs()
