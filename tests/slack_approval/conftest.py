@@ -23,15 +23,15 @@ from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
-from nodefence.slack.fake import (
+from nodefence.slack.messages import APPROVE_ACTION_ID
+from nodefence.slack.routes import SLACK, SlackIntegration
+from nodefence_sim.fake_slack import (
     FakeSlack,
     button,
     interaction_body,
     running_fake_slack,
     sign_request,
 )
-from nodefence.slack.messages import APPROVE_ACTION_ID
-from nodefence.slack.routes import SLACK, SlackIntegration
 from nodefence_sim.resources import CONFIGMAPS, NODES, PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator

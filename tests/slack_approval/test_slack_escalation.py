@@ -22,9 +22,9 @@ from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
-from nodefence.slack.fake import running_fake_slack
 from nodefence.slack.messages import REJECT_ACTION_ID
 from nodefence.slack.routes import SLACK
+from nodefence_sim.fake_slack import running_fake_slack
 from nodefence_sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS, EVENTS
 from nodefence_sim.simulation import Simulation

@@ -17,7 +17,7 @@ from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
-from nodefence.slack.fake import running_fake_slack
+from nodefence_sim.fake_slack import running_fake_slack
 from nodefence_sim.resources import PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator

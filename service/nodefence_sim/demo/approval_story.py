@@ -28,14 +28,14 @@ from nodefence.observability.logging import configure_logging
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
-from nodefence.slack.fake import (
+from nodefence.slack.messages import APPROVE_ACTION_ID
+from nodefence_sim.fake_slack import (
     FakeSlack,
     button,
     interaction_body,
     running_fake_slack,
     sign_request,
 )
-from nodefence.slack.messages import APPROVE_ACTION_ID
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
 
