@@ -254,6 +254,13 @@ class ReceiverProcess:
     def alert(self, payload: dict[str, Any]) -> tuple[int, Any]:
         return request(self.url + "/alerts", method="POST", body=payload, token=TOKEN)
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the receiver has used (``/proc/<pid>/stat``)."""
+        assert self.process is not None
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 # The same receiver with the API rate limit and the cached refusals off: every alert read live,
 # nothing held back, as before either existed. The baseline of the before-and-after rows.

@@ -75,9 +75,13 @@ def _run(
         ][0 if skip else 1 :]
         for name, payload, target in cases:
             _load(receiver.url + "/alerts", payload, 200, 10)  # warm-up
+            cpu_before = receiver.cpu_seconds()
             result = _load(receiver.url + "/alerts", payload, count, seconds)
             latencies = list(result["latencies_ms"])  # type: ignore[call-overload]
             rate = len(latencies) / float(result["seconds"])  # type: ignore[arg-type]
+            # The receiver's own CPU per request: what it costs, whatever else shares the
+            # machine (the load generator and other work take the rest of the cores).
+            cpu_us = (receiver.cpu_seconds() - cpu_before) / max(1, len(latencies)) * 1e6
             rows.append(
                 Row(
                     name + label,
@@ -88,8 +92,12 @@ def _run(
                     ("yes" if rate >= target else "NO") if not label else "",
                     f"p50 {median(latencies):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms; "
                     f"{len(latencies)} requests at concurrency {CONCURRENCY}; "
-                    f"statuses {result['statuses']}",
+                    f"statuses {result['statuses']}; receiver CPU {cpu_us:.0f} us/request "
+                    f"(one core: {1e6 / max(cpu_us, 1.0):.0f} req/s)",
                 )
             )
-            print(f"  {name}{label}: {rate:.0f} req/s", flush=True)
+            print(
+                f"  {name}{label}: {rate:.0f} req/s, receiver CPU {cpu_us:.0f} us/request",
+                flush=True,
+            )
     return rows
