@@ -2,9 +2,11 @@
 webhook per dead node, 50 in flight.
 
 The cluster is ``python -m nodefence_sim.scale`` (nodes of realistic size) in its own process,
-``nodefence serve`` in another, probed on ``/readyz`` as a kubelet would (which starts its node
-index); the webhooks come from this process. Each size runs twice, on fresh clusters, in one
-process: the baseline with the API rate limit and the cached refusals off
+built with the outage in it (``--down N --down-since 1200``: the last N kubelets dead 20
+minutes ago, settled once, where a control-API call per dead node settled the whole cluster
+each time), ``nodefence serve`` in another, probed on ``/readyz`` as a kubelet would (which
+starts its node index); the webhooks come from this process. Each size runs twice, on fresh
+clusters, in one process: the baseline with the API rate limit and the cached refusals off
 (``NODEFENCE_API_QPS=0``, ``NODEFENCE_CACHED_REFUSALS=false``: every alert read live, as before
 they existed), then the defaults. Per run:
 
