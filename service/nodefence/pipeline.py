@@ -2,9 +2,10 @@
 
 Both go through the one loop of ``nodefence.shell`` (read a snapshot, decide, commit, on a
 failed precondition read again); this module only says in which order a request takes its
-steps: the external proof before deciding, the approval request, the settle and the reboot's
-power-on after a fence, the VolumeAttachments, and the report last. Events for different nodes
-run concurrently, events for one node in order. The parts are built by ``nodefence.runtime``.
+steps: the external proof before deciding (the approval question is decided by the engine and
+asked by the commit), the settle and the reboot's power-on after a fence, the VolumeAttachments,
+and the report last. Events for different nodes run concurrently, events for one node in order.
+The parts are built by ``nodefence.runtime``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
 import structlog
 
@@ -22,6 +22,7 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_a
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.engine import reboot
 from nodefence.engine import record as fence_record
+from nodefence.engine.approval_ask import decide_asking
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
@@ -37,6 +38,7 @@ from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Fencing, Policy
 from nodefence.shell.active_alerts import judge_active, one_per_node
+from nodefence.shell.approval_requester import ApprovalRequester, report_waiting
 from nodefence.shell.dry_run_power import read_power
 from nodefence.shell.loop import Loop
 from nodefence.shell.proof import ExternalProof
@@ -46,14 +48,6 @@ from nodefence.shell.settle import Settle
 from nodefence.shell.volumes import VolumeRelease
 
 log = structlog.get_logger(__name__)
-
-
-class ApprovalRequester(Protocol):
-    """Asks a person to approve a fence (Slack); the pipeline calls it for ``await-approval``."""
-
-    async def request(self, decision: Decision, snapshot: Snapshot, deadline: Deadline) -> None:
-        """Post the request unless one is already pending; raise ClusterUnavailableError (or a
-        subclass) when the approval channel is down, so the alert is retried."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,15 +161,17 @@ class Pipeline:
             return await self.proof.read(event, snapshot, deadline)
 
         token = self.records.new_token()
+        approvals = self.approvals
 
         def decider(snapshot: Snapshot) -> Decision:
-            return decide(
+            return decide_asking(
                 event,
                 snapshot.facts,
                 self.policy,
                 snapshot.now,
                 approval=approval,
                 own_claim=token,
+                asking_at=approvals.now() if approvals is not None else None,
             )
 
         # Refusals may stand on cached facts; anything that acts is read live (shell.loop).
@@ -198,8 +194,8 @@ class Pipeline:
                 metrics=self.metrics,
                 deadline=deadline,
             )
-        if decision.verdict is Verdict.AWAIT_APPROVAL and self.approvals is not None:
-            await self.approvals.request(decision, first.snapshot, deadline)
+        if approvals is not None:
+            report_waiting(self.metrics, decision, first.snapshot.facts, approvals.now())
         if decision.verdict is Verdict.FENCE and fenced:
             results.extend(
                 await self.settle.run(event.node, decider, deadline, self.options.settle_seconds)

@@ -20,9 +20,10 @@ from nodefence.kube.events import EventRecorder
 from nodefence.kube.facts import FactsReader
 from nodefence.kube.ratelimit import build_limiter
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline import ApprovalRequester, Pipeline, PipelineOptions
+from nodefence.pipeline import Pipeline, PipelineOptions
 from nodefence.policy import Policy, load_policy
 from nodefence.settings import Settings
+from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
 from nodefence.shell.loop import Loop
 from nodefence.shell.power_step import PowerStep
@@ -82,7 +83,8 @@ def assemble_pipeline(
     records = records or record_writer(kube, policy, options)
     reporter = Reporter(metrics, EventRecorder(kube, options.identity), clock, notifier)
     power_step = PowerStep(policy, inventory, records, reporter)
-    loop = Loop(reader, Commit(records, executor, power_step), records, reporter, inventory)
+    commit = Commit(records, executor, power_step, approvals)
+    loop = Loop(reader, commit, records, reporter, inventory)
     return Pipeline(
         kube=kube,
         policy=policy,

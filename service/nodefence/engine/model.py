@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from nodefence.engine.approval_request import Incident
 from nodefence.engine.identity import MachineBinding, Reported
 from nodefence.engine.record import FenceEntry, FenceRecord
 
@@ -350,6 +351,17 @@ class ProofContradictedAction:
     boot_id: str
 
 
+@dataclass(frozen=True)
+class AskApprovalAction:
+    """Ask a person (in Slack) whether to fence ``incident``: decided only when the fence record
+    holds no open question about it (``engine.approval_ask``). The requester claims the question
+    with a record write on the version it read, so of replicas deciding this together one asks."""
+
+    node: str
+    node_uid: str
+    incident: Incident
+
+
 Action = (
     ClaimAction
     | PowerAction
@@ -360,6 +372,7 @@ Action = (
     | ReleaseAction
     | ObserveReadyAction
     | ProofContradictedAction
+    | AskApprovalAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 

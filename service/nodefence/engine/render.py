@@ -6,6 +6,7 @@ from typing import Any
 
 from nodefence.engine.model import (
     Action,
+    AskApprovalAction,
     ClaimAction,
     ConfirmAction,
     Decision,
@@ -95,6 +96,14 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "node_uid": action.node_uid,
             "boot_id": action.boot_id,
         }
+    if isinstance(action, AskApprovalAction):
+        return {
+            "type": "ask-approval",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "fingerprint": action.incident.fingerprint,
+            "not_ready_since": action.incident.not_ready_since,
+        }
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -144,6 +153,8 @@ def _action_line(action: Action) -> str:
             f"record in {CONFIGMAP} that node {action.node}'s power-off proof was false (back "
             f"with boot ID {action.boot_id}) and hold its taint for a person"
         )
+    if isinstance(action, AskApprovalAction):
+        return f"ask in Slack whether to fence node {action.node}"
     return f"remove the out-of-service taint from node {action.node} ({action.effect})"
 
 

@@ -217,6 +217,19 @@ _ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "boot_id": {"type": "string"},
         },
     },
+    "AskApprovalAction": {
+        "type": "object",
+        "description": "Ask a person in Slack whether to fence this incident of the node (the "
+        "fence record holds no open question about it).",
+        "required": ["type", "node", "node_uid", "fingerprint", "not_ready_since"],
+        "properties": {
+            "type": {"const": "ask-approval"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "fingerprint": {"type": "string"},
+            "not_ready_since": {"type": "string"},
+        },
+    },
 }
 
 _DECISION_SCHEMA: dict[str, Any] = {

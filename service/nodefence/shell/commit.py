@@ -24,6 +24,7 @@ from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.model import (
     Action,
+    AskApprovalAction,
     ClaimAction,
     ConfirmAction,
     Decision,
@@ -38,6 +39,7 @@ from nodefence.engine.model import (
 )
 from nodefence.kube.client import Deadline, Json
 from nodefence.kube.facts import Snapshot
+from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.power_step import PowerStep
 
 # Writes that tidy the record rather than act on the node: one that did not go through does
@@ -83,10 +85,17 @@ Step = ActionResult | Committed | None
 
 
 class Commit:
-    def __init__(self, records: RecordWriter, executor: Executor, power_step: PowerStep) -> None:
+    def __init__(
+        self,
+        records: RecordWriter,
+        executor: Executor,
+        power_step: PowerStep,
+        approvals: ApprovalRequester | None = None,
+    ) -> None:
         self.records = records
         self.executor = executor
         self.power_step = power_step
+        self.approvals = approvals
 
     async def __call__(
         self, decision: Decision, snapshot: Snapshot, token: str, deadline: Deadline
@@ -184,6 +193,13 @@ class Commit:
     async def _proof_contradicted(self, action: ProofContradictedAction, at: _Progress) -> Step:
         return await self.records.contradicted(action, at.deadline)
 
+    async def _ask_approval(self, action: AskApprovalAction, at: _Progress) -> Step:
+        if self.approvals is None:
+            return ActionResult(
+                "ask-approval", action.node, Outcome.SKIPPED, "no approval channel is configured"
+            )
+        return await self.approvals.request(action, at.decision, at.snapshot, at.deadline)
+
     async def _roll_back(
         self, claim: ClaimAction, token: str, failed: ActionResult, deadline: Deadline
     ) -> ActionResult:
@@ -226,6 +242,7 @@ HANDLERS: dict[type[Any], Handler] = {
     ReleaseAction: Commit._release,
     ObserveReadyAction: Commit._observe_ready,
     ProofContradictedAction: Commit._proof_contradicted,
+    AskApprovalAction: Commit._ask_approval,
 }
 
 

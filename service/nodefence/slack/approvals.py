@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING
 import structlog
 from pydantic import SecretStr
 
-from nodefence.actions.executor import Outcome
+from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.record import RecordWriter
 from nodefence.engine import approval_request, mirror
 from nodefence.engine import record as fence_record
+from nodefence.engine.approval_ask import question_open
 from nodefence.engine.approval_request import ApprovalRequest, Incident
-from nodefence.engine.model import Approval, Decision
+from nodefence.engine.model import Approval, AskApprovalAction, Decision
 from nodefence.engine.record import FenceRecord
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
@@ -69,13 +70,19 @@ class SlackApprovals:
         self.metrics = metrics
         self.clock = clock
 
-    async def request(self, decision: Decision, snapshot: Snapshot, deadline: Deadline) -> None:
+    def now(self) -> datetime:
+        return self.clock()
+
+    async def request(
+        self, action: AskApprovalAction, decision: Decision, snapshot: Snapshot, deadline: Deadline
+    ) -> ActionResult:
+        """The question the engine decided to ask; the claim judges again, on the record version
+        it writes, whether it is still unasked (another replica may have claimed it since)."""
         facts = snapshot.facts
-        if facts.node is None or snapshot.node is None or decision.node is None:
-            return
-        name = decision.node
+        name, incident = action.node, action.incident
+        if snapshot.node is None:
+            return ActionResult("ask-approval", name, Outcome.SKIPPED, "the node was not read")
         now = self.clock()
-        incident = Incident.of(facts.node, decision.fingerprint)
         asked = ApprovalRequest(
             node=name,
             incident=incident,
@@ -88,9 +95,7 @@ class SlackApprovals:
         def claim(record: FenceRecord, at: datetime) -> FenceRecord | None:
             current = record.approval(name)
             seen.append(current)
-            if current is not None and (
-                current.pending(incident, now) or current.rejected(incident)
-            ):
+            if question_open(current, incident, now):
                 return None
             return fence_record.prune_approvals(fence_record.with_approval(record, asked), at)
 
@@ -103,7 +108,9 @@ class SlackApprovals:
             )
         if claimed.outcome is not Outcome.DONE:
             self._waiting(name, previous, now)
-            return
+            return ActionResult(
+                "ask-approval", name, Outcome.SKIPPED, "the question is already out"
+            )
         await self._show(name, snapshot.node, approval_request.mirror_text(asked), deadline)
         expires = asked.expires_at or now
         text, blocks = messages.request_message(
@@ -139,6 +146,7 @@ class SlackApprovals:
             self.metrics.approval_waiting(name, 0.0)
         if previous is not None and previous.posted:
             await self._mark_expired(name, previous.channel, previous.ts)
+        return ActionResult("ask-approval", name, Outcome.DONE, f"asked in {posted.channel}")
 
     def _value(
         self, decision: Decision, incident: Incident, action: tokens.Action, expires: datetime
