@@ -80,9 +80,7 @@ FORMER_APPROVAL_KEYS = tuple(
 )
 
 mirror_keys = st.one_of(
-    st.sampled_from(
-        [*mirror.ALL_KEYS, *FORMER_APPROVAL_KEYS, EXCLUDE_LABEL]
-    ),
+    st.sampled_from([*mirror.ALL_KEYS, *FORMER_APPROVAL_KEYS, EXCLUDE_LABEL]),
     st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).map(PREFIX.__add__),
 )
 mirror_values = st.one_of(
