@@ -29,6 +29,13 @@ CACHED = "cached-facts"
 # cluster counts or the pause switch.
 CACHEABLE = frozenset(
     {
+        # A person's rejection as the fence record holds it, for the incident the index's node
+        # shows: written only by nodefence in its own namespace (S12), never withdrawn (only
+        # dropped long after it expired, or replaced for a new incident), and a NotReady node's
+        # refusal uses a record read about a second ago. A stale index can only match an earlier
+        # outage's rejection: a refusal the reconcile pass revisits. Waiting for or asking a
+        # person (``await-approval``) never stands on the cache: it is decided on live reads.
+        "approval",
         "paused",
         # The node is not in the watch-fed index: no node of that name exists (a name that
         # appeared within the index's delay is not a node that has been dead for minutes).
