@@ -61,7 +61,7 @@ RECONCILE_STATUS = "reconcile"
 
 
 @dataclass
-class _Record:
+class _Draft:
     """The decision being assembled: reasons accumulate in the order the guards ran."""
 
     policy: Policy
@@ -119,7 +119,7 @@ def _exact(node: NodeFacts, entry: FenceEntry) -> bool:
     return taint_authorship(node, entry).ours
 
 
-def _foreign(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision:
+def _foreign(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision:
     """A taint appeared while the entry was only claimed and nodefence did not write it: the
     claim is let go and the taint is left to whoever applied it (never confirmed, purged under
     or removed)."""
@@ -131,56 +131,56 @@ def _foreign(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision:
         else ""
     )
     return _let_go(
-        record, entry, f"someone else's out-of-service taint is on the node ({why}){sent}"
+        draft, entry, f"someone else's out-of-service taint is on the node ({why}){sent}"
     )
 
 
-def _paused(record: _Record, facts: Facts) -> Decision | None:
-    if record.policy.paused:
-        record.add("paused", False, "nodefence is paused by the policy; nothing is done")
-        return record.finish(Verdict.SKIP)
+def _paused(draft: _Draft, facts: Facts) -> Decision | None:
+    if draft.policy.paused:
+        draft.add("paused", False, "nodefence is paused by the policy; nothing is done")
+        return draft.finish(Verdict.SKIP)
     if facts.cluster.paused_reason:
-        record.add("paused", False, f"nodefence is paused: {facts.cluster.paused_reason}")
-        return record.finish(Verdict.SKIP)
+        draft.add("paused", False, f"nodefence is paused: {facts.cluster.paused_reason}")
+        return draft.finish(Verdict.SKIP)
     return None
 
 
 def _common_preamble(
-    record: _Record, facts: Facts, node_name: str
+    draft: _Draft, facts: Facts, node_name: str
 ) -> tuple[NodeFacts, FenceEntry | None] | Decision:
     """Checks shared by every entry point: pause, node existence, exclusion, node identity."""
-    paused = _paused(record, facts)
+    paused = _paused(draft, facts)
     if paused is not None:
-        stopped = _stop_claim(record, facts.node, facts.record.entry(node_name), "paused")
+        stopped = _stop_claim(draft, facts.node, facts.record.entry(node_name), "paused")
         return stopped or paused
     node = facts.node
     entry = facts.record.entry(node_name)
     if node is None:
-        record.add("node-found", False, f"node {node_name} does not exist in the cluster")
+        draft.add("node-found", False, f"node {node_name} does not exist in the cluster")
         if entry is not None:
-            return _let_go(record, entry, "the node no longer exists")
-        return record.finish(Verdict.SKIP)
+            return _let_go(draft, entry, "the node no longer exists")
+        return draft.finish(Verdict.SKIP)
     if node.name != node_name:
-        record.add("node-found", False, f"facts describe node {node.name}, not {node_name}")
-        return record.finish(Verdict.SKIP)
-    record.node = node.name
+        draft.add("node-found", False, f"facts describe node {node.name}, not {node_name}")
+        return draft.finish(Verdict.SKIP)
+    draft.node = node.name
     if entry is not None and entry.uid != node.uid:
-        record.add(
+        draft.add(
             "node-identity",
             True,
             f"the fence record's entry was written for node UID {entry.uid}, but this node is "
             f"UID {node.uid} (re-created under the same name); the old entry is let go",
         )
-        return _let_go(record, entry, "the node was re-created under the same name")
+        return _let_go(draft, entry, "the node was re-created under the same name")
     if _excluded(node):
-        record.add("exclusion", False, f"node {node.name} is excluded ({EXCLUDE_LABEL}=true)")
-        stopped = _stop_claim(record, node, entry, f"node {node.name} was excluded")
-        return stopped or record.finish(Verdict.SKIP)
+        draft.add("exclusion", False, f"node {node.name} is excluded ({EXCLUDE_LABEL}=true)")
+        stopped = _stop_claim(draft, node, entry, f"node {node.name} was excluded")
+        return stopped or draft.finish(Verdict.SKIP)
     return node, entry
 
 
 def _stop_claim(
-    record: _Record, node: NodeFacts | None, entry: FenceEntry | None, why: str
+    draft: _Draft, node: NodeFacts | None, entry: FenceEntry | None, why: str
 ) -> Decision | None:
     """Exclusion or pause in the middle of a fence: what nodefence started is rolled back (the
     claim released, its budget slot freed) and the release says what was done to the machine.
@@ -201,37 +201,37 @@ def _stop_claim(
             f"a power-off was sent at {instant(entry.power_off_sent_at)} and the machine was "
             "never read back as Off: it may be running or off; check it"
         )
-    return _let_go(record, entry, f"the fence in progress was stopped ({why}); {machine_state}")
+    return _let_go(draft, entry, f"the fence in progress was stopped ({why}); {machine_state}")
 
 
-def _let_go(record: _Record, entry: FenceEntry, why: str) -> Decision:
+def _let_go(draft: _Draft, entry: FenceEntry, why: str) -> Decision:
     """Free the entry's budget slot without touching the node: housekeeping after which the
     caller reads and decides again. A claim whose taint never came is not remembered as a
     release (nothing was released that the flap guard should count)."""
-    record.add("ownership", True, f"nodefence lets go of its fence of {entry.node}: {why}")
+    draft.add("ownership", True, f"nodefence lets go of its fence of {entry.node}: {why}")
     claimed = entry.phase is Phase.CLAIMED
     claim = entry.claimed_by if claimed else ""
-    return record.finish(
+    return draft.finish(
         Verdict.NOOP, (ReleaseAction(entry.node, entry.uid, why, claim, remember=not claimed),)
     )
 
 
 def _governing_rule(
-    policy: Policy, entry: FenceEntry, fallback: Rule | None, record: _Record
+    policy: Policy, entry: FenceEntry, fallback: Rule | None, draft: _Draft
 ) -> Rule:
     """The rule that fenced the node also governs its release, so a later alert with other
     labels cannot loosen the conditions; defaults apply if that rule left the policy."""
     named = policy.rule_named(entry.rule)
     if named is not None:
-        record.add("rule", True, f"rule {named.name!r} fenced this node and governs its release")
+        draft.add("rule", True, f"rule {named.name!r} fenced this node and governs its release")
         chosen = named
     elif fallback is not None:
-        record.add("rule", True, f"rule {fallback.name!r} matches")
+        draft.add("rule", True, f"rule {fallback.name!r} matches")
         chosen = fallback
     else:
-        record.add("rule", True, "no rule matches any more; the built-in defaults apply")
+        draft.add("rule", True, "no rule matches any more; the built-in defaults apply")
         chosen = Rule(name="built-in defaults")
-    record.rule = chosen.name
+    draft.rule = chosen.name
     return chosen
 
 
@@ -246,78 +246,76 @@ def decide(
 ) -> Decision:
     """``own_claim`` names the claim the calling request wrote itself, if any: that one it may
     roll back at once when the guards no longer pass."""
-    record = _Record(
-        policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock
-    )
+    draft = _Draft(policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock)
     if event.alertname not in policy.alerts.names:
-        record.add(
+        draft.add(
             "alert",
             False,
             f"alert {event.alertname} is not handled (handled: {', '.join(policy.alerts.names)})",
         )
-        return record.finish(Verdict.SKIP)
+        return draft.finish(Verdict.SKIP)
     node_name = event.node or node_from_labels(event.labels, policy.alerts.node_labels)
     if not node_name:
-        record.add(
+        draft.add(
             "node-label",
             False,
             f"the alert has none of the node labels {', '.join(policy.alerts.node_labels)}",
         )
-        return record.finish(Verdict.SKIP)
-    record.node = node_name
-    prepared = _common_preamble(record, facts, node_name)
+        return draft.finish(Verdict.SKIP)
+    draft.node = node_name
+    prepared = _common_preamble(draft, facts, node_name)
     if isinstance(prepared, Decision):
         return prepared
     node, entry = prepared
     if event.status == AlertStatus.RESOLVED:
-        return machine.noted(_resolved(record, event, facts, node, entry), facts, policy)
-    decided = _firing(record, event, facts, node, entry, approval=approval, own_claim=own_claim)
+        return machine.noted(_resolved(draft, event, facts, node, entry), facts, policy)
+    decided = _firing(draft, event, facts, node, entry, approval=approval, own_claim=own_claim)
     return machine.noted(decided, facts, policy)
 
 
 def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:
     """Finish what lost or failed deliveries left on a node the fence record holds."""
-    record = _Record(policy, now, "", "", RECONCILE_STATUS, facts.clock)
-    record.node = node_name
+    draft = _Draft(policy, now, "", "", RECONCILE_STATUS, facts.clock)
+    draft.node = node_name
     held = facts.record.entry(node_name)
     if held is not None:
-        record.alertname = held.alertname
-        record.fingerprint = held.fingerprint
-    prepared = _common_preamble(record, facts, node_name)
+        draft.alertname = held.alertname
+        draft.fingerprint = held.fingerprint
+    prepared = _common_preamble(draft, facts, node_name)
     if isinstance(prepared, Decision):
         return prepared
     node, entry = prepared
     if entry is None and orphans.is_orphan(node, facts):
         orphan = orphans.judge(node, facts)
-        record.add(orphans.RECORD, orphan.adopted, orphan.message)
+        draft.add(orphans.RECORD, orphan.adopted, orphan.message)
         if orphan.claim is None:
-            _not_ours(record, node)
-            return record.finish(Verdict.NOOP)
-        return record.finish(Verdict.NOOP, (orphan.claim,))
+            _not_ours(draft, node)
+            return draft.finish(Verdict.NOOP)
+        return draft.finish(Verdict.NOOP, (orphan.claim,))
     if entry is None:
-        _not_ours(record, node)
-        return record.finish(Verdict.NOOP)
+        _not_ours(draft, node)
+        return draft.finish(Verdict.NOOP)
     fallback = next((r for r in policy.rules if selector_matches(r, node)), None)
-    rule = _governing_rule(policy, entry, fallback, record)
-    asked = escalation.awaits_person(entry, node, facts, record.now) and not (
+    rule = _governing_rule(policy, entry, fallback, draft)
+    asked = escalation.awaits_person(entry, node, facts, draft.now) and not (
         readiness.node_is_ready(node)
     )
-    half = _half_written(record, node, entry, "no firing alert asks for it any more", asked=asked)
+    half = _half_written(draft, node, entry, "no firing alert asks for it any more", asked=asked)
     if half is not None:
         return half
-    held_taint = _held_taint(record, node, entry)
+    held_taint = _held_taint(draft, node, entry)
     if held_taint is not None:
         return held_taint
-    _fenced_since(record, entry)
+    _fenced_since(draft, entry)
     if readiness.node_is_ready(node):
-        return machine.noted(_unfence(record, facts, node, entry, rule), facts, policy)
-    return machine.noted(_purge_leftovers(record, facts, node, entry, rule), facts, policy)
+        return machine.noted(_unfence(draft, facts, node, entry, rule), facts, policy)
+    return machine.noted(_purge_leftovers(draft, facts, node, entry, rule), facts, policy)
 
 
-def _not_ours(record: _Record, node: NodeFacts) -> None:
+def _not_ours(draft: _Draft, node: NodeFacts) -> None:
     taint = node.out_of_service_taint
     if taint is not None:
-        record.add(
+        draft.add(
             "ownership",
             False,
             f"the out-of-service taint ({taint.value}:{taint.effect}) on node {node.name} is not "
@@ -325,25 +323,25 @@ def _not_ours(record: _Record, node: NodeFacts) -> None:
         )
     # With no taint at all there is nothing to refuse (a duplicate resolve after an unfence
     # lands here): a quiet no-op, not a refusal Event on the node.
-    record.add("ownership", taint is None, "nodefence has not fenced this node; nothing to undo")
+    draft.add("ownership", taint is None, "nodefence has not fenced this node; nothing to undo")
 
 
-def _fenced_since(record: _Record, entry: FenceEntry) -> None:
+def _fenced_since(draft: _Draft, entry: FenceEntry) -> None:
     when = entry.fenced_at or entry.claimed_at
-    record.add("ownership", True, f"nodefence fenced this node at {instant(when)}")
+    draft.add("ownership", True, f"nodefence fenced this node at {instant(when)}")
 
 
-def _claim_fresh(record: _Record, entry: FenceEntry) -> bool:
+def _claim_fresh(draft: _Draft, entry: FenceEntry) -> bool:
     """A claim's age is known only on the API server's clock: on any other it is never judged
     stale, since rolling back a claim another replica is still completing frees its slot."""
-    if record.clock != API_SERVER_CLOCK:
+    if draft.clock != API_SERVER_CLOCK:
         return True
-    timeout = record.policy.cluster.claim_timeout_seconds
-    return record.now - entry.claimed_at < timedelta(seconds=timeout)
+    timeout = draft.policy.cluster.claim_timeout_seconds
+    return draft.now - entry.claimed_at < timedelta(seconds=timeout)
 
 
 def _half_written(
-    record: _Record, node: NodeFacts, entry: FenceEntry, why_not_finish: str, *, asked: bool = False
+    draft: _Draft, node: NodeFacts, entry: FenceEntry, why_not_finish: str, *, asked: bool = False
 ) -> Decision | None:
     """A claimed entry whose taint is not (yet) on the node. While the claim is young another
     request is probably fencing right now; once it is older than the claim timeout (API server
@@ -353,28 +351,28 @@ def _half_written(
     if entry.phase is not Phase.CLAIMED or _exact(node, entry):
         return None
     if node.out_of_service_taint is not None:
-        return _foreign(record, node, entry)
+        return _foreign(draft, node, entry)
     claimed = f"claimed by {entry.claimed_by or 'a replica'} at {instant(entry.claimed_at)}"
-    if _claim_fresh(record, entry) or asked:
+    if _claim_fresh(draft, entry) or asked:
         waits = "; its power-off was sent and a person is asked in Slack" if asked else ""
-        record.add(
+        draft.add(
             "fence-in-progress",
             False,
             f"a fence of node {node.name} is in progress ({claimed}{waits}); not started twice",
         )
-        return record.finish(Verdict.NOOP)
-    return _let_go(record, entry, f"half-written fence rolled back ({claimed}; {why_not_finish})")
+        return draft.finish(Verdict.NOOP)
+    return _let_go(draft, entry, f"half-written fence rolled back ({claimed}; {why_not_finish})")
 
 
-def _held_taint(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision | None:
+def _held_taint(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision | None:
     """For an entry that should have its taint on the node: None when the taint is exactly
     nodefence's; otherwise nodefence lets go of the entry and leaves the node as it is."""
     taint = node.out_of_service_taint
     if taint is None:
-        return _let_go(record, entry, "its out-of-service taint was removed by someone else")
+        return _let_go(draft, entry, "its out-of-service taint was removed by someone else")
     if not _exact(node, entry):
         return _let_go(
-            record,
+            draft,
             entry,
             f"the out-of-service taint is now {taint.value or '(no value)'}:{taint.effect}, not "
             f"the one nodefence applied ({taint_authorship(node, entry).why}): someone took it "
@@ -384,7 +382,7 @@ def _held_taint(record: _Record, node: NodeFacts, entry: FenceEntry) -> Decision
 
 
 def _firing(
-    record: _Record,
+    draft: _Draft,
     event: AlertEvent,
     facts: Facts,
     node: NodeFacts,
@@ -393,24 +391,24 @@ def _firing(
     approval: Approval | None,
     own_claim: str,
 ) -> Decision:
-    policy = record.policy
+    policy = draft.policy
     rule = match_rule(policy, event, node)
     if rule is None:
-        record.add("rule", False, f"no policy rule matches alert {event.alertname} on this node")
-        return record.finish(Verdict.SKIP)
-    record.rule = rule.name
-    record.add("rule", True, f"rule {rule.name!r} matches")
+        draft.add("rule", False, f"no policy rule matches alert {event.alertname} on this node")
+        return draft.finish(Verdict.SKIP)
+    draft.rule = rule.name
+    draft.add("rule", True, f"rule {rule.name!r} matches")
 
     pending: FenceEntry | None = None
     if entry is not None:
         governing = policy.rule_named(entry.rule)
         if governing is not None and governing is not rule:
-            record.add("rule", True, f"rule {governing.name!r} fenced this node and governs it")
-            record.rule = governing.name
+            draft.add("rule", True, f"rule {governing.name!r} fenced this node and governs it")
+            draft.rule = governing.name
         if entry.phase is Phase.CLAIMED and not _exact(node, entry):
             if node.out_of_service_taint is not None:
-                return _foreign(record, node, entry)
-            record.add(
+                return _foreign(draft, node, entry)
+            draft.add(
                 "fence-in-progress",
                 True,
                 f"a fence was claimed at {instant(entry.claimed_at)} by "
@@ -419,13 +417,13 @@ def _firing(
             )
             pending = entry
         else:
-            held = _held_taint(record, node, entry)
+            held = _held_taint(draft, node, entry)
             if held is not None:
                 return held
-            _fenced_since(record, entry)
-            return _purge_leftovers(record, facts, node, entry, governing or rule)
+            _fenced_since(draft, entry)
+            return _purge_leftovers(draft, facts, node, entry, governing or rule)
     return _fresh(
-        record, event, facts, node, rule, approval=approval, pending=pending, own_claim=own_claim
+        draft, event, facts, node, rule, approval=approval, pending=pending, own_claim=own_claim
     )
 
 
@@ -451,7 +449,7 @@ def _proof_text(facts: Facts, rule: Rule, approved: Approval | None) -> str:
 
 
 def _power_step(
-    record: _Record, node: NodeFacts, rule: Rule, pending: FenceEntry | None
+    draft: _Draft, node: NodeFacts, rule: Rule, pending: FenceEntry | None
 ) -> PowerAction:
     fencing = rule.fencing
     assert fencing is not None
@@ -467,7 +465,7 @@ def _power_step(
             f"read the machine's power state (power-off already sent at "
             f"{instant(pending.power_off_sent_at)}; never sent twice)"
         )
-    record.add(
+    draft.add(
         guards.POWER_OFF,
         True,
         f"proof comes from the BMC ({fencing.driver}): every other guard passed, so nodefence "
@@ -479,7 +477,7 @@ def _power_step(
 
 
 def _fresh(
-    record: _Record,
+    draft: _Draft,
     event: AlertEvent,
     facts: Facts,
     node: NodeFacts,
@@ -495,17 +493,17 @@ def _fresh(
     made it (``own_claim``) or to anyone once it is older than the claim timeout. While a
     power-off it sent is not yet read back as Off, the claim is kept, so the action is never
     sent again for this incident."""
-    policy = record.policy
-    record.extend(guards.trusted_clock(facts.clock))
-    record.extend(guards.no_foreign_taint(node, ours=False))
+    policy = draft.policy
+    draft.extend(guards.trusted_clock(facts.clock))
+    draft.extend(guards.no_foreign_taint(node, ours=False))
     s1 = guards.ready_is_not_true(node)
-    record.extend(s1)
+    draft.extend(s1)
     if s1.passed:
-        record.extend(guards.not_ready_long_enough(node, facts.lease, rule, record.now))
-    record.extend(
-        guards.lease_is_stale(node, facts.lease, rule, record.now),
+        draft.extend(guards.not_ready_long_enough(node, facts.lease, rule, draft.now))
+    draft.extend(
+        guards.lease_is_stale(node, facts.lease, rule, draft.now),
         guards.no_storm(facts.cluster, policy.cluster),
-        guards.storm_cooled_down(facts.cluster, policy.cluster, record.now),
+        guards.storm_cooled_down(facts.cluster, policy.cluster, draft.now),
         guards.within_fence_budget(
             node, facts.record, policy.cluster, facts.cluster.out_of_service
         ),
@@ -518,41 +516,41 @@ def _fresh(
     by_approval = fencing is None and rule.approval == "slack"
     power = None if ask_bmc else guards.powered_off(node, facts.lease, facts.power, rule)
     if power is not None and not (by_approval and not power.passed):
-        record.extend(power)
+        draft.extend(power)
     if fencing is not None and fencing.powers:
         # S10: the proof must come from this node's machine; judged before the BMC is asked
         # (a target two nodes share) and on what it reported with the proof.
-        record.extend(
+        draft.extend(
             machine.binding_reason(node, facts)
             if facts.power is None
             else machine.bound_to_node(node, facts, facts.power)
         )
-    flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, record.now)
-    record.extend(flap)
+    flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, draft.now)
+    draft.extend(flap)
     if escalation.enabled(rule) and rule.approval != "slack":
         # A person's "no" to an escalation holds for the incident, before any power step.
         requested = facts.record.approval(node.name)
-        said_no = escalation.rejection(node, record.fingerprint, approval, requested)
+        said_no = escalation.rejection(node, draft.fingerprint, approval, requested)
         if said_no is not None:
-            record.add("approval", False, said_no)
+            draft.add("approval", False, said_no)
     failed = escalation.failure(rule, node, facts)
-    blocking_now = {r.guard for r in record.reasons if not r.passed and r.guard != guards.FLAP}
+    blocking_now = {r.guard for r in draft.reasons if not r.passed and r.guard != guards.FLAP}
     if failed is not None and not blocking_now <= escalation.OVERRULED:
         failed = None
     refused: Decision | None = None
     if failed is not None:
         # S10 escalated: this request's power step failed; only a person's approval stands in.
-        record.extend(escalation.escalated(failed))
+        draft.extend(escalation.escalated(failed))
         asked = escalation.asked(rule, node, failed)
-        refused = _approval(record, rule, node, approval, flap, facts=facts, asked=asked)
+        refused = _approval(draft, rule, node, approval, flap, facts=facts, asked=asked)
         if refused is None and approval is not None:
-            record.reasons[:] = escalation.overruled(record.reasons, failed, approval)
-    elif any(not r.passed for r in record.reasons if r.guard != guards.FLAP):
-        refused = record.finish(Verdict.NOOP)
+            draft.reasons[:] = escalation.overruled(draft.reasons, failed, approval)
+    elif any(not r.passed for r in draft.reasons if r.guard != guards.FLAP):
+        refused = draft.finish(Verdict.NOOP)
     elif rule.approval == "slack":
-        refused = _approval(record, rule, node, approval, flap, facts=facts)
+        refused = _approval(draft, rule, node, approval, flap, facts=facts)
     elif not flap.passed:
-        refused = record.finish(Verdict.NOOP)
+        refused = draft.finish(Verdict.NOOP)
     if refused is not None:
         if pending is None:
             return refused
@@ -565,8 +563,8 @@ def _fresh(
         powering = powering and blocking <= {guards.POWER_OFF, machine.IDENTITY, *waiting}
         # An escalation whose power-off went out keeps its claim while a person is asked, however
         # long they take: the answer must never send the power-off again.
-        answering = escalation.awaits_person(pending, node, facts, record.now)
-        fresh = _claim_fresh(record, pending) or (powering and failed is not None) or answering
+        answering = escalation.awaits_person(pending, node, facts, draft.now)
+        fresh = _claim_fresh(draft, pending) or (powering and failed is not None) or answering
         if fresh and (powering or pending.claimed_by != own_claim):
             return refused
         why = f"the claimed fence was rolled back: {refused.summary}"
@@ -578,13 +576,13 @@ def _fresh(
     if failed is not None and approval is not None:
         proof = escalation.proof_text(failed, approval)
     if by_approval and power is not None and not power.passed:
-        record.add(guards.POWER_OFF, True, proof)
+        draft.add(guards.POWER_OFF, True, proof)
     effect = rule.taint_effect
     claim = pending or FenceEntry(
         node=node.name,
         uid=node.uid,
         phase=Phase.CLAIMED,
-        claimed_at=record.now,
+        claimed_at=draft.now,
         rule=rule.name,
         alertname=event.alertname,
         fingerprint=event.fingerprint,
@@ -594,12 +592,12 @@ def _fresh(
         approval=mirror.approval_text(approved) if approved is not None else "",
     )
     if ask_bmc:
-        step = _power_step(record, node, rule, pending)
+        step = _power_step(draft, node, rule, pending)
         claiming: tuple[Action, ...] = ()
         if pending is None:
             claiming = (ClaimAction(claim, facts.record.resource_version),)
-        record.add("verdict", True, f"fencing node {node.name}: proof first")
-        return record.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
+        draft.add("verdict", True, f"fencing node {node.name}: proof first")
+        return draft.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
     approved_by = mirror.approval_text(approved) if approved is not None else ""
     claim = dataclasses.replace(claim, proof=proof, approval=approved_by or claim.approval)
     fence = FenceAction(
@@ -608,12 +606,12 @@ def _fresh(
         node.resource_version,
         claim.effect,
         mirror.fence_annotations(claim),
-        time_added=record.now,
+        time_added=draft.now,
     )
     purges, purge_reason = select_purge(node, facts.pods, rule.purge)
-    record.extend(purge_reason)
+    draft.extend(purge_reason)
     unproven = (guards.NO_PROOF, escalation.NO_PROOF)
-    record.add(
+    draft.add(
         "verdict",
         True,
         f"all guards passed: fencing node {node.name} with the out-of-service taint "
@@ -631,11 +629,11 @@ def _fresh(
             node.name, node.uid, pending.claimed_by, proof=proof, approval=approved_by
         )
         steps = (fence, confirm)
-    return record.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
+    return draft.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
 
 
 def _approval(
-    record: _Record,
+    draft: _Draft,
     rule: Rule,
     node: NodeFacts,
     approval: Approval | None,
@@ -652,48 +650,48 @@ def _approval(
         "" if flap.passed else " (the node may be flapping)"
     )
     requested = facts.record.approval(node.name)
-    rejected = approval_request.rejection_of(requested, node, record.fingerprint)
+    rejected = approval_request.rejection_of(requested, node, draft.fingerprint)
     if rejected is not None:
         # Whatever button is pressed next (a second approver, an old message): a rejection
         # holds for its incident; a new outage is asked again.
         later = f"; the answer from {approval.user} does not undo it" if approval else ""
-        record.add("approval", False, f"fencing was {rejected} for this incident{later}")
-        return record.finish(Verdict.NOOP)
+        draft.add("approval", False, f"fencing was {rejected} for this incident{later}")
+        return draft.finish(Verdict.NOOP)
     if approval is None:
-        when = _asked_when(requested, node, record)
-        record.add("approval", False, f"{asked}; none given yet{when}")
-        return record.finish(Verdict.AWAIT_APPROVAL)
+        when = _asked_when(requested, node, draft)
+        draft.add("approval", False, f"{asked}; none given yet{when}")
+        return draft.finish(Verdict.AWAIT_APPROVAL)
     if approval.node_uid != node.uid:
-        record.add(
+        draft.add(
             "approval",
             False,
             f"{asked}; the answer from {approval.user} was for node UID {approval.node_uid}, "
             f"not this node (UID {node.uid})",
         )
-        return record.finish(Verdict.AWAIT_APPROVAL)
-    age = record.now - approval.at
+        return draft.finish(Verdict.AWAIT_APPROVAL)
+    age = draft.now - approval.at
     if age > timedelta(seconds=rule.approval_timeout_seconds) or age < timedelta(0):
-        record.add(
+        draft.add(
             "approval",
             False,
             f"{asked}; the answer from {approval.user} at {instant(approval.at)} is not within "
             f"the last {duration(rule.approval_timeout_seconds)}",
         )
-        return record.finish(Verdict.AWAIT_APPROVAL)
+        return draft.finish(Verdict.AWAIT_APPROVAL)
     if approval.decision == ApprovalDecision.REJECT:
-        record.add(
+        draft.add(
             "approval", False, f"fencing was rejected by {approval.user} at {instant(approval.at)}"
         )
-        return record.finish(Verdict.NOOP)
-    record.add("approval", True, f"approved by {approval.user} at {instant(approval.at)}")
+        return draft.finish(Verdict.NOOP)
+    draft.add("approval", True, f"approved by {approval.user} at {instant(approval.at)}")
     return None
 
 
 def _asked_when(
-    requested: approval_request.ApprovalRequest | None, node: NodeFacts, record: _Record
+    requested: approval_request.ApprovalRequest | None, node: NodeFacts, draft: _Draft
 ) -> str:
     """When the fence record says this incident's question went out, for the waiting reason."""
-    incident = approval_request.Incident.of(node, record.fingerprint)
+    incident = approval_request.Incident.of(node, draft.fingerprint)
     if requested is None or not requested.posted or requested.incident != incident:
         return ""
     if requested.requested_at is None:
@@ -702,13 +700,13 @@ def _asked_when(
 
 
 def _purge_leftovers(
-    record: _Record, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+    draft: _Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
 ) -> Decision:
     """Purging pods (and releasing volumes) is only safe while the node is still verifiably
     down, so S1 and S2 are checked again even though the node is already fenced."""
     confirm: tuple[Action, ...] = ()
     if entry.phase is Phase.CLAIMED:
-        record.add(
+        draft.add(
             "ownership",
             True,
             "the taint is on but the record entry was never confirmed; it is confirmed now",
@@ -719,11 +717,11 @@ def _purge_leftovers(
     purges, reason = select_purge(node, facts.pods, rule.purge)
     clock = guards.trusted_clock(facts.clock)
     s1 = guards.ready_is_not_true(node)
-    s2 = guards.lease_is_stale(node, facts.lease, rule, record.now)
-    record.extend(clock, s1, s2, reason)
+    s2 = guards.lease_is_stale(node, facts.lease, rule, draft.now)
+    draft.extend(clock, s1, s2, reason)
     if not (clock.passed and s1.passed and s2.passed):
-        record.add("purge", False, "the node shows signs of life; its pods are not purged")
-        return record.finish(Verdict.NOOP, confirm)
+        draft.add("purge", False, "the node shows signs of life; its pods are not purged")
+        return draft.finish(Verdict.NOOP, confirm)
     stays = reboot.left_behind(purges, facts.pods)
     fencing = rule.fencing
     reboots = fencing is not None and fencing.action == "reboot" and fencing.powers
@@ -733,45 +731,45 @@ def _purge_leftovers(
             entry,
             fencing,
             power=facts.power,
-            now=record.now,
+            now=draft.now,
             stays=stays,
             pods=facts.pods,
         )
-        record.add(reboot.REBOOT, step.passed, step.message)
+        draft.add(reboot.REBOOT, step.passed, step.message)
         if step.action is not None:
             verdict = Verdict.PURGE if step.action.send else Verdict.NOOP
-            return record.finish(verdict, (*confirm, step.action), confirmed_down=True)
-        return record.finish(Verdict.NOOP, confirm, confirmed_down=True)
+            return draft.finish(verdict, (*confirm, step.action), confirmed_down=True)
+        return draft.finish(Verdict.NOOP, confirm, confirmed_down=True)
     if not purges:
-        record.add("verdict", True, "already fenced and nothing left to purge")
-        return record.finish(Verdict.NOOP, confirm, confirmed_down=True)
-    return record.finish(Verdict.PURGE, (*confirm, *purges), confirmed_down=True)
+        draft.add("verdict", True, "already fenced and nothing left to purge")
+        return draft.finish(Verdict.NOOP, confirm, confirmed_down=True)
+    return draft.finish(Verdict.PURGE, (*confirm, *purges), confirmed_down=True)
 
 
 def _resolved(
-    record: _Record, event: AlertEvent, facts: Facts, node: NodeFacts, entry: FenceEntry | None
+    draft: _Draft, event: AlertEvent, facts: Facts, node: NodeFacts, entry: FenceEntry | None
 ) -> Decision:
     if entry is None:
-        _not_ours(record, node)
-        return record.finish(Verdict.NOOP)
-    rule = _governing_rule(record.policy, entry, match_rule(record.policy, event, node), record)
-    half = _half_written(record, node, entry, "the alert resolved")
+        _not_ours(draft, node)
+        return draft.finish(Verdict.NOOP)
+    rule = _governing_rule(draft.policy, entry, match_rule(draft.policy, event, node), draft)
+    half = _half_written(draft, node, entry, "the alert resolved")
     if half is not None:
         return half
-    held = _held_taint(record, node, entry)
+    held = _held_taint(draft, node, entry)
     if held is not None:
         return held
-    _fenced_since(record, entry)
-    record.add(
+    _fenced_since(draft, entry)
+    draft.add(
         "alert-resolved",
         True,
         "the alert resolved; that alone is no proof of health, so the node itself is checked",
     )
-    return _unfence(record, facts, node, entry, rule)
+    return _unfence(draft, facts, node, entry, rule)
 
 
 def _unfence(
-    record: _Record, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+    draft: _Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
 ) -> Decision:
     audited = audit.contradiction(node, entry, rule)
     if audited is not None:
@@ -779,19 +777,19 @@ def _unfence(
         # The boot ID needs no clock, so the taint is kept on any; the finding is written down
         # (on the API server's time) only where that clock is known (S11).
         reason, first = audited
-        record.extend(reason)
+        draft.extend(reason)
         hold = ProofContradictedAction(node.name, node.uid, node.boot_id)
-        mark = first and record.clock == API_SERVER_CLOCK
-        return record.finish(Verdict.NOOP, (hold,) if mark else ())
+        mark = first and draft.clock == API_SERVER_CLOCK
+        return draft.finish(Verdict.NOOP, (hold,) if mark else ())
     checks = (
         guards.trusted_clock(facts.clock),
-        guards.healthy_long_enough(node, entry, rule, record.now),
-        guards.lease_is_fresh(node, facts.lease, rule, record.now),
+        guards.healthy_long_enough(node, entry, rule, draft.now),
+        guards.lease_is_fresh(node, facts.lease, rule, draft.now),
         guards.new_boot_id(node, entry, rule),
         guards.no_terminating_pods(node, facts.pods),
         guards.no_attachments_from_before(node, entry, facts.attachments),
     )
-    record.extend(*checks)
+    draft.extend(*checks)
     cond = node.ready
     first_sight = (
         cond is not None
@@ -799,13 +797,13 @@ def _unfence(
         and (entry.ready_seen_at is None or entry.ready_transition != cond.last_transition)
     )
     if first_sight and checks[0].passed and cond is not None:
-        observe = ObserveReadyAction(node.name, node.uid, cond.last_transition, record.now)
-        record.add("verdict", False, "unfence deferred; the healthy delay starts now")
-        return record.finish(Verdict.DEFERRED, (observe,))
+        observe = ObserveReadyAction(node.name, node.uid, cond.last_transition, draft.now)
+        draft.add("verdict", False, "unfence deferred; the healthy delay starts now")
+        return draft.finish(Verdict.DEFERRED, (observe,))
     if not all(c.passed for c in checks):
-        record.add("verdict", False, "unfence deferred; a later reconcile pass checks again")
-        return record.finish(Verdict.DEFERRED)
-    changes = mirror.unfence_annotations(instant(record.now))
+        draft.add("verdict", False, "unfence deferred; a later reconcile pass checks again")
+        return draft.finish(Verdict.DEFERRED)
+    changes = mirror.unfence_annotations(instant(draft.now))
     action = UnfenceAction(
         node=node.name,
         node_uid=node.uid,
@@ -815,5 +813,5 @@ def _unfence(
         remove_annotations=tuple(k for k, v in changes.items() if v is None),
     )
     release = ReleaseAction(node.name, node.uid, "unfenced: the node is healthy again")
-    record.add("verdict", True, f"node {node.name} is healthy again: removing nodefence's taint")
-    return record.finish(Verdict.UNFENCE, (action, release))
+    draft.add("verdict", True, f"node {node.name} is healthy again: removing nodefence's taint")
+    return draft.finish(Verdict.UNFENCE, (action, release))
