@@ -17,7 +17,7 @@ from datetime import datetime
 
 import structlog
 
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.engine import reboot
@@ -73,7 +73,7 @@ class Pipeline:
         options: PipelineOptions,
         clock: Callable[[], datetime],
         reader: FactsReader,
-        records: RecordWriter,
+        records: FenceRecordWriter,
         loop: Loop,
         reporter: Reporter,
         proof: ExternalProof,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from nodefence.actions.executor import Executor
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
@@ -58,9 +58,9 @@ def bmc_inventory(settings: Settings) -> Inventory | None:
         raise ConfigError(str(exc)) from None
 
 
-def record_writer(kube: KubeClient, policy: Policy, options: PipelineOptions) -> RecordWriter:
+def record_writer(kube: KubeClient, policy: Policy, options: PipelineOptions) -> FenceRecordWriter:
     keep = max((r.flap_window_seconds for r in policy.rules), default=0)
-    return RecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
+    return FenceRecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
 
 
 def assemble_pipeline(
@@ -74,7 +74,7 @@ def assemble_pipeline(
     approvals: ApprovalRequester | None = None,
     notifier: FenceNotifier | None = None,
     clock: Callable[[], datetime] = utcnow,
-    records: RecordWriter | None = None,
+    records: FenceRecordWriter | None = None,
 ) -> Pipeline:
     """The shell's parts, each built once and given the parts it works with (``records``: the
     fence record's writer, when the approval requester shares it)."""

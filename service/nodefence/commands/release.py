@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any
 
 from nodefence.actions.executor import Outcome, is_own_taint
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
@@ -291,7 +291,7 @@ async def _finish(
 ) -> dict[str, Any]:
     why = f"released by {by}: {reason.strip()}"
     keep = max((r.flap_window_seconds for r in policy.rules), default=0)
-    writer = RecordWriter(kube, namespace, identity, keep_releases_seconds=keep)
+    writer = FenceRecordWriter(kube, namespace, identity, keep_releases_seconds=keep)
     dropped = await writer.release(ReleaseAction(name, plan.entry.uid, why), deadline)
     if dropped.outcome is Outcome.FAILED:
         raise CommandRefusedError(

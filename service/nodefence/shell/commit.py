@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from nodefence.actions.executor import ActionResult, Executor, Outcome, taint_written
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.model import (
@@ -87,7 +87,7 @@ Step = ActionResult | Committed | None
 class Commit:
     def __init__(
         self,
-        records: RecordWriter,
+        records: FenceRecordWriter,
         executor: Executor,
         power_step: PowerStep,
         approvals: ApprovalRequester | None = None,

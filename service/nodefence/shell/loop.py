@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 
 from nodefence.actions.executor import ActionResult
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.actions.power_binding import bind_machine
-from nodefence.actions.record import RecordWriter
 from nodefence.engine.model import Decision, PowerEvidence
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
@@ -50,7 +50,7 @@ class Loop:
         self,
         reader: FactsReader,
         commit: Commit,
-        records: RecordWriter,
+        records: FenceRecordWriter,
         reporter: Reporter,
         inventory: Inventory | None,
     ) -> None:

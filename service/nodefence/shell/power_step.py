@@ -11,7 +11,7 @@ import dataclasses
 
 from nodefence.actions import power_binding
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine.model import Decision, Facts, PowerAction, PowerEvidence
 from nodefence.engine.record import Phase
 from nodefence.fencing.inventory import Inventory
@@ -29,7 +29,7 @@ class PowerStep:
         self,
         policy: Policy,
         inventory: Inventory | None,
-        records: RecordWriter,
+        records: FenceRecordWriter,
         reporter: Reporter,
     ) -> None:
         self.policy = policy

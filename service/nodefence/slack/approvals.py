@@ -23,7 +23,7 @@ import structlog
 from pydantic import SecretStr
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import approval_request, mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_ask import question_open
@@ -52,7 +52,7 @@ class SlackApprovals:
     def __init__(
         self,
         slack: SlackClient,
-        records: RecordWriter,
+        records: FenceRecordWriter,
         kube: KubeClient,
         *,
         channel: str,

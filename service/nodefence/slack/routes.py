@@ -10,7 +10,7 @@ from datetime import datetime
 
 from aiohttp import web
 
-from nodefence.actions.record import RecordWriter
+from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.errors import ConfigError
 from nodefence.http.problems import Problem
 from nodefence.kube.client import KubeClient
@@ -122,7 +122,7 @@ def slack_parts(
     metrics: Metrics,
     clock: Callable[[], datetime],
     *,
-    records: RecordWriter,
+    records: FenceRecordWriter,
 ) -> SlackParts:
     """The requester and notifier the settings and the policy ask for (after
     ``check_slack_settings``)."""

@@ -37,7 +37,7 @@ def _now(reply: Dated) -> datetime:
     return reply.server_time or datetime.now(UTC)
 
 
-class RecordWriter:
+class FenceRecordWriter:
     def __init__(
         self, kube: KubeClient, namespace: str, identity: str, *, keep_releases_seconds: float
     ) -> None:
