@@ -53,7 +53,7 @@ def test_selector_matching(selector: str, expected: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    "selector", ["tier in (a", "a=b)", "tier=compute,", "=x", "a in ()", "a b"]
+    "selector", ["tier in (a", "a=b)", "tier=compute,", "=x", "a in ()", "a b", "Example.COM/x"]
 )
 def test_invalid_selectors(selector: str) -> None:
     with pytest.raises(SelectorError):

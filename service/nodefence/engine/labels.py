@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-# A qualified key: optional DNS-subdomain prefix and a name of at most 63 characters.
-_PREFIX = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9.]{0,251}[A-Za-z0-9])?/)?"
+# A qualified key: optional DNS-subdomain prefix (lower case, as the API server requires, so a
+# rule cannot name a label no node can carry) and a name of at most 63 characters.
+_PREFIX = r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?"
 _KEY = _PREFIX + r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
 _SET_RE = re.compile(rf"^({_KEY})\s+(in|notin)\s+\(([^()]*)\)$")
