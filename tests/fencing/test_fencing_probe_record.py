@@ -26,6 +26,7 @@ from nodefence.fencing.check import NodeCheck
 from nodefence.fencing.inventory import load_inventory
 from nodefence.fencing.probe import FencingProbe, ProbeMetrics, fencing_probe_for
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
+from nodefence.kube.ratelimit import Priority, RateLimiter
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
@@ -260,6 +261,33 @@ async def test_replicas_keep_the_newer_answer_and_a_conflict_is_merged_again(
     data = entries(configmap)
     assert (data["compute01"]["by"], data["compute01"]["state"]) == ("replica-1", "on")
     assert (data["compute02"]["by"], data["compute02"]["state"]) == ("replica-2", "unknown")
+
+
+async def test_a_round_waits_behind_every_request_that_acts(
+    ahead: SimulatorHandle, tmp_path: Path
+) -> None:
+    """An observation never competes with a fence in progress: the round's reads and its writes
+    (the create and the replace) go at the rate limiter's lowest priority."""
+    path, _, _ = two_agents(tmp_path)
+    limiter = RateLimiter(1000, 1000, keep_order=True)
+    client = KubeClient(await load_api_client(str(ahead.kubeconfig)), limiter=limiter)
+    try:
+        for _round in range(2):
+            written = await probe_record.write_round(
+                client,
+                NAMESPACE,
+                [(NodeCheck("compute01", "fence-agent", "ip=192.0.2.10", "on", 0.1), 0.0)],
+                interval_seconds=900,
+                by="replica-1",
+                inventory=load_inventory(path),
+                deadline=Deadline(30),
+            )
+            assert written is not None
+    finally:
+        await client.close()
+    # A read and a create, then a read and a replace: four requests, none ahead of a fence.
+    assert limiter.stats.order == [Priority.REFUSAL] * 4, limiter.stats.order
+    assert limiter.stats.fence_allowance_used == 0
 
 
 async def stored_direct(kube: KubeClient) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from nodefence.engine.wording import instant
 from nodefence.fencing.check import NodeCheck
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
+from nodefence.kube.ratelimit import Priority, reads_at
 
 log = structlog.get_logger(__name__)
 
@@ -247,7 +248,9 @@ async def write_round(
     written (no server time known, or other replicas kept writing)."""
     secrets = inventory_secrets(inventory)
     for _attempt in range(MAX_ATTEMPTS):
-        current = await _read(kube, namespace, deadline)
+        # An observation: its read and its write wait behind every request that acts.
+        with reads_at(Priority.REFUSAL):
+            current = await _read(kube, namespace, deadline)
         # The read just made anchors the server clock, so every answer's monotonic time maps
         # onto the API server's clock, never this machine's.
         if kube.server_clock.now() is None:
@@ -259,8 +262,10 @@ async def write_round(
         body = _body(namespace, current, data, omitted, by)
         try:
             if current is None:
-                return await kube.create_configmap(namespace, body, deadline)
-            return await kube.replace_configmap(namespace, CONFIGMAP, body, deadline)
+                return await kube.create_configmap(namespace, body, deadline, Priority.REFUSAL)
+            return await kube.replace_configmap(
+                namespace, CONFIGMAP, body, deadline, Priority.REFUSAL
+            )
         except KubeError as exc:
             # 409: another replica wrote (or created) it since the read; merge on its write.
             if exc.status != 409:

@@ -199,13 +199,18 @@ class KubeClient:
         return await self.flights.run(key, lambda: self._dated("get", factory, deadline))
 
     async def _write(
-        self, key: str, verb: str, factory: Callable[[], Awaitable[Any]], deadline: Deadline | None
+        self,
+        key: str,
+        verb: str,
+        factory: Callable[[], Awaitable[Any]],
+        deadline: Deadline | None,
+        priority: Priority | None = None,
     ) -> Dated:
         """A write to the object a shared GET of ``key`` reads: no read that starts after the
         write returns joins a GET sent before it (a caller reads its own writes)."""
         self.flights.forget(key)
         try:
-            return await self._dated(verb, factory, deadline)
+            return await self._dated(verb, factory, deadline, priority)
         finally:
             self.flights.wrote(key)
 
@@ -413,8 +418,13 @@ class KubeClient:
         return await self._watch(path, query, idle_seconds, namespace=namespace)
 
     async def create_configmap(
-        self, namespace: str, configmap: Json, deadline: Deadline | None = None
+        self,
+        namespace: str,
+        configmap: Json,
+        deadline: Deadline | None = None,
+        priority: Priority | None = None,
     ) -> Dated:
+        """``priority`` None: the write of a fence in progress (see ``_dated``)."""
         path = "/api/v1/namespaces/{namespace}/configmaps"
         name = str((configmap.get("metadata") or {}).get("name", ""))
         return await self._write(
@@ -422,17 +432,25 @@ class KubeClient:
             "create",
             lambda: self._send("POST", path, body=configmap, namespace=namespace),
             deadline,
+            priority,
         )
 
     async def replace_configmap(
-        self, namespace: str, name: str, configmap: Json, deadline: Deadline | None = None
+        self,
+        namespace: str,
+        name: str,
+        configmap: Json,
+        deadline: Deadline | None = None,
+        priority: Priority | None = None,
     ) -> Dated:
-        """PUT with the resourceVersion in ``configmap``: 409 if anyone wrote it since."""
+        """PUT with the resourceVersion in ``configmap``: 409 if anyone wrote it since.
+        ``priority`` None: the write of a fence in progress (see ``_dated``)."""
         return await self._write(
             CONFIGMAP.format(namespace=namespace, name=name),
             "update",
             lambda: self._send("PUT", CONFIGMAP, body=configmap, namespace=namespace, name=name),
             deadline,
+            priority,
         )
 
     async def list_volume_attachments(self, deadline: Deadline | None = None) -> list[Json]:
