@@ -237,6 +237,65 @@ async def test_cloned_machines_reporting_one_uuid_prove_nothing(
     assert oos_taints(cluster, NODE) == []
 
 
+def clone(cluster: SimulatorHandle) -> None:
+    """compute01 was cloned from compute02's image and kept its systemUUID."""
+    store = cluster.sim.store
+    node = store.get(NODES, None, NODE)
+    node["status"]["nodeInfo"]["systemUUID"] = system_uuid(OTHER)
+    store.update(NODES, None, NODE, node, subresource="all", check_rv=False)
+
+
+def node_lists(cluster: SimulatorHandle, since: int) -> int:
+    """Lists of every Node sent since ``since`` (not a single Node's GET, not a watch)."""
+    return sum(
+        1
+        for r in cluster.faults.requests(since)
+        if r.verb == "list" and r.path == "/api/v1/nodes" and "watch" not in r.query
+    )
+
+
+async def test_cloned_machines_prove_nothing_without_a_node_index_either(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """The same clone judged by a receiver with no node index (as the one-shot ``reconcile`` of
+    a receiver that scales to zero is): before the power step the Nodes are listed live, so
+    compute02 is found reporting the same UUID, and nothing is sent to the BMC or tainted."""
+    await kill(cluster, NODE)
+    clone(cluster)
+    bmcs = inventory(tmp_path, cluster, compute01={"system": f"{SYSTEMS}/{OTHER}"}, compute02=None)
+    async with receiver(cluster, bmcs) as nodefence:
+        assert nodefence.pipeline.reader.nodes is None
+        cursor = cluster.faults.cursor
+        [decision] = await nodefence.alert(firing(NODE))
+    text = reasons(decision) + " ".join(r.get("detail", "") for r in decision["results"])
+    assert f"systemUUID {system_uuid(OTHER)} is also reported by compute02" in text, text
+    assert decision["verdict"] != "fence", decision
+    assert node_lists(cluster, cursor) >= 1, "the twins were not read live"
+    assert bmcs_of(cluster.sim).resets == []
+    assert cluster.sim.node_state(OTHER)["ready"] == "True"
+    assert oos_taints(cluster, NODE) == []
+    assert record_entries(cluster) == (), "the claim was not rolled back"
+    failed = [e for e in node_events(cluster, NODE) if e["reason"] == "NodefenceActionFailed"]
+    assert failed, node_events(cluster, NODE)
+    assert "also reported by compute02" in failed[-1]["message"]
+
+
+async def test_without_a_node_index_a_node_of_its_own_machine_is_still_fenced(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """The live list finds no other Node with compute01's UUID: the power-off goes out and the
+    proof stands, as with an index."""
+    await kill(cluster, NODE)
+    bmcs = inventory(tmp_path, cluster)
+    async with receiver(cluster, bmcs) as nodefence:
+        cursor = cluster.faults.cursor
+        [decision] = await nodefence.alert(firing(NODE))
+    assert decision["verdict"] == "fence", decision
+    assert node_lists(cluster, cursor) >= 1
+    assert bmcs_of(cluster.sim).resets, "no power-off sent"
+    assert oos_taints(cluster, NODE)
+
+
 async def test_check_fencing_names_a_target_that_reports_another_machine(
     cluster: SimulatorHandle, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from nodefence.actions.executor import ActionResult
 from nodefence.actions.fence_record_writer import FenceRecordWriter
-from nodefence.actions.power_binding import bind_machine
+from nodefence.actions.power_binding import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.engine.model import Decision, PowerEvidence
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
@@ -84,10 +84,15 @@ class Loop:
         results: list[ActionResult] = []
         fenced = False
         power: PowerEvidence | None = None
+        # S10: the Nodes sharing this node's systemUUID, listed live once for this request when
+        # no fresh index knows them (``power_binding.twins_to_list``); kept for every pass.
+        twins: tuple[str, ...] | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
             snapshot = bind_machine(
                 await self.reader.read(name, deadline), self.inventory, self.reader.nodes
             )
+            if twins is not None:
+                snapshot = with_twins(snapshot, twins)
             if prepare is not None:
                 snapshot = await prepare(snapshot)
             if power is not None:
@@ -97,6 +102,11 @@ class Loop:
                 facts = dataclasses.replace(snapshot.facts, power=evidence)
                 snapshot = dataclasses.replace(snapshot, facts=facts)
             decision = decider(snapshot)
+            unvouched = twins_to_list(decision, snapshot, self.reader.nodes)
+            if twins is None and unvouched is not None:
+                twins = await live_twins(self.reader.kube, unvouched, deadline)
+                snapshot = with_twins(snapshot, twins)
+                decision = decider(snapshot)
             if decision.dry_run or not decision.actions:
                 if decision.dry_run:
                     self.reporter.log_decision(decision)
