@@ -13,8 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from nodefence.actions.power_binding import live_twins
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
+from nodefence.kube.convert import node_facts
 from nodefence.kube.ratelimit import (
     Priority,
     RateLimiter,
@@ -159,3 +161,21 @@ async def test_reads_at_sets_the_priority_of_a_blocks_reads_and_of_the_tasks_it_
         started = asyncio.ensure_future(seen())
     assert await started is Priority.REFUSAL
     assert read_priority() is Priority.LIVE
+
+
+async def test_the_live_list_a_power_action_rests_on_goes_at_live_priority(
+    cluster: SimulatorHandle,
+) -> None:
+    """The Nodes listed to find a node's cloned twins decide whether a power action goes out:
+    they queue as a live read, even from a block whose reads are for refusals."""
+    limiter = RateLimiter(1000, 1000, keep_order=True)
+    kube = KubeClient(await load_api_client(str(cluster.kubeconfig)), limiter=limiter)
+    try:
+        node = node_facts((await kube.get_node("compute01", Deadline(30))).body)
+        limiter.stats.order.clear()
+        with reads_at(Priority.REFUSAL):
+            assert await live_twins(kube, node, Deadline(30)) == ()
+    finally:
+        await kube.close()
+    assert limiter.stats.order, "nothing was listed"
+    assert set(limiter.stats.order) == {Priority.LIVE}, limiter.stats.order
