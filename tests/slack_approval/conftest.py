@@ -7,9 +7,10 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -20,6 +21,7 @@ from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.http.app import build_app
+from nodefence.pipeline import Pipeline
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
@@ -42,7 +44,7 @@ APPROVER = "U0ONCALL"
 SIGNING_SECRET = "signing-" + secrets.token_hex(8)
 BOT_TOKEN = "xoxb-" + secrets.token_hex(8)
 APPROVAL_KEY = "approval-" + secrets.token_hex(8)
-POLICY = {"rules": [{"name": "ask", "approval": "slack"}]}
+POLICY: dict[str, Any] = {"rules": [{"name": "ask", "approval": "slack"}]}
 
 
 async def eventually(probe: Callable[[], Any], *, within: float = 60.0) -> Any:
@@ -160,13 +162,22 @@ class World:
         assert len(interactions.tasks) == 0
 
 
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
+W = TypeVar("W", bound=World)
+
+
+@asynccontextmanager
+async def serving_world(
+    *,
+    policy: dict[str, Any] = POLICY,
+    kind: type[W] = World,  # type: ignore[assignment]
+    settings_for: Callable[[SimulatorHandle], dict[str, Any]] = lambda _cluster: {},
+) -> AsyncIterator[tuple[W, Pipeline]]:
+    """The seed cluster, the fake Slack and a receiver built as ``serve`` builds it, with the
+    Slack settings every approval test shares and those ``settings_for`` adds for the cluster."""
     sim = Simulation.from_scenario("seed")
     sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
     token = secrets.token_urlsafe(16)
     async with running_simulator(sim) as cluster, running_fake_slack(BOT_TOKEN) as slack:
-        slack.groups["S0ONCALL"] = ["U0GROUPIE"]
         settings = Settings(
             alert_token=SecretStr(token),
             namespace="nodefence",
@@ -176,20 +187,19 @@ async def world() -> AsyncIterator[World]:
             approval_key=SecretStr(APPROVAL_KEY),
             slack_channel=CHANNEL,
             slack_approvers=[APPROVER],
-            slack_approver_groups=["S0ONCALL"],
             slack_api_url=slack.api_url,
             slack_timeout_seconds=2,
             request_deadline_seconds=10,
+            **settings_for(cluster),
         )
         service = await build_service(
-            settings, policy=parse_policy(POLICY), kubeconfig=str(cluster.kubeconfig)
+            settings, policy=parse_policy(policy), kubeconfig=str(cluster.kubeconfig)
         )
         pipeline = service.pipeline
         pipeline.options = type(pipeline.options)(
             namespace="nodefence", identity="replica-1", deadline_seconds=10, settle_seconds=0.5
         )
         app = build_app(settings, pipeline, metrics=pipeline.metrics, slack=service.slack)
-        integration = app[SLACK]
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -197,7 +207,15 @@ async def world() -> AsyncIterator[World]:
         url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         try:
             async with aiohttp.ClientSession() as session:
-                yield World(cluster, slack, url, token, session, integration)
+                yield kind(cluster, slack, url, token, session, app[SLACK]), pipeline
         finally:
             await runner.cleanup()
             await pipeline.close()
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    groups = {"slack_approver_groups": ["S0ONCALL"]}
+    async with serving_world(settings_for=lambda _cluster: groups) as (built, _pipeline):
+        built.slack.groups["S0ONCALL"] = ["U0GROUPIE"]
+        yield built

@@ -10,35 +10,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.engine import escalation, mirror
 from nodefence.engine import record as fence_record
-from nodefence.http.app import build_app
 from nodefence.observability.metrics import Metrics
-from nodefence.policy import parse_policy
-from nodefence.runtime import build_service
-from nodefence.settings import Settings
 from nodefence.slack.messages import REJECT_ACTION_ID
-from nodefence.slack.routes import SLACK
-from nodefence_sim.fake_slack import running_fake_slack
 from nodefence_sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS, EVENTS
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import running_simulator
+from nodefence_sim.testing import SimulatorHandle
 
 from .conftest import (
-    APPROVAL_KEY,
     APPROVER,
-    BOT_TOKEN,
-    CHANNEL,
     NODE,
-    SIGNING_SECRET,
     World,
     eventually,
+    serving_world,
 )
 
 POLICY: dict[str, Any] = {
@@ -90,50 +78,18 @@ class Escalating(World):
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[Escalating]:
-    sim = Simulation.from_scenario("seed")
-    sim.settings.feature_gates["NodeOutOfServiceVolumeDetach"] = True
-    token = secrets.token_urlsafe(16)
-    async with running_simulator(sim) as cluster, running_fake_slack(BOT_TOKEN) as slack:
+    def with_bmcs(cluster: SimulatorHandle) -> dict[str, Any]:
         inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
-        bmcs = bmcs_of(cluster.sim)
-        password = bmcs.password.get_secret_value()
-        settings = Settings(
-            alert_token=SecretStr(token),
-            namespace="nodefence",
-            identity="replica-1",
-            slack_bot_token=SecretStr(BOT_TOKEN),
-            slack_signing_secret=SecretStr(SIGNING_SECRET),
-            approval_key=SecretStr(APPROVAL_KEY),
-            slack_channel=CHANNEL,
-            slack_approvers=[APPROVER],
-            slack_api_url=slack.api_url,
-            slack_timeout_seconds=2,
-            request_deadline_seconds=10,
-            bmc_inventory=inventory,
-        )
-        service = await build_service(
-            settings, policy=parse_policy(POLICY), kubeconfig=str(cluster.kubeconfig)
-        )
-        pipeline = service.pipeline
-        pipeline.options = type(pipeline.options)(
-            namespace="nodefence", identity="replica-1", deadline_seconds=10, settle_seconds=0.5
-        )
-        app = build_app(settings, pipeline, metrics=pipeline.metrics, slack=service.slack)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        try:
-            async with aiohttp.ClientSession() as session:
-                built = Escalating(cluster, slack, url, token, session, app[SLACK])
-                built.bmcs = bmcs
-                built.inventory_password = password
-                built.integration_metrics = pipeline.metrics
-                yield built
-        finally:
-            await runner.cleanup()
-            await pipeline.close()
+        return {"bmc_inventory": inventory}
+
+    async with serving_world(policy=POLICY, kind=Escalating, settings_for=with_bmcs) as (
+        built,
+        pipeline,
+    ):
+        built.bmcs = bmcs_of(built.cluster.sim)
+        built.inventory_password = built.bmcs.password.get_secret_value()
+        built.integration_metrics = pipeline.metrics
+        yield built
 
 
 async def kill(world: World) -> None:
