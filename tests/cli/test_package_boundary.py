@@ -103,13 +103,11 @@ def _copy_checkout(target: Path) -> Path:
     return target
 
 
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The nodefence and nodefence-sim wheels, as ``pip wheel`` builds them from the checkout."""
-    root = tmp_path_factory.mktemp("wheels")
-    source = _copy_checkout(root / "src")
-    out = root / "dist"
-    built = subprocess.run(
+def _pip_wheel(
+    out: Path, *sources: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``pip wheel`` offline, with the venv's own setuptools, as a release build runs it."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -121,15 +119,23 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "--no-build-isolation",
             "--wheel-dir",
             str(out),
-            ".",
-            "./service",
+            *sources,
         ],
-        cwd=source,
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=False,
         timeout=300,
     )
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The nodefence and nodefence-sim wheels, as ``pip wheel`` builds them from the checkout."""
+    root = tmp_path_factory.mktemp("wheels")
+    source = _copy_checkout(root / "src")
+    out = root / "dist"
+    built = _pip_wheel(out, ".", "./service", cwd=source)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-4000:]
     found = {path.name.split("-")[0]: path for path in out.glob("*.whl")}
     assert set(found) == {"nodefence", "nodefence_sim"}, sorted(found)
@@ -224,25 +230,7 @@ def test_the_sim_sdist_rebuilds_a_wheel_with_the_same_requirement(tmp_path: Path
         product = sorted(n for n in archive.getnames() if "/nodefence/" in n)
         archive.extractall(tmp_path / "unpacked", filter="data")
     assert product == [f"nodefence_sim-{VERSION}/nodefence/__init__.py"]
-    rebuilt = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--disable-pip-version-check",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(tmp_path / "dist"),
-            str(tmp_path / "unpacked" / f"nodefence_sim-{VERSION}"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    rebuilt = _pip_wheel(tmp_path / "dist", str(tmp_path / "unpacked" / f"nodefence_sim-{VERSION}"))
     assert rebuilt.returncode == 0, rebuilt.stderr[-4000:]
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     assert f"nodefence=={VERSION}" in (_metadata(wheel).get_all("Requires-Dist") or [])
