@@ -22,7 +22,6 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_a
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.engine import reboot
 from nodefence.engine import record as fence_record
-from nodefence.engine.approval_ask import decide_asking
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
@@ -164,7 +163,7 @@ class Pipeline:
         approvals = self.approvals
 
         def decider(snapshot: Snapshot) -> Decision:
-            return decide_asking(
+            return decide(
                 event,
                 snapshot.facts,
                 self.policy,

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodefence.engine import escalation
-from nodefence.engine.approval_ask import decide_asking, question_open, with_question
+from nodefence.engine.approval_ask import question_open, with_question
 from nodefence.engine.approval_request import CLAIM_GRACE, ApprovalRequest, Incident
 from nodefence.engine.decide import decide
 from nodefence.engine.identity import MachineBinding, Reported
@@ -95,24 +95,24 @@ def questions(decision: Decision) -> list[AskApprovalAction]:
 
 # ---------------------------------------------------------------------------- examples
 def test_a_decision_waiting_for_a_person_nobody_asked_asks_about_this_incident() -> None:
-    decision = decide_asking(event(), facts(), slack(), NOW, asking_at=ASKING_AT)
+    decision = decide(event(), facts(), slack(), NOW, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert decision.actions == (AskApprovalAction(NODE, UID, this_incident()),)
 
 
 def test_the_question_changes_nothing_else_in_the_decision() -> None:
     plain = decide(event(), facts(), slack(), NOW)
-    asking = decide_asking(event(), facts(), slack(), NOW, asking_at=ASKING_AT)
+    asking = decide(event(), facts(), slack(), NOW, asking_at=ASKING_AT)
     assert dataclasses.replace(asking, actions=()) == plain
 
 
 def test_without_an_approval_channel_nobody_is_asked() -> None:
-    assert decide_asking(event(), facts(), slack(), NOW).actions == ()
+    assert decide(event(), facts(), slack(), NOW).actions == ()
 
 
 def test_a_pending_question_is_not_asked_again() -> None:
     the = holding(facts(), asked())
-    decision = decide_asking(event(), the, slack(), NOW, asking_at=ASKING_AT)
+    decision = decide(event(), the, slack(), NOW, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert questions(decision) == []
 
@@ -120,9 +120,9 @@ def test_a_pending_question_is_not_asked_again() -> None:
 def test_a_fresh_claim_whose_message_is_being_posted_holds_for_the_grace() -> None:
     claim = asked(requested_at=ASKING_AT - CLAIM_GRACE / 2, channel="", ts="")
     the = holding(facts(), claim)
-    assert questions(decide_asking(event(), the, slack(), NOW, asking_at=ASKING_AT)) == []
+    assert questions(decide(event(), the, slack(), NOW, asking_at=ASKING_AT)) == []
     later = ASKING_AT + CLAIM_GRACE
-    assert len(questions(decide_asking(event(), the, slack(), NOW, asking_at=later))) == 1
+    assert len(questions(decide(event(), the, slack(), NOW, asking_at=later))) == 1
 
 
 def test_expiry_is_judged_on_the_requesters_clock() -> None:
@@ -130,8 +130,8 @@ def test_expiry_is_judged_on_the_requesters_clock() -> None:
     expiry, the requester's after it, and the question is asked again."""
     request = asked(expires_at=NOW + timedelta(seconds=1))
     the = holding(facts(), request)
-    assert questions(decide_asking(event(), the, slack(), NOW, asking_at=NOW)) == []
-    assert len(questions(decide_asking(event(), the, slack(), NOW, asking_at=ASKING_AT))) == 1
+    assert questions(decide(event(), the, slack(), NOW, asking_at=NOW)) == []
+    assert len(questions(decide(event(), the, slack(), NOW, asking_at=ASKING_AT))) == 1
 
 
 def test_a_question_about_another_incident_is_asked_afresh() -> None:
@@ -141,20 +141,20 @@ def test_a_question_about_another_incident_is_asked_afresh() -> None:
         dataclasses.replace(this_incident(), not_ready_since="2020-01-01T00:00:00Z"),
     ):
         the = holding(facts(), asked(incident=other))
-        decision = decide_asking(event(), the, slack(), NOW, asking_at=ASKING_AT)
+        decision = decide(event(), the, slack(), NOW, asking_at=ASKING_AT)
         assert len(questions(decision)) == 1, other
 
 
 def test_a_rejection_for_this_incident_is_never_asked_again() -> None:
     the = holding(facts(), asked(rejection="rejected by bob at 2026-11-30T08:00:00Z"))
-    decision = decide_asking(event(), the, slack(), NOW, asking_at=ASKING_AT + timedelta(days=1))
+    decision = decide(event(), the, slack(), NOW, asking_at=ASKING_AT + timedelta(days=1))
     assert decision.verdict is Verdict.NOOP
     assert decision.actions == ()
 
 
 def test_a_dry_run_asks_nobody() -> None:
     policy = slack().model_copy(update={"dry_run": True})
-    decision = decide_asking(event(), facts(), policy, NOW, asking_at=ASKING_AT)
+    decision = decide(event(), facts(), policy, NOW, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert decision.actions == ()
 
@@ -163,7 +163,7 @@ def test_an_answer_that_does_not_fit_asks_again_when_nothing_is_open() -> None:
     """A press for a node object since re-created leaves the decision waiting; with no open
     question in the record, the question is asked as it was before."""
     answer = Approval("alice", ago(30), ApprovalDecision.APPROVE, "uid-recreated", "fp-1")
-    decision = decide_asking(event(), facts(), slack(), NOW, approval=answer, asking_at=ASKING_AT)
+    decision = decide(event(), facts(), slack(), NOW, approval=answer, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert len(questions(decision)) == 1
 
@@ -171,30 +171,30 @@ def test_an_answer_that_does_not_fit_asks_again_when_nothing_is_open() -> None:
 def test_a_stale_claim_is_rolled_back_before_anyone_is_asked() -> None:
     stale = dataclasses.replace(entry(phase=Phase.CLAIMED, claimed=3600), fingerprint="fp-1")
     the = facts(record_=record(stale))
-    decision = decide_asking(event(), the, slack(), NOW, asking_at=ASKING_AT)
+    decision = decide(event(), the, slack(), NOW, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert decision.actions, "the rollback"
     assert questions(decision) == []
     # The decision on the record after the rollback asks.
-    after = decide_asking(event(), facts(), slack(), NOW, asking_at=ASKING_AT)
+    after = decide(event(), facts(), slack(), NOW, asking_at=ASKING_AT)
     assert len(questions(after)) == 1
 
 
 def test_an_escalated_power_failure_asks_a_person() -> None:
     the = bmc_facts(refused_login())
-    decision = decide_asking(event(), the, escalating(), NOW, asking_at=ASKING_AT)
+    decision = decide(event(), the, escalating(), NOW, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert escalation.is_escalation(decision.reasons) is not None
     assert decision.actions == (AskApprovalAction(NODE, UID, this_incident()),)
     # Asked once: while the question is open, the next alert waits without asking.
-    waiting = decide_asking(event(), holding(the, asked()), escalating(), NOW, asking_at=ASKING_AT)
+    waiting = decide(event(), holding(the, asked()), escalating(), NOW, asking_at=ASKING_AT)
     assert waiting.verdict is Verdict.AWAIT_APPROVAL
     assert waiting.actions == ()
 
 
 def test_with_refuse_a_power_failure_asks_nobody() -> None:
     the = bmc_facts(refused_login())
-    decision = decide_asking(event(), the, escalating("refuse"), NOW, asking_at=ASKING_AT)
+    decision = decide(event(), the, escalating("refuse"), NOW, asking_at=ASKING_AT)
     assert decision.verdict is not Verdict.AWAIT_APPROVAL
     assert questions(decision) == []
 
@@ -205,9 +205,7 @@ def test_a_claim_whose_power_off_went_out_is_kept_while_the_person_is_asked() ->
         "unknown", SOURCE, "sent ForceOff; still On", at=ago(1), action_sent=True, reset_sent=True
     )
     the = bmc_facts(stuck, record_=record(claimed))
-    decision = decide_asking(
-        event(), the, escalating(), NOW, own_claim=CLAIM_TOKEN, asking_at=ASKING_AT
-    )
+    decision = decide(event(), the, escalating(), NOW, own_claim=CLAIM_TOKEN, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert decision.actions == (AskApprovalAction(NODE, UID, this_incident()),)
 
@@ -242,7 +240,7 @@ def test_never_asked_while_the_record_holds_an_open_question_for_this_incident(
     stamps = {"requested_at": asking_at - timedelta(seconds=5), **request}
     the = holding(the, asked(incident=incident, **stamps))
     assert question_open(the.record.approval(NODE), incident, asking_at)
-    decision = decide_asking(event_, the, policy, NOW, approval=approval, asking_at=asking_at)
+    decision = decide(event_, the, policy, NOW, approval=approval, asking_at=asking_at)
     assert questions(decision) == []
 
 
@@ -252,7 +250,7 @@ def test_asked_only_by_a_waiting_decision_of_a_rule_that_asks_and_never_in_a_dry
     case: Any, asking_at: datetime, under_slack: bool
 ) -> None:
     event_, the, policy, approval = slack_case(case) if under_slack else case
-    decision = decide_asking(event_, the, policy, NOW, approval=approval, asking_at=asking_at)
+    decision = decide(event_, the, policy, NOW, approval=approval, asking_at=asking_at)
     plain = decide(event_, the, policy, NOW, approval=approval)
     rule = policy.rule_named(plain.rule) if plain.rule is not None else None
     asks = questions(decision)
@@ -279,7 +277,7 @@ def test_asked_only_by_a_waiting_decision_of_a_rule_that_asks_and_never_in_a_dry
 def test_a_dry_run_never_asks(case: Any, asking_at: datetime) -> None:
     event_, the, policy, approval = slack_case(case)
     dry = policy.model_copy(update={"dry_run": True})
-    decision = decide_asking(event_, the, dry, NOW, approval=approval, asking_at=asking_at)
+    decision = decide(event_, the, dry, NOW, approval=approval, asking_at=asking_at)
     assert questions(decision) == []
 
 
@@ -303,7 +301,7 @@ def test_escalation_asks_only_under_on_failure_approval_and_only_when_nothing_is
     policy = parse_policy({"rules": [rule]}, "<test>")
     the = bmc_facts(power, the_node=node(ready="True" if ready else "Unknown"))
     the = holding(the, asked(**request) if request is not None else None)
-    decision = decide_asking(event(), the, policy, NOW, asking_at=ASKING_AT)
+    decision = decide(event(), the, policy, NOW, asking_at=ASKING_AT)
     if questions(decision):
         assert on_failure == "approval" or approval == "slack"
         assert decision.verdict is Verdict.AWAIT_APPROVAL

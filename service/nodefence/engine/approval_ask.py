@@ -23,16 +23,7 @@ import dataclasses
 from datetime import datetime
 
 from nodefence.engine.approval_request import ApprovalRequest, Incident
-from nodefence.engine.decide import decide
-from nodefence.engine.model import (
-    AlertEvent,
-    Approval,
-    AskApprovalAction,
-    Decision,
-    Facts,
-    Verdict,
-)
-from nodefence.policy import Policy
+from nodefence.engine.model import AskApprovalAction, Decision, Facts, Verdict
 
 
 def question_open(request: ApprovalRequest | None, incident: Incident, now: datetime) -> bool:
@@ -57,18 +48,3 @@ def with_question(decision: Decision, facts: Facts, asking_at: datetime | None) 
     return dataclasses.replace(
         decision, actions=(AskApprovalAction(node.name, node.uid, incident),)
     )
-
-
-def decide_asking(
-    event: AlertEvent,
-    facts: Facts,
-    policy: Policy,
-    now: datetime,
-    *,
-    approval: Approval | None = None,
-    own_claim: str = "",
-    asking_at: datetime | None = None,
-) -> Decision:
-    """``decide``, and the question to a person when the decision waits for one."""
-    decision = decide(event, facts, policy, now, approval=approval, own_claim=own_claim)
-    return with_question(decision, facts, asking_at)

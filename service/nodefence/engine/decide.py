@@ -29,6 +29,7 @@ from nodefence.engine import (
     reboot,
 )
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
+from nodefence.engine.approval_ask import with_question
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
@@ -243,9 +244,12 @@ def decide(
     *,
     approval: Approval | None = None,
     own_claim: str = "",
+    asking_at: datetime | None = None,
 ) -> Decision:
     """``own_claim`` names the claim the calling request wrote itself, if any: that one it may
-    roll back at once when the guards no longer pass."""
+    roll back at once when the guards no longer pass. ``asking_at`` is the approval requester's
+    clock (``engine.approval_ask``); with it, a decision that waits for a person nobody asked
+    yet holds the question to ask. None: there is no approval channel, so nobody is asked."""
     draft = _Draft(policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock)
     if event.alertname not in policy.alerts.names:
         draft.add(
@@ -270,7 +274,7 @@ def decide(
     if event.status == AlertStatus.RESOLVED:
         return machine.noted(_resolved(draft, event, facts, node, entry), facts, policy)
     decided = _firing(draft, event, facts, node, entry, approval=approval, own_claim=own_claim)
-    return machine.noted(decided, facts, policy)
+    return with_question(machine.noted(decided, facts, policy), facts, asking_at)
 
 
 def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:
