@@ -404,6 +404,23 @@ async def test_two_apps_have_separate_registries(make_client: ClientFactory) -> 
     assert sample(text, "nodefence_alerts_received_total", status="firing") is None
 
 
+async def test_a_webhook_is_one_request_line_with_what_it_carried(
+    client: Client, log_stream: io.StringIO
+) -> None:
+    document = load_payload("am_firing.json")
+    await post_alerts(client, document)
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    requests = [r for r in lines if r["event"] == "http_request" and r["path"] == "/alerts"]
+
+    assert len(requests) == 1
+    assert requests[0]["status"] == 200
+    assert requests[0]["receiver"] == document["receiver"]
+    assert requests[0]["group_key"] == document["groupKey"]
+    assert requests[0]["alerts"] == len(document["alerts"])
+    assert requests[0]["events"] >= 1
+    assert not [r for r in lines if r["event"] == "webhook_received"]
+
+
 async def test_token_never_logged_even_on_failure(client: Client, log_stream: io.StringIO) -> None:
     await client.post("/alerts", json={}, headers={"Authorization": f"Bearer {TOKEN}-wrong"})
     await client.post("/alerts", json={}, headers=basic("am", TOKEN))

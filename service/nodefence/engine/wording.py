@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 
@@ -31,8 +32,11 @@ def parse_instant(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+@functools.lru_cache(maxsize=1024)
 def instant(value: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z`` suffix, as the Kubernetes API writes timestamps."""
+    """RFC 3339 in UTC with a ``Z`` suffix, as the Kubernetes API writes timestamps.
+    Remembered: each decision writes the same few instants (a Lease's renewal, the alert's
+    start) into several reasons, on every repeat of the alert."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -17,6 +17,7 @@ from nodefence.decision_log import DECISIONS, observe_decisions
 from nodefence.engine.model import Decision
 from nodefence.engine.render import decision_to_dict
 from nodefence.errors import ClusterUnavailableError
+from nodefence.http.middleware import LOG_FIELDS
 from nodefence.http.problems import Problem, validation_problem
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import CONTENT_TYPE, Metrics
@@ -137,13 +138,13 @@ async def post_alerts(request: web.Request) -> web.Response:
     events = extract_events(
         payload, alert_names=pipeline.alert_names, node_labels=pipeline.node_labels
     )
-    log.info(
-        "webhook_received",
-        receiver=payload.receiver,
-        group_key=payload.group_key,
-        alerts=len(payload.alerts),
-        events=len(events),
-    )
+    # Said in the request's own log line (``http.middleware``), with its status and duration.
+    request[LOG_FIELDS] = {
+        "receiver": payload.receiver,
+        "group_key": payload.group_key,
+        "alerts": len(payload.alerts),
+        "events": len(events),
+    }
     if payload.truncated_alerts:
         log.warning(
             "webhook_truncated",

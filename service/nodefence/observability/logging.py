@@ -8,13 +8,14 @@ the same chain.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
 
 import structlog
 from pydantic import SecretBytes, SecretStr
@@ -22,6 +23,16 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 MASK = "********"
 _SECRET_KEY = re.compile(r"token|secret|passw|authorization|api[-_]?key|cookie", re.IGNORECASE)
+
+
+@dataclasses.dataclass
+class _Configuration:
+    # Bumped by each ``configure_logging``: loggers assembled before it assemble themselves
+    # again.
+    generation: int = 0
+
+
+_CONFIGURATION = _Configuration()
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -94,6 +105,7 @@ def configure_logging(
     stream: TextIO | None = None,
 ) -> None:
     """Configure structlog and the standard library root logger to write to ``stream``."""
+    _CONFIGURATION.generation += 1
     output = stream if stream is not None else sys.stdout
     numeric_level = _LEVELS.get(level.lower(), logging.INFO)
     renderer: Processor = (
@@ -122,11 +134,26 @@ def configure_logging(
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    """A logger whose lines carry ``component=name``, so a reader can tell the component apart.
+class _Logger:
+    """A module-level logger that follows a later ``configure_logging`` (level, format,
+    stream) instead of keeping the first configuration, without assembling a new bound logger
+    for every line as structlog's lazy proxy does: it is assembled again only when the
+    configuration changed."""
 
-    The logger stays a lazy proxy, so a module-level logger follows a later
-    ``configure_logging`` (level, format, stream) instead of keeping the first configuration.
-    """
-    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
-    return logger
+    __slots__ = ("_bound", "_generation", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._bound: Any = None
+        self._generation = -1
+
+    def __getattr__(self, attribute: str) -> Any:
+        if self._generation != _CONFIGURATION.generation:
+            self._bound = structlog.get_logger(component=self._name).bind()
+            self._generation = _CONFIGURATION.generation
+        return getattr(self._bound, attribute)
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A logger whose lines carry ``component=name``, so a reader can tell the component apart."""
+    return cast(structlog.typing.FilteringBoundLogger, _Logger(name))

@@ -7,8 +7,11 @@ process without duplicate-registration errors or counts leaking between them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics import MetricWrapperBase
 
 from nodefence.engine.model import Decision, Verdict
 
@@ -20,6 +23,7 @@ ACTING_VERDICTS = frozenset({Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE})
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         registry = self.registry
         self.alerts_received = Counter(
             "nodefence_alerts_received_total",
@@ -177,8 +181,18 @@ class Metrics:
             registry=registry,
         )
 
+    def _child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """``metric.labels(*values)``, remembered: on the refusal path, which Alertmanager may
+        call hundreds of times a second, the label lookup cost more than the count. Only for
+        metrics whose series are never removed."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def alert_received(self, alertname: str, status: str) -> None:
-        self.alerts_received.labels(alertname=alertname, status=status).inc()
+        self._child(self.alerts_received, alertname, status).inc()
 
     def decision_made(self, decision: Decision) -> None:
         # A decision that acted refused nothing: a reason that did not pass beside an action
@@ -187,11 +201,11 @@ class Metrics:
         acted = decision.verdict in ACTING_VERDICTS
         blocking = [] if acted else [r.guard for r in decision.reasons if not r.passed]
         first = blocking[0] if blocking else "ok"
-        self.decisions.labels(verdict=decision.verdict.value, reason=first).inc()
+        self._child(self.decisions, decision.verdict.value, first).inc()
         for guard in blocking:
-            self.refusals.labels(guard=guard).inc()
+            self._child(self.refusals, guard).inc()
         if decision.dry_run:
-            self.dry_run_decisions.labels(verdict=decision.verdict.value, guard=first).inc()
+            self._child(self.dry_run_decisions, decision.verdict.value, first).inc()
 
     def webhook_rejected(self, path: str, reason: str) -> None:
         self.webhook_rejections.labels(path=path, reason=reason).inc()
@@ -213,17 +227,17 @@ class Metrics:
             self.volumes_unreleased.labels(node=node).set(attached)
 
     def action_executed(self, action: str, result: str) -> None:
-        self.actions.labels(action=action, result=result).inc()
+        self._child(self.actions, action, result).inc()
 
     def pod_purged(self, count: int = 1) -> None:
         self.pods_purged.inc(count)
 
     def http_request(self, path: str, method: str, code: int, seconds: float) -> None:
-        self.http_requests.labels(path=path, method=method, code=str(code)).inc()
-        self.http_duration.labels(path=path).observe(seconds)
+        self._child(self.http_requests, path, method, str(code)).inc()
+        self._child(self.http_duration, path).observe(seconds)
 
     def kube_api_request(self, verb: str, code: int | str) -> None:
-        self.kube_api_requests.labels(verb=verb, code=str(code)).inc()
+        self._child(self.kube_api_requests, verb, str(code)).inc()
 
     def node_fenced(self, node: str, fenced_at_unix: float) -> None:
         self.fenced_nodes.labels(node=node).set(fenced_at_unix)

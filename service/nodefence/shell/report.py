@@ -12,8 +12,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
-import structlog
-
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import escalation, machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
@@ -23,9 +21,11 @@ from nodefence.engine.volumes import unreleased
 from nodefence.fencing.model import PowerReading
 from nodefence.kube.client import Deadline
 from nodefence.kube.events import EventRecorder
+from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
 
-log = structlog.get_logger(__name__)
+# Every decision is one line of it: assembled once, not per line (``observability.logging``).
+log = get_logger(__name__)
 
 NODE_FOUND = "node-found"
 REFUSAL_REASONS = frozenset(
