@@ -3,9 +3,9 @@
 Both go through the one loop of ``nodefence.shell`` (read a snapshot, decide, commit, on a
 failed precondition read again); this module only says in which order a request takes its
 steps: the external proof before deciding (the approval question is decided by the engine and
-asked by the commit), the settle and the reboot's power-on after a fence, the VolumeAttachments,
-and the report last. Events for different nodes run concurrently, events for one node in order.
-The parts are built by ``nodefence.runtime``.
+asked by the commit), the loop's settle after a fence (purges, and a reboot's power-on, as the
+engine decides them), the VolumeAttachments, and the report last. Events for different nodes
+run concurrently, events for one node in order. The parts are built by ``nodefence.runtime``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import structlog
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
-from nodefence.engine import reboot
 from nodefence.engine import record as fence_record
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
@@ -35,7 +34,7 @@ from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
-from nodefence.policy import Fencing, Policy
+from nodefence.policy import Policy
 from nodefence.shell.active_alerts import judge_active, one_per_node
 from nodefence.shell.approval_requester import ApprovalRequester, report_waiting
 from nodefence.shell.dry_run_power import read_power
@@ -43,7 +42,6 @@ from nodefence.shell.loop import Loop
 from nodefence.shell.proof import ExternalProof
 from nodefence.shell.refresh import BackgroundRefresh, read_fence_record
 from nodefence.shell.report import Reporter
-from nodefence.shell.settle import Settle
 from nodefence.shell.volumes import VolumeRelease
 
 log = structlog.get_logger(__name__)
@@ -76,7 +74,6 @@ class Pipeline:
         loop: Loop,
         reporter: Reporter,
         proof: ExternalProof,
-        settle: Settle,
         volumes: VolumeRelease,
         refresh: BackgroundRefresh,
         alertmanager: AlertmanagerConfig | None = None,
@@ -93,7 +90,6 @@ class Pipeline:
         self.loop = loop
         self.reporter = reporter
         self.proof = proof
-        self.settle = settle
         self.volumes = volumes
         self.refresh = refresh
         self.alertmanager = alertmanager
@@ -196,24 +192,15 @@ class Pipeline:
         if approvals is not None:
             report_waiting(self.metrics, decision, first.snapshot.facts, approvals.now())
         if decision.verdict is Verdict.FENCE and fenced:
-            results.extend(
-                await self.settle.run(event.node, decider, deadline, self.options.settle_seconds)
-            )
-            if reboot.reboots(self._fencing(decision)):
-                # The purge is done (or as done as this request can make it): one more turn of
-                # the loop powers the machine on again, once, through its BMC.
-                power_on = await self.loop.run(event.node, decider, deadline)
-                results.extend(power_on.results)
-                fenced = fenced or power_on.fenced
+            settle = self.options.settle_seconds
+            for turn in await self.loop.settle(event.node, decider, deadline, settle):
+                results.extend(turn.results)
+                fenced = fenced or turn.fenced
         decision, released = await self.volumes.release(decision, first.node_uid, deadline)
         results.extend(released)
         return await self.reporter.report(
             decision, results, first.node_uid, deadline, fenced=fenced
         )
-
-    def _fencing(self, decision: Decision) -> Fencing | None:
-        rule = self.policy.rule_named(decision.rule)
-        return rule.fencing if rule is not None else None
 
     # --------------------------------------------------------------- reconcile
     async def reconcile(self) -> list[Decision]:

@@ -30,7 +30,6 @@ from nodefence.shell.power_step import PowerStep
 from nodefence.shell.proof import ExternalProof
 from nodefence.shell.refresh import BackgroundRefresh
 from nodefence.shell.report import FenceNotifier, Reporter
-from nodefence.shell.settle import Settle
 from nodefence.shell.volumes import VolumeRelease
 from nodefence.slack.routes import SlackIntegration, check_slack_settings, slack_parts
 
@@ -96,7 +95,6 @@ def assemble_pipeline(
         loop=loop,
         reporter=reporter,
         proof=ExternalProof(reader, policy),
-        settle=Settle(reader, executor),
         volumes=VolumeRelease(kube, reader, executor, policy),
         refresh=BackgroundRefresh(reader, metrics),
         alertmanager=alertmanager,

@@ -1,10 +1,11 @@
 """The imperative shell around the engine, one job per module.
 
-``loop`` reads a snapshot, decides and commits until no precondition failed; ``commit`` carries
+``loop`` reads a snapshot, decides and commits until no precondition failed (and after a fence
+turns again until the node is settled: purges, a reboot's power-on); ``commit`` carries
 out a decision's actions, one handler per action type; ``report`` says what happened (log line,
 metrics, Events on the Node, notices for people) and in which words. The rest are steps taken
 around the loop: ``proof`` (external power-off proof read before deciding), ``power_step`` (the
-BMC), ``settle`` (purging what the taint manager evicts), ``volumes`` (VolumeAttachments of a
+BMC), ``volumes`` (VolumeAttachments of a
 fenced node), ``volume_gauge`` (the VolumeAttachments still attached to fenced nodes),
 ``refresh`` (what is kept fresh in the background while serving), ``cached_refusal`` (refusals
 decided on cached facts), ``dry_run_power`` (the BMC asked, never told, in dry-run) and

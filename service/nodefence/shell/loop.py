@@ -4,10 +4,17 @@ A snapshot is the node, its Lease and pods, the fence record, the cluster's coun
 server's clock. ``decide`` is pure. No lock is held between replicas: the claim written on the
 record version the decision read is what keeps two replicas from both spending the last budget
 slot, however slow either is.
+
+After a fence the same loop turns again (``Loop.settle``): the taint manager evicts the node's
+remaining pods, which on a dead node hang Terminating too, and each turn commits whatever the
+engine decides next on fresh facts: purging them, then, for a rule that reboots, the power-on
+(the engine decides it once nothing it may purge is left, and the fence record keeps it to one
+send). Whatever the request has no time left for is the reconcile pass's to finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 
@@ -24,6 +31,8 @@ from nodefence.shell.commit import Commit
 from nodefence.shell.report import Reporter
 
 MAX_DECIDE_ATTEMPTS = 5
+# How often a settling node is read again while its pods are still being evicted.
+SETTLE_POLL_SECONDS = 0.2
 
 Decider = Callable[[Snapshot], Decision]
 
@@ -120,3 +129,20 @@ class Loop:
         raise ClusterUnavailableError(
             f"node {name} kept changing while nodefence tried to write it"
         )
+
+    async def settle(
+        self, name: str, decider: Decider, deadline: Deadline, seconds: float
+    ) -> list[Pass]:
+        """Turn the loop again, for at most ``seconds`` of the request's time, until a decision
+        holds no action and no pod on the node is still running (not yet evicted); every turn
+        commits what the engine decided. One pass per turn, in order."""
+        turns: list[Pass] = []
+        settling = Deadline(min(seconds, deadline.remaining))
+        while not settling.expired:
+            turn = await self.run(name, decider, deadline)
+            turns.append(turn)
+            running = any(not pod.terminating for pod in turn.snapshot.facts.pods)
+            if not turn.decision.actions and not running:
+                break
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+        return turns
