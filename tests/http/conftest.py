@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
-import structlog
 from aiohttp.test_utils import TestClient, TestServer
 from http_support import RecordingPipeline, make_settings
 
 from nodefence.http.app import build_app
-from nodefence.observability.logging import configure_logging
+from nodefence.observability.logging import configure_logging, reset_logging
 
 
 @pytest.fixture
@@ -27,7 +26,7 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield
-    structlog.reset_defaults()
+    reset_logging()
     root.handlers = handlers
     root.setLevel(level)
 

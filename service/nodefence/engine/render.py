@@ -126,7 +126,7 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
     }
 
 
-def _action_line(action: Action) -> str:
+def describe_action(action: Action) -> str:
     if isinstance(action, FenceAction):
         return f"taint node {action.node} out-of-service ({action.effect})"
     if isinstance(action, PurgePodAction):
@@ -167,5 +167,5 @@ def describe(decision: Decision) -> str:
     lines.extend(
         f"  {'ok ' if r.passed else 'NO '} {r.guard}: {r.message}" for r in decision.reasons
     )
-    lines.extend(f"  -> {_action_line(a)}" for a in decision.actions)
+    lines.extend(f"  -> {describe_action(a)}" for a in decision.actions)
     return "\n".join(lines)

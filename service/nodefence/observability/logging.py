@@ -154,6 +154,12 @@ class _Logger:
         return getattr(self._bound, attribute)
 
 
+def reset_logging() -> None:
+    """structlog's defaults again (a test leaving logging as it found it); loggers follow."""
+    _CONFIGURATION.generation += 1
+    structlog.reset_defaults()
+
+
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     """A logger whose lines carry ``component=name``, so a reader can tell the component apart."""
     return cast(structlog.typing.FilteringBoundLogger, _Logger(name))

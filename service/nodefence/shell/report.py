@@ -16,7 +16,7 @@ from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import escalation, machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
-from nodefence.engine.render import describe
+from nodefence.engine.render import describe_action
 from nodefence.engine.volumes import unreleased
 from nodefence.fencing.model import PowerReading
 from nodefence.kube.client import Deadline
@@ -115,7 +115,10 @@ class Reporter:
         )
         return decision
 
-    def log_decision(self, decision: Decision, results: list[ActionResult] | None = None) -> None:
+    @staticmethod
+    def log_decision(decision: Decision, results: list[ActionResult] | None = None) -> None:
+        """One line per decision, at info: refusals too, so a log shows what was refused and
+        why without the Events."""
         blocking = next((r.guard for r in decision.reasons if not r.passed), "ok")
         log.info(
             "decision",
@@ -127,8 +130,11 @@ class Reporter:
             dry_run=decision.dry_run,
             reasons=[r.message for r in decision.reasons],
             blocked_by=None if blocking == "ok" else blocking,
+            # Each reason once: the headline, and the actions decided (in a dry run, the ones
+            # it would have taken), beside the reasons above rather than a second copy of them.
+            summary=decision.summary,
+            actions=[describe_action(a) for a in decision.actions],
             results=[r.as_dict() for r in results or []],
-            summary=describe(decision),
         )
 
     def power_unanswered(self, action: PowerAction) -> None:
