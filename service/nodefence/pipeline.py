@@ -3,9 +3,10 @@
 Both go through the one loop of ``nodefence.shell`` (read a snapshot, decide, commit, on a
 failed precondition read again); this module only says in which order a request takes its
 steps: the external proof before deciding (the approval question is decided by the engine and
-asked by the commit), the loop's settle after a fence (purges, and a reboot's power-on, as the
-engine decides them), the VolumeAttachments, and the report last. Events for different nodes
-run concurrently, events for one node in order. The parts are built by ``nodefence.runtime``.
+asked by the commit), the loop's settle after a fence (purges, a reboot's power-on, the
+VolumeAttachments, as the engine decides them), and the report last. Events for different
+nodes run concurrently, events for one node in order. The parts are built by
+``nodefence.runtime``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.engine import record as fence_record
+from nodefence.engine import volumes
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
@@ -42,7 +44,6 @@ from nodefence.shell.loop import Loop
 from nodefence.shell.proof import ExternalProof
 from nodefence.shell.refresh import BackgroundRefresh, read_fence_record
 from nodefence.shell.report import Reporter
-from nodefence.shell.volumes import VolumeRelease
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +75,6 @@ class Pipeline:
         loop: Loop,
         reporter: Reporter,
         proof: ExternalProof,
-        volumes: VolumeRelease,
         refresh: BackgroundRefresh,
         alertmanager: AlertmanagerConfig | None = None,
         approvals: ApprovalRequester | None = None,
@@ -90,7 +90,6 @@ class Pipeline:
         self.loop = loop
         self.reporter = reporter
         self.proof = proof
-        self.volumes = volumes
         self.refresh = refresh
         self.alertmanager = alertmanager
         self.approvals = approvals
@@ -193,11 +192,12 @@ class Pipeline:
             report_waiting(self.metrics, decision, first.snapshot.facts, approvals.now())
         if decision.verdict is Verdict.FENCE and fenced:
             settle = self.options.settle_seconds
-            for turn in await self.loop.settle(event.node, decider, deadline, settle):
+            turns = await self.loop.settle(event.node, decider, deadline, settle)
+            for turn in turns:
                 results.extend(turn.results)
                 fenced = fenced or turn.fenced
-        decision, released = await self.volumes.release(decision, first.node_uid, deadline)
-        results.extend(released)
+            # The fence is reported with what became of the node's volumes once it settled.
+            decision = volumes.settled(decision, [turn.decision for turn in turns])
         return await self.reporter.report(
             decision, results, first.node_uid, deadline, fenced=fenced
         )
@@ -233,8 +233,6 @@ class Pipeline:
             decision, results = done.decision, list(done.results)
             if not decision.dry_run:
                 node_uid = done.node_uid or uids.get(name, "")
-                decision, released = await self.volumes.release(decision, node_uid, deadline)
-                results.extend(released)
                 decision = await self.reporter.report(
                     decision, results, node_uid, deadline, fenced=done.fenced
                 )

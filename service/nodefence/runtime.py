@@ -30,7 +30,6 @@ from nodefence.shell.power_step import PowerStep
 from nodefence.shell.proof import ExternalProof
 from nodefence.shell.refresh import BackgroundRefresh
 from nodefence.shell.report import FenceNotifier, Reporter
-from nodefence.shell.volumes import VolumeRelease
 from nodefence.slack.routes import SlackIntegration, check_slack_settings, slack_parts
 
 
@@ -95,7 +94,6 @@ def assemble_pipeline(
         loop=loop,
         reporter=reporter,
         proof=ExternalProof(reader, policy),
-        volumes=VolumeRelease(kube, reader, executor, policy),
         refresh=BackgroundRefresh(reader, metrics),
         alertmanager=alertmanager,
         approvals=approvals,

@@ -27,6 +27,7 @@ from nodefence.engine import (
     orphans,
     readiness,
     reboot,
+    volumes,
 )
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.approval_ask import with_question
@@ -425,7 +426,9 @@ def _firing(
             if held is not None:
                 return held
             _fenced_since(draft, entry)
-            return _purge_leftovers(draft, facts, node, entry, governing or rule)
+            return _purge_leftovers(
+                draft, facts, node, entry, governing or rule, own_claim=own_claim
+            )
     return _fresh(
         draft, event, facts, node, rule, approval=approval, pending=pending, own_claim=own_claim
     )
@@ -633,7 +636,8 @@ def _fresh(
             node.name, node.uid, pending.claimed_by, proof=proof, approval=approved_by
         )
         steps = (fence, confirm)
-    return draft.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
+    fenced = draft.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
+    return volumes.decided(fenced, facts, cleanup_allowed=rule.volume_attachment_cleanup)
 
 
 def _approval(
@@ -704,10 +708,30 @@ def _asked_when(
 
 
 def _purge_leftovers(
-    draft: _Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+    draft: _Draft,
+    facts: Facts,
+    node: NodeFacts,
+    entry: FenceEntry,
+    rule: Rule,
+    *,
+    own_claim: str = "",
 ) -> Decision:
     """Purging pods (and releasing volumes) is only safe while the node is still verifiably
     down, so S1 and S2 are checked again even though the node is already fenced."""
+    done = _leftovers(draft, facts, node, entry, rule)
+    # What becomes of the volumes is said where something was done, where the rule lets
+    # nodefence delete them, and to the request that fenced the node (``own_claim``), which
+    # reports it; a repeated alert for a node already handled has nothing new to say.
+    own = bool(own_claim) and entry.claimed_by == own_claim
+    cleanup = rule.volume_attachment_cleanup
+    if done.verdict is Verdict.PURGE or cleanup or own:
+        return volumes.decided(done, facts, cleanup_allowed=cleanup)
+    return done
+
+
+def _leftovers(
+    draft: _Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+) -> Decision:
     confirm: tuple[Action, ...] = ()
     if entry.phase is Phase.CLAIMED:
         draft.add(

@@ -187,8 +187,9 @@ class Facts:
     # Which clock ``now`` was read from. Liveness is judged only on the API server's (the
     # ``Date`` of the responses that carried the facts); on any other clock it fails safe.
     clock: str = API_SERVER_CLOCK
-    # The node's VolumeAttachments, read when an unfence is in view (None: not read); the
-    # unfence waits until none from before the fence is still attached.
+    # The node's VolumeAttachments (None: not read): read when an unfence is in view (it waits
+    # until none from before the fence is still attached), or when a decision on a node found
+    # down says what becomes of them (``Decision.needs_attachments``).
     attachments: tuple[VolumeAttachmentFacts, ...] | None = None
 
 
@@ -362,6 +363,18 @@ class AskApprovalAction:
     incident: Incident
 
 
+@dataclass(frozen=True)
+class ReleaseVolumeAttachmentAction:
+    """Delete a VolumeAttachment of a node nodefence holds fenced and found down, once no pod on
+    it uses a claim (``engine.volumes``): a cluster that does not detach the volumes of an
+    out-of-service node itself would otherwise keep them from any other node."""
+
+    node: str
+    node_uid: str
+    name: str
+    persistent_volume: str
+
+
 Action = (
     ClaimAction
     | PowerAction
@@ -373,6 +386,7 @@ Action = (
     | ObserveReadyAction
     | ProofContradictedAction
     | AskApprovalAction
+    | ReleaseVolumeAttachmentAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 
@@ -392,6 +406,9 @@ class Decision:
     # Set when S1 and S2 were checked on a node nodefence holds fenced and both showed it dead:
     # only then may its VolumeAttachments be deleted.
     node_confirmed_down: bool = False
+    # The decision would say what becomes of the node's volumes, but its VolumeAttachments were
+    # not read (``Facts.attachments``): the shell reads them and decides again.
+    needs_attachments: bool = False
     # What the shell's writes did (action, target, outcome, detail), filled in after the
     # commit so the webhook reply and the log carry the outcome, not only the plan.
     results: tuple[dict[str, str], ...] = ()

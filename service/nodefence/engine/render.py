@@ -16,6 +16,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     ReleaseAction,
+    ReleaseVolumeAttachmentAction,
     UnfenceAction,
 )
 from nodefence.engine.record import CONFIGMAP, entry_json
@@ -104,6 +105,14 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "fingerprint": action.incident.fingerprint,
             "not_ready_since": action.incident.not_ready_since,
         }
+    if isinstance(action, ReleaseVolumeAttachmentAction):
+        return {
+            "type": "release-volume",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "name": action.name,
+            "persistent_volume": action.persistent_volume,
+        }
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -155,6 +164,11 @@ def describe_action(action: Action) -> str:
         )
     if isinstance(action, AskApprovalAction):
         return f"ask in Slack whether to fence node {action.node}"
+    if isinstance(action, ReleaseVolumeAttachmentAction):
+        return (
+            f"delete VolumeAttachment {action.name} ({action.persistent_volume}) of node "
+            f"{action.node}"
+        )
     return f"remove the out-of-service taint from node {action.node} ({action.effect})"
 
 

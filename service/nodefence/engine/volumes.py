@@ -5,15 +5,24 @@ The out-of-service taint makes Kubernetes force-detach volumes only from 1.26 on
 default; GA in 1.28), or on 1.24-1.25 with the ``NodeOutOfServiceVolumeDetach`` gate, which the
 API does not reveal. Without it, a ReadWriteOnce volume stays attached to the dead node and the
 replacement StatefulSet pod hangs in ``Init``/``ContainerCreating`` with a Multi-Attach error.
+
+What becomes of the volumes is decided like everything else: in the decisions on a node
+nodefence holds fenced and has just found down by S1 and S2 (``decided``), from the node's
+VolumeAttachments read live for them (``Facts.attachments``; on a server that detaches them
+itself nothing is read), as a reason and the deletes (``ReleaseVolumeAttachmentAction``). A
+fence request reports its fence decision with what became of the volumes by the time the loop
+settled (``settled``): the pods it purged are gone only after the fence decision was made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from nodefence.engine.model import Facts, Reason
+from nodefence.engine.model import Decision, Facts, Reason, ReleaseVolumeAttachmentAction
 
 AUTOMATIC_DETACH_FROM = (1, 26)
 
@@ -26,6 +35,8 @@ class VolumeAttachmentFacts:
     attached: bool
     # When the API server created it (its own clock).
     created: datetime | None = None
+    # Already being deleted (a finalizer holds it until the attacher lets go): never again.
+    deleting: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,59 @@ def server_minor(version: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def detached_by_cluster(version: str) -> bool:
+    """The API server's version says it detaches an out-of-service node's volumes itself; an
+    unknown version is taken to be one that may not."""
+    minor = server_minor(version)
+    return minor is not None and minor >= AUTOMATIC_DETACH_FROM
+
+
+def decided(decision: Decision, facts: Facts, *, cleanup_allowed: bool) -> Decision:
+    """``decision``, made on a node nodefence holds fenced and found down just now (S1 and S2
+    checked on the same facts), with what becomes of the node's volumes: the reason, and the
+    VolumeAttachments nodefence deletes where the rule allows it. Without the attachments read,
+    on a server that may not detach them itself, the decision only says it needs them; a dry
+    run says nothing of volumes (S8: it would delete nothing)."""
+    node = facts.node
+    if decision.dry_run or not decision.node_confirmed_down or node is None:
+        return decision
+    if facts.attachments is None and not detached_by_cluster(facts.cluster.server_version):
+        return dataclasses.replace(decision, needs_attachments=True)
+    plan = plan_volume_release(facts, facts.attachments or (), cleanup_allowed=cleanup_allowed)
+    deletes = tuple(
+        ReleaseVolumeAttachmentAction(node.name, node.uid, a.name, a.persistent_volume)
+        for a in plan.delete
+        if not a.deleting
+    )
+    return dataclasses.replace(
+        decision,
+        reasons=(*decision.reasons, plan.reason),
+        actions=(*decision.actions, *deletes),
+        needs_attachments=False,
+    )
+
+
+def _reason(decision: Decision) -> Reason | None:
+    return next((r for r in reversed(decision.reasons) if r.guard == GUARD), None)
+
+
+def settled(fence: Decision, turns: Sequence[Decision]) -> Decision:
+    """The decision a fence request reports: ``fence``, ending with what became of the node's
+    volumes as the loop's turns after it (``turns``, in order) found them. That is the volumes
+    reason of the last turn that deleted VolumeAttachments (the turns after it only find them
+    gone), else of the last turn that said anything of volumes, else the fence's own."""
+    said = [d for d in (fence, *turns) if _reason(d) is not None]
+    if not said:
+        return fence
+    deleted = [
+        d for d in said if any(isinstance(a, ReleaseVolumeAttachmentAction) for a in d.actions)
+    ]
+    reason = _reason((deleted or said)[-1])
+    assert reason is not None
+    kept = tuple(r for r in fence.reasons if r.guard != GUARD)
+    return dataclasses.replace(fence, reasons=(*kept, reason))
+
+
 def plan_volume_release(
     facts: Facts,
     attachments: tuple[VolumeAttachmentFacts, ...],
@@ -69,8 +133,7 @@ def plan_volume_release(
         return VolumePlan((), Reason(GUARD, True, "no node, no volumes to release"))
     mine = tuple(a for a in attachments if a.node_name == node.name)
     version = facts.cluster.server_version or "an unknown version"
-    minor = server_minor(facts.cluster.server_version)
-    if minor is not None and minor >= AUTOMATIC_DETACH_FROM:
+    if detached_by_cluster(facts.cluster.server_version):
         return VolumePlan(
             (),
             Reason(

@@ -216,4 +216,5 @@ def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:
         persistent_volume=str((spec.get("source") or {}).get("persistentVolumeName") or ""),
         attached=bool((attachment.get("status") or {}).get("attached", False)),
         created=parse_instant(attachment.get("metadata", {}).get("creationTimestamp")),
+        deleting=bool(attachment.get("metadata", {}).get("deletionTimestamp")),
     )

@@ -35,6 +35,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     ReleaseAction,
+    ReleaseVolumeAttachmentAction,
     UnfenceAction,
 )
 from nodefence.kube.client import Deadline, Json
@@ -69,6 +70,7 @@ class _Progress:
     deadline: Deadline
     results: list[ActionResult] = dataclasses.field(default_factory=list)
     purges: list[PurgePodAction] = dataclasses.field(default_factory=list)
+    volumes: list[ReleaseVolumeAttachmentAction] = dataclasses.field(default_factory=list)
     claim: ClaimAction | None = None
     claimed: fence_record.FenceEntry | None = None
     fenced_at: datetime | None = None
@@ -114,6 +116,8 @@ class Commit:
             if step.outcome is not Outcome.DONE and not isinstance(action, HOUSEKEEPING):
                 return progress.end()
         progress.results.extend(await self.executor.purge(progress.purges, deadline))
+        for volume in progress.volumes:
+            progress.results.append(await self.executor.release_volume(volume.name, deadline))
         housekeeping = all(isinstance(a, HOUSEKEEPING) for a in decision.actions)
         done = all(r.outcome in (Outcome.DONE, Outcome.SKIPPED) for r in progress.results)
         return progress.end(again=housekeeping and done)
@@ -180,6 +184,12 @@ class Commit:
         at.purges.append(action)
         return None
 
+    async def _release_volume(self, action: ReleaseVolumeAttachmentAction, at: _Progress) -> Step:
+        """After the node's writes and the purges, like them: the engine decides the deletes
+        only once no pod on the node uses a claim, and one that fails stops nothing else."""
+        at.volumes.append(action)
+        return None
+
     async def _unfence(self, action: UnfenceAction, at: _Progress) -> Step:
         assert at.snapshot.node is not None
         return (await self.executor.unfence(at.snapshot.node, action, at.deadline)).result
@@ -243,6 +253,7 @@ HANDLERS: dict[type[Any], Handler] = {
     ObserveReadyAction: Commit._observe_ready,
     ProofContradictedAction: Commit._proof_contradicted,
     AskApprovalAction: Commit._ask_approval,
+    ReleaseVolumeAttachmentAction: Commit._release_volume,
 }
 
 

@@ -3,13 +3,16 @@
 A snapshot is the node, its Lease and pods, the fence record, the cluster's counts and the API
 server's clock. ``decide`` is pure. No lock is held between replicas: the claim written on the
 record version the decision read is what keeps two replicas from both spending the last budget
-slot, however slow either is.
+slot, however slow either is. What only some decisions rest on is read for them alone, and
+the engine decides again with it: the Nodes sharing the machine's systemUUID before a power
+action, the node's VolumeAttachments for a decision that says what becomes of them.
 
 After a fence the same loop turns again (``Loop.settle``): the taint manager evicts the node's
 remaining pods, which on a dead node hang Terminating too, and each turn commits whatever the
 engine decides next on fresh facts: purging them, then, for a rule that reboots, the power-on
 (the engine decides it once nothing it may purge is left, and the fence record keeps it to one
-send). Whatever the request has no time left for is the reconcile pass's to finish.
+send), and the VolumeAttachments the rule lets nodefence delete once no pod uses a claim.
+Whatever the request has no time left for is the reconcile pass's to finish.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from nodefence.actions.executor import ActionResult
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.actions.power_binding import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.engine.model import Decision, PowerEvidence
+from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
-from nodefence.kube.client import Deadline
+from nodefence.kube.client import Deadline, KubeClient
+from nodefence.kube.convert import volume_attachment_facts
 from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.kube.ratelimit import Priority, reads_at
 from nodefence.shell.cached_refusal import CachedRefusal
 from nodefence.shell.commit import Commit
 from nodefence.shell.report import Reporter
@@ -116,6 +122,13 @@ class Loop:
                 twins = await live_twins(self.reader.kube, unvouched, deadline)
                 snapshot = with_twins(snapshot, twins)
                 decision = decider(snapshot)
+            if decision.needs_attachments:
+                # Only a decision on a node found down, on a server that may not detach its
+                # volumes itself, says what becomes of them; read for it alone, live.
+                attached = await node_attachments(self.reader.kube, name, deadline)
+                facts = dataclasses.replace(snapshot.facts, attachments=attached)
+                snapshot = dataclasses.replace(snapshot, facts=facts)
+                decision = decider(snapshot)
             if decision.dry_run or not decision.actions:
                 if decision.dry_run:
                     self.reporter.log_decision(decision)
@@ -146,3 +159,12 @@ class Loop:
                 break
             await asyncio.sleep(SETTLE_POLL_SECONDS)
         return turns
+
+
+async def node_attachments(
+    kube: KubeClient, name: str, deadline: Deadline
+) -> tuple[VolumeAttachmentFacts, ...]:
+    """The VolumeAttachments of node ``name``, from one live list: deletes may rest on it."""
+    with reads_at(Priority.LIVE):
+        listed = await kube.list_volume_attachments(deadline)
+    return tuple(a for a in map(volume_attachment_facts, listed) if a.node_name == name)

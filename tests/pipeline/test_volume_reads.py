@@ -1,0 +1,70 @@
+"""The node's VolumeAttachments are listed only for a decision that says what becomes of them:
+one on a node found down, on a server that may not detach them itself. A refusal lists none,
+and neither does a fence on a server that detaches them itself (from Kubernetes 1.26)."""
+
+from __future__ import annotations
+
+from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
+from nodefence.engine.volumes import GUARD
+from nodefence.kube.client import Deadline
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
+
+from .harness import firing, start_receiver
+
+NODE = "control02"
+
+
+def listed_attachments(cluster: SimulatorHandle, cursor: int) -> int:
+    return sum(
+        1
+        for r in cluster.faults.requests(cursor)
+        if r.method == "GET" and r.path.rstrip("/").endswith("/volumeattachments")
+    )
+
+
+async def fence_directly(cluster: SimulatorHandle) -> tuple[Decision, int]:
+    """One firing alert for the dead node, handled without the HTTP layer, so no background
+    refresh (which lists attachments for its gauge) runs beside it: every list seen is the
+    request's own."""
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        cursor = cluster.faults.cursor
+        event = AlertEvent("KubeNodeNotReady", AlertStatus.FIRING, NODE, "fp-1", {"node": NODE})
+        try:
+            decision = await receiver.pipeline.handle_event(event, Deadline(20))
+        finally:
+            await receiver.pipeline.close()
+        return decision, listed_attachments(cluster, cursor)
+
+
+async def test_a_refusal_lists_no_volume_attachments(cluster: SimulatorHandle) -> None:
+    async with start_receiver(cluster) as receiver:
+        cursor = cluster.faults.cursor
+        [decision] = await receiver.alert(firing(NODE))
+        assert decision["verdict"] == "noop", decision
+        assert "Ready" in decision["summary"]
+        assert listed_attachments(cluster, cursor) == 0
+    assert not [r for r in decision["reasons"] if r["guard"] == GUARD]
+
+
+async def test_a_fence_on_a_server_that_may_not_detach_lists_them(
+    cluster: SimulatorHandle,
+) -> None:
+    decision, lists = await fence_directly(cluster)
+    assert decision.verdict is Verdict.FENCE, decision
+    assert decision.reasons[-1].guard == GUARD
+    assert decision.reasons[-1].message.startswith("VOLUMES NOT RELEASED")
+    assert lists >= 1
+
+
+async def test_a_fence_on_a_server_that_detaches_itself_lists_none() -> None:
+    sim = Simulation.from_scenario("seed", k8s_version="1.28.3")
+    async with running_simulator(sim) as cluster:
+        decision, lists = await fence_directly(cluster)
+    assert decision.verdict is Verdict.FENCE, decision
+    last = decision.reasons[-1]
+    assert last.guard == GUARD
+    assert last.passed
+    assert "detaches the volumes of an out-of-service node itself" in last.message
+    assert lists == 0
