@@ -7,10 +7,11 @@ from __future__ import annotations
 from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
 from nodefence.engine.volumes import GUARD
 from nodefence.kube.client import Deadline
+from nodefence_sim.resources import VOLUME_ATTACHMENTS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
-from .harness import firing, start_receiver
+from .harness import firing, inference, start_receiver
 
 NODE = "control02"
 
@@ -68,3 +69,24 @@ async def test_a_fence_on_a_server_that_detaches_itself_lists_none() -> None:
     assert last.passed
     assert "detaches the volumes of an out-of-service node itself" in last.message
     assert lists == 0
+
+
+async def test_a_fence_with_cleanup_reports_the_deletes_its_settle_made(
+    cluster: SimulatorHandle,
+) -> None:
+    """The pods purged by the fence are gone only after the fence decision was made: the
+    VolumeAttachments go in a later turn of the same request, and the fence reports that turn's
+    reason, not the turns after it that find them gone."""
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    policy = inference({"rules": [{"name": "default", "volume_attachment_cleanup": True}]})
+    async with start_receiver(cluster, policy=policy) as receiver:
+        [decision] = await receiver.alert(firing(NODE))
+    assert decision["verdict"] == "fence", decision
+    last = decision["reasons"][-1]
+    assert last["guard"] == GUARD
+    assert "deleting 2 VolumeAttachment(s) of control02" in last["message"]
+    released = [r for r in decision["results"] if r["action"] == "release-volume"]
+    assert [r["outcome"] for r in released] == ["done", "done"]
+    assert not [
+        va for va in cluster.sim.store.items(VOLUME_ATTACHMENTS) if va["spec"]["nodeName"] == NODE
+    ]
