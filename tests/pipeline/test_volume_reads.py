@@ -11,7 +11,7 @@ from nodefence_sim.resources import VOLUME_ATTACHMENTS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
-from .harness import firing, inference, start_receiver
+from .harness import firing, inference, node_events, start_receiver
 
 NODE = "control02"
 
@@ -90,3 +90,38 @@ async def test_a_fence_with_cleanup_reports_the_deletes_its_settle_made(
     assert not [
         va for va in cluster.sim.store.items(VOLUME_ATTACHMENTS) if va["spec"]["nodeName"] == NODE
     ]
+
+
+async def test_the_reconcile_pass_deletes_what_a_fence_left_once_the_rule_allows_it(
+    cluster: SimulatorHandle,
+) -> None:
+    """A fence without cleanup leaves the attachments; a pass under a rule that allows it
+    deletes them, as actions of its decision (in the reply, the results and the Event)."""
+    cluster.sim.node_down(NODE, since_seconds=1200)
+    async with start_receiver(cluster) as receiver:
+        [fence] = await receiver.alert(firing(NODE))
+    assert fence["verdict"] == "fence", fence
+    left = sorted(
+        va["metadata"]["name"]
+        for va in cluster.sim.store.items(VOLUME_ATTACHMENTS)
+        if va["spec"]["nodeName"] == NODE
+    )
+    assert len(left) == 2
+    policy = inference({"rules": [{"name": "default", "volume_attachment_cleanup": True}]})
+    async with start_receiver(cluster, policy=policy) as receiver:
+        status, body = await receiver.post("/reconcile", {})
+    assert status == 200, body
+    [decision] = [d for d in body["decisions"] if d["node"] == NODE]
+    assert decision["verdict"] == "noop", decision
+    assert sorted(a["name"] for a in decision["actions"] if a["type"] == "release-volume") == left
+    assert sorted(r["target"] for r in decision["results"] if r["action"] == "release-volume") == (
+        left
+    )
+    assert decision["reasons"][-1]["guard"] == GUARD
+    assert "deleting 2 VolumeAttachment(s)" in decision["reasons"][-1]["message"]
+    assert not [
+        va for va in cluster.sim.store.items(VOLUME_ATTACHMENTS) if va["spec"]["nodeName"] == NODE
+    ]
+    released = [e for e in node_events(cluster, NODE) if e["reason"] == "VolumesReleased"]
+    assert released, node_events(cluster, NODE)
+    assert released[0]["message"] == "2 VolumeAttachment(s) of the fenced node deleted"
