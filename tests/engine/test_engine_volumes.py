@@ -43,8 +43,8 @@ from nodefence.policy import Policy
 OLD = "v1.24.8"
 NEW = "v1.28.3"
 MINE = (
-    VolumeAttachmentFacts("csi-a", NODE, "pv-a", True),
-    VolumeAttachmentFacts("csi-b", NODE, "pv-b", True),
+    VolumeAttachmentFacts("csi-a", NODE, "pv-a", True, uid="uid-csi-a"),
+    VolumeAttachmentFacts("csi-b", NODE, "pv-b", True, uid="uid-csi-b"),
 )
 ELSEWHERE = VolumeAttachmentFacts("csi-other", "worker-2", "pv-other", True)
 CLEANUP: dict[str, Any] = {"volume_attachment_cleanup": True}
@@ -108,9 +108,10 @@ def test_cleanup_deletes_the_nodes_attachments_once_its_pods_are_gone() -> None:
     decision = decide_reconcile(fenced(), policy(rule=CLEANUP), NOW, NODE)
     assert decision.verdict is Verdict.NOOP
     assert deletes(decision) == ["csi-a", "csi-b"]
-    assert all(
-        a.node_uid == UID for a in decision.actions if isinstance(a, ReleaseVolumeAttachmentAction)
-    )
+    releases = [a for a in decision.actions if isinstance(a, ReleaseVolumeAttachmentAction)]
+    assert all(a.node_uid == UID for a in releases)
+    # S9: each delete names the attachment it read, by UID.
+    assert [a.uid for a in releases] == ["uid-csi-a", "uid-csi-b"]
     reason = said(decision)
     assert reason is not None
     assert reason.passed

@@ -212,12 +212,19 @@ class Executor:
             detail += f"; {', '.join(keep)} still hold it"
         return ActionResult("purge", target, Outcome.DONE, detail)
 
-    async def release_volume(self, name: str, deadline: Deadline) -> ActionResult:
+    async def release_volume(self, name: str, uid: str, deadline: Deadline) -> ActionResult:
         try:
-            await self.kube.delete_volume_attachment(name, deadline)
+            await self.kube.delete_volume_attachment(name, uid, deadline)
         except KubeError as exc:
             if exc.status == 404:
                 return ActionResult("release-volume", name, Outcome.ALREADY, "already gone")
+            if exc.status == 409:
+                return ActionResult(
+                    "release-volume",
+                    name,
+                    Outcome.SKIPPED,
+                    "VolumeAttachment was replaced (UID changed); untouched",
+                )
             return ActionResult("release-volume", name, Outcome.FAILED, str(exc))
         return ActionResult("release-volume", name, Outcome.DONE, "VolumeAttachment deleted")
 

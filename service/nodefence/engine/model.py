@@ -373,6 +373,8 @@ class ReleaseVolumeAttachmentAction:
     node_uid: str
     name: str
     persistent_volume: str
+    # The attachment's own UID as read: the delete's precondition (S9).
+    uid: str = ""
 
 
 Action = (

@@ -37,6 +37,10 @@ class VolumeAttachmentFacts:
     created: datetime | None = None
     # Already being deleted (a finalizer holds it until the attacher lets go): never again.
     deleting: bool = False
+    # Its metadata.uid: the delete names it, so an attachment re-created under the same name
+    # (the name is a hash of volume, attacher and node name: a re-created node of the same
+    # name gets the same one) is never the one deleted (S9).
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def decided(decision: Decision, facts: Facts, *, cleanup_allowed: bool) -> Decis
         return dataclasses.replace(decision, needs_attachments=True)
     plan = plan_volume_release(facts, facts.attachments or (), cleanup_allowed=cleanup_allowed)
     deletes = tuple(
-        ReleaseVolumeAttachmentAction(node.name, node.uid, a.name, a.persistent_volume)
+        ReleaseVolumeAttachmentAction(node.name, node.uid, a.name, a.persistent_volume, a.uid)
         for a in plan.delete
         if not a.deleting
     )

@@ -534,10 +534,14 @@ class KubeClient:
             Priority.REFUSAL,
         )
 
-    async def delete_volume_attachment(self, name: str, deadline: Deadline | None = None) -> Json:
+    async def delete_volume_attachment(
+        self, name: str, uid: str, deadline: Deadline | None = None
+    ) -> Json:
+        """409 when the attachment of that name is not the one read (another UID)."""
+        options = {"preconditions": {"uid": uid}} if uid else None
         return await self._call(
             "delete",
-            lambda: self._send("DELETE", VOLUME_ATTACHMENTS + "/{name}", name=name),
+            lambda: self._send("DELETE", VOLUME_ATTACHMENTS + "/{name}", body=options, name=name),
             deadline,
         )
 

@@ -217,4 +217,5 @@ def volume_attachment_facts(attachment: Json) -> VolumeAttachmentFacts:
         attached=bool((attachment.get("status") or {}).get("attached", False)),
         created=parse_instant(attachment.get("metadata", {}).get("creationTimestamp")),
         deleting=bool(attachment.get("metadata", {}).get("deletionTimestamp")),
+        uid=str(attachment.get("metadata", {}).get("uid") or ""),
     )

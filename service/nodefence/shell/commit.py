@@ -117,7 +117,9 @@ class Commit:
                 return progress.end()
         progress.results.extend(await self.executor.purge(progress.purges, deadline))
         for volume in progress.volumes:
-            progress.results.append(await self.executor.release_volume(volume.name, deadline))
+            progress.results.append(
+                await self.executor.release_volume(volume.name, volume.uid, deadline)
+            )
         housekeeping = all(isinstance(a, HOUSEKEEPING) for a in decision.actions)
         done = all(r.outcome in (Outcome.DONE, Outcome.SKIPPED) for r in progress.results)
         return progress.end(again=housekeeping and done)
