@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import typing
 import urllib.request
 from typing import Any, cast
 
+import jsonschema
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -19,8 +21,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from nodefence.engine.model import Action, PowerAction, ReleaseVolumeAttachmentAction
+from nodefence.engine.render import action_to_dict
+from nodefence.fencing.registry import POWER_DRIVERS
 from nodefence.http.app import build_app
-from nodefence.http.openapi import OPENAPI_PATH, openapi_document
+from nodefence.http.openapi import ACTION_SCHEMAS, OPENAPI_PATH, openapi_document
 from nodefence.pipeline_api import PipelineApi
 from nodefence.settings import Settings
 
@@ -39,6 +44,22 @@ def test_document_is_valid_openapi_3_1() -> None:
     document = openapi_document()
     assert document["openapi"].startswith("3.1")
     validate(document)
+
+
+def test_every_action_the_engine_can_decide_is_described() -> None:
+    assert set(ACTION_SCHEMAS) == {member.__name__ for member in typing.get_args(Action)}
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        *(PowerAction("worker1", "uid-1", driver, "off", True) for driver in POWER_DRIVERS),
+        ReleaseVolumeAttachmentAction("worker1", "uid-1", "csi-1", "pv-1", "uid-csi-1"),
+    ],
+    ids=lambda action: f"{type(action).__name__}-{getattr(action, 'driver', '')}",
+)
+def test_a_decided_action_matches_its_description(action: Action) -> None:
+    jsonschema.validate(action_to_dict(action), ACTION_SCHEMAS[type(action).__name__])
 
 
 def test_every_served_route_is_described() -> None:

@@ -112,6 +112,7 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "node_uid": action.node_uid,
             "name": action.name,
             "persistent_volume": action.persistent_volume,
+            "uid": action.uid,
         }
     raise TypeError(f"unknown action {action!r}")
 

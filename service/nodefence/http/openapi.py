@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nodefence.fencing.registry import POWER_DRIVERS
 from nodefence.http.problems import PROBLEM_CONTENT_TYPE
 from nodefence.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
@@ -106,7 +107,7 @@ _WEBHOOK_SCHEMA: dict[str, Any] = {
 
 _ANNOTATIONS = {"type": "object", "additionalProperties": {"type": "string"}}
 
-_ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
+ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
     "FenceAction": {
         "type": "object",
         "required": ["type", "node", "node_uid", "resource_version", "effect", "annotations"],
@@ -180,7 +181,7 @@ _ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "type": {"const": "power"},
             "node": {"type": "string"},
             "node_uid": {"type": "string"},
-            "driver": {"type": "string", "enum": ["redfish", "ipmi"]},
+            "driver": {"type": "string", "enum": list(POWER_DRIVERS)},
             "operation": {"type": "string", "enum": ["off", "on", "status"]},
             "send": {"type": "boolean"},
         },
@@ -215,6 +216,21 @@ _ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "node": {"type": "string"},
             "node_uid": {"type": "string"},
             "boot_id": {"type": "string"},
+        },
+    },
+    "ReleaseVolumeAttachmentAction": {
+        "type": "object",
+        "description": "Delete a VolumeAttachment of a node nodefence holds fenced and found "
+        "down, once no pod on it uses a claim, on a cluster that may not detach the volumes of "
+        "an out-of-service node itself (a UID precondition names the one read).",
+        "required": ["type", "node", "node_uid", "name", "persistent_volume", "uid"],
+        "properties": {
+            "type": {"const": "release-volume"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "name": {"type": "string"},
+            "persistent_volume": {"type": "string"},
+            "uid": {"type": "string"},
         },
     },
     "AskApprovalAction": {
@@ -277,7 +293,7 @@ _DECISION_SCHEMA: dict[str, Any] = {
         "actions": {
             "type": "array",
             "items": {
-                "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in _ACTION_SCHEMAS]
+                "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in ACTION_SCHEMAS]
             },
         },
         "results": {
@@ -559,7 +575,7 @@ def _build() -> dict[str, Any]:
                 }
             },
         },
-        **_ACTION_SCHEMAS,
+        **ACTION_SCHEMAS,
         "Problem": _PROBLEM_SCHEMA,
     }
     return {
