@@ -1,4 +1,6 @@
-"""The run's summary says which suites were skipped and for want of what.
+"""What every suite shares: the run's summary of skipped suites, and logging left as found.
+
+The run's summary says which suites were skipped and for want of what.
 
 Several suites drive real tools (kubectl, promtool, amtool, Alertmanager, faketime,
 sushy-emulator). On a machine without one of them those tests skip, and a passing run would
@@ -8,11 +10,26 @@ reason with the test files it skipped, and how to get the tool (``.ci/run`` inst
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
+from collections.abc import Iterator
 
 import pytest
 
+from nodefence.observability.logging import reset_logging
+
 INSTALL_HINT = "as root, bash .ci/run installs every tool these suites need"
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """Leave structlog and the root logger as found, for the tests of other packages."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    reset_logging()
+    root.handlers = handlers
+    root.setLevel(level)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

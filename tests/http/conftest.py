@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from http_support import RecordingPipeline, make_settings
 
 from nodefence.http.app import build_app
-from nodefence.observability.logging import configure_logging, reset_logging
+from nodefence.observability.logging import configure_logging
 
 
 @pytest.fixture
@@ -21,14 +20,8 @@ def pipeline() -> RecordingPipeline:
 
 
 @pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """Leave structlog and the root logger as found, for the tests of other packages."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    reset_logging()
-    root.handlers = handlers
-    root.setLevel(level)
+def _logging_left_as_found(restore_logging: None) -> None:
+    """Every receiver test may configure logging: ``restore_logging`` undoes it."""
 
 
 @pytest.fixture

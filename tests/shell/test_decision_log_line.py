@@ -5,27 +5,18 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
 from nodefence.engine.model import Decision, PurgePodAction, Reason, Verdict
-from nodefence.observability.logging import configure_logging, reset_logging
+from nodefence.observability.logging import configure_logging
 from nodefence.shell.report import Reporter
 
 NOW = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
 
 
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    reset_logging()
-    root.handlers = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def lines(stream: io.StringIO) -> list[dict[str, object]]:
