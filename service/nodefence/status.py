@@ -2,8 +2,9 @@
 
 The record is the authority, so this is what an operator asks at 3 a.m.: which nodes nodefence
 has fenced (since when on the API server's clock, by which rule, on what proof, with whose
-approval), which fences are half-written (claimed, taint not yet on), and which approval
-requests are waiting for a person (in the record too: never what a node's annotations say).
+approval), which fences are half-written (claimed, taint not yet on), which approval
+requests are waiting for a person (in the record too: never what a node's annotations say), and
+what the machines' BMCs or fence agents last answered to nodefence's power steps.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
-from nodefence.engine.record import FenceRecord, Phase
+from nodefence.engine.record import BmcReading, FenceRecord, Phase
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.pipeline import Pipeline
@@ -74,6 +75,24 @@ def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
             {"node": r.node, "nodeUID": r.uid, "at": instant(r.at), "why": r.why}
             for r in sorted(record.released, key=lambda r: r.node)
         ],
+        "powerReadings": [
+            _reading(r) for r in sorted(record.readings, key=lambda r: (r.node, r.at))
+        ],
+    }
+
+
+def _reading(reading: BmcReading) -> dict[str, Any]:
+    identity = reading.identity
+    return {
+        "node": reading.node,
+        "nodeUID": reading.uid,
+        "at": instant(reading.at),
+        "operation": reading.operation,
+        "state": reading.state,
+        "source": reading.source,
+        "detail": reading.detail,
+        "actionSent": reading.action_sent,
+        "identity": identity.value if identity is not None else None,
     }
 
 
@@ -193,6 +212,15 @@ def as_text(status: dict[str, Any]) -> str:
     for p in pending:
         where = f" (Slack message {p['message']})" if p.get("message") else " (being posted)"
         lines.append(f"  {p['node']}  asked at {p['requestedAt']}, expires {p['expiresAt']}{where}")
+    readings = status.get("powerReadings") or []
+    lines.append(f"Power-step readings kept in the record: {len(readings) or 'none'}")
+    for r in readings:
+        said = f": {r['detail']}" if r["detail"] else ""
+        machine = f"; machine {r['identity']}" if r["identity"] else ""
+        lines.append(
+            f"  {r['node']}  {r['at']}  {r['operation']}: {r['source']} answered "
+            f"{r['state']}{said}{machine}"
+        )
     if status.get("unreadableApprovalRequests"):
         lines.append(
             "Unreadable approval requests (counted as none: the next alert asks again): "

@@ -23,7 +23,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     ReleaseAction,
 )
-from nodefence.engine.record import FenceEntry, FenceRecord, Phase
+from nodefence.engine.record import BmcReading, FenceEntry, FenceRecord, Phase
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
 
@@ -266,40 +266,48 @@ class FenceRecordWriter:
             expected=expected,
         )
 
-    async def power_not_sent(
-        self, node: str, uid: str, claimed_by: str, deadline: Deadline
-    ) -> ActionResult:
-        """Takes back the power-off mark of a step whose driver sent nothing (it could not read
-        the machine's state, the BMC refused the login, the agent is missing): with no action
-        out, the claim is rolled back at once instead of being held for the claim timeout, and
-        the first delivery after the fix goes ahead."""
-
-        def unsent(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
-            del now
-            return fence_record.with_entry(
-                record, dataclasses.replace(entry, power_off_sent_at=None)
-            )
-
-        return await self._change(
-            "power-off-not-sent", node, uid, unsent, deadline, claimed_by=claimed_by
-        )
-
-    async def proof(
+    async def reading(
         self,
         node: str,
         uid: str,
         claimed_by: str,
-        text_at: Callable[[datetime], str],
+        make: Callable[[datetime], tuple[BmcReading, str]],
         deadline: Deadline,
+        *,
+        unsent: bool = False,
     ) -> ActionResult:
-        """The power-off proof, written into the claimed entry before the taint, so a replica
-        that dies between taint and confirm leaves it in the record. ``text_at`` words it with
-        the API server's time of this very write."""
+        """The power step's reading, written into the record so the request decides on what
+        the record holds; ``make`` words it, and the proof when it proves the machine off, with
+        the API server's time of this very write. The proof goes into the entry before the
+        taint: a replica that dies between taint and confirm leaves it in the record.
+        ``unsent``: the driver sent nothing although the entry says a power-off went out; the
+        mark is taken back, so with no action out the claim is rolled back at once instead of
+        being held for the claim timeout, and the first delivery after the fix goes ahead. The
+        entry is changed only while it is this node object's and ``claimed_by``'s (empty:
+        anybody's); otherwise nothing is written and the request decides nothing on it."""
+        kind = "power-reading"
 
-        def proven(record: FenceRecord, entry: FenceEntry, now: datetime) -> FenceRecord:
-            return fence_record.with_entry(record, dataclasses.replace(entry, proof=text_at(now)))
+        def read(current: FenceRecord, now: datetime) -> FenceRecord | ActionResult:
+            if not current.exists:
+                return ActionResult(kind, node, Outcome.SKIPPED, "no fence record")
+            answer, proof = make(now)
+            changed = fence_record.with_reading(current, answer)
+            if not (proof or unsent):
+                return changed
+            entry = current.entry(node)
+            if entry is None or entry.uid != uid:
+                return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")
+            if claimed_by and entry.claimed_by != claimed_by:
+                return ActionResult(
+                    kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
+                )
+            if proof:
+                entry = dataclasses.replace(entry, proof=proof)
+            if unsent:
+                entry = dataclasses.replace(entry, power_off_sent_at=None)
+            return fence_record.with_entry(changed, entry)
 
-        return await self._change("proof", node, uid, proven, deadline, claimed_by=claimed_by)
+        return await self._update(kind, node, read, deadline)
 
     async def contradicted(
         self, action: ProofContradictedAction, deadline: Deadline

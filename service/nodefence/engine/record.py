@@ -7,6 +7,8 @@ that can spend budget is written with the resourceVersion it was decided on: two
 both decide to fence cannot both succeed, whatever their clocks or however slow they are.
 The approval requests live here too (``approval.<node>``, ``engine.approval_request``), for the
 same reason: whether a person was asked, and what they answered, is not the node's to write.
+So do the power steps' readings (``reading.<node>``): what the machine's BMC or fence agent
+answered, which the request that asked decides on (``engine.power_reading``).
 
 Every timestamp of a fence entry or release comes from the API server's clock (the ``Date`` of
 a response), never from a replica's; an approval request's are the requester's, the clock that
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -30,14 +33,26 @@ from nodefence.engine.approval_request import (
     parse_request,
     request_json,
 )
+from nodefence.engine.identity import Reported
 from nodefence.engine.wording import instant, parse_instant
 
 CONFIGMAP = "nodefence-fences"
 FENCE_PREFIX = "fence."
 RELEASED_PREFIX = "released."
+READING_PREFIX = "reading."
 FORMAT = 1
 # Every key prefix nodefence owns in the ConfigMap; other keys are someone else's.
-OWN_PREFIXES = (FENCE_PREFIX, RELEASED_PREFIX, APPROVAL_PREFIX)
+OWN_PREFIXES = (FENCE_PREFIX, RELEASED_PREFIX, APPROVAL_PREFIX, READING_PREFIX)
+
+
+# Readings kept per node: enough for the requests that may work on one node at once (one
+# completing another's claim, a reconcile pass), few enough to keep the ConfigMap small.
+MAX_READINGS = 4
+# A reading only serves the request that asked, which lives for seconds; it is kept an hour
+# for people (``nodefence status``) and then dropped at the next reading's write.
+READING_KEEP_SECONDS = 3600.0
+# A driver's message is kept to this many characters (a BMC's error page can be long).
+MAX_DETAIL = 500
 
 
 class Phase(StrEnum):
@@ -45,6 +60,31 @@ class Phase(StrEnum):
     CLAIMED = "claimed"
     # The taint is on the node and nodefence owns it.
     FENCED = "fenced"
+
+
+@dataclass(frozen=True)
+class BmcReading:
+    """What a BMC or fence agent answered to one request's power step on node object ``uid``,
+    as the power step wrote it into the record: the request (``by``, its token) reads it back
+    as the machine's power state. ``at`` is the API server's time of that write, after the
+    answer came. A reading counts only for the request that asked; any other asks the machine
+    itself. It is kept beside the node's entry, not in it: a claim rolled back on a reading that
+    proves nothing takes its entry away, while the request must still see that it has asked."""
+
+    node: str
+    uid: str
+    by: str
+    operation: str
+    state: str
+    source: str
+    at: datetime
+    detail: str = ""
+    # A power action went out in this incident (this step or an earlier one), and in this
+    # very step.
+    action_sent: bool = False
+    reset_sent: bool = False
+    # Which machine the target said it controls, read with the reading (None: not read).
+    identity: Reported | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +148,8 @@ class FenceRecord:
     # Approval keys whose value could not be read: carried over as they are, and counted as no
     # request (at worst a person is asked again; a fence still needs an approval).
     unreadable_approvals: tuple[str, ...] = ()
+    # The power steps' readings (``BmcReading``), grouped by node, oldest first in each.
+    readings: tuple[BmcReading, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -171,6 +213,83 @@ def _entry(raw: Mapping[str, Any]) -> FenceEntry:
     )
 
 
+def _reported(raw: Any) -> Reported | None:
+    """Every field of what the target said, as written: the identity judgement (S10) is made
+    again on it, so a field lost on the way could change whose machine it names."""
+    if raw is None:
+        return None
+    fields = _object(raw)
+    values: dict[str, Any] = {}
+    for f in dataclass_fields(Reported):
+        if f.name not in fields:
+            continue
+        value = fields[f.name]
+        if f.name == "aliases":
+            if not isinstance(value, list):
+                raise TypeError("aliases is not a list")
+            values[f.name] = tuple(str(a) for a in value)
+        else:
+            values[f.name] = str(value)
+    return Reported(**values)
+
+
+def _reading(node: str, raw: Any) -> BmcReading:
+    fields = _object(raw)
+    return BmcReading(
+        node=node,
+        uid=str(fields["uid"]),
+        by=str(fields["by"]),
+        operation=str(fields["operation"]),
+        state=str(fields["state"]),
+        source=str(fields["source"]),
+        at=_required_time(fields.get("at")),
+        detail=str(fields.get("detail", "")),
+        action_sent=fields.get("actionSent") is True,
+        reset_sent=fields.get("resetSent") is True,
+        identity=_reported(fields.get("identity")),
+    )
+
+
+def _readings(key: str, raw: Any) -> tuple[BmcReading, ...]:
+    """A reading that cannot be read is left out: without it the request asks the machine
+    again, where a wrongly read one could stand as proof."""
+    if not isinstance(raw, list):
+        return ()
+    kept: list[BmcReading] = []
+    for item in raw:
+        try:
+            kept.append(_reading(key.removeprefix(READING_PREFIX), item))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return tuple(kept)
+
+
+def _reported_json(reported: Reported) -> dict[str, Any]:
+    out = asdict(reported)
+    out["aliases"] = list(reported.aliases)
+    return out
+
+
+def reading_json(reading: BmcReading) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "uid": reading.uid,
+        "by": reading.by,
+        "operation": reading.operation,
+        "state": reading.state,
+        "source": reading.source,
+        "at": instant(reading.at),
+    }
+    if reading.detail:
+        out["detail"] = reading.detail
+    if reading.action_sent:
+        out["actionSent"] = True
+    if reading.reset_sent:
+        out["resetSent"] = True
+    if reading.identity is not None:
+        out["identity"] = _reported_json(reading.identity)
+    return out
+
+
 _KEYS = {
     "node": "node",
     "uid": "uid",
@@ -230,8 +349,11 @@ def _release(key: str, raw: Any) -> Release:
 
 
 def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord:
-    """Read the ConfigMap's data; what cannot be read is kept aside, never silently dropped."""
+    """Read the ConfigMap's data; what cannot be read is kept aside, never silently dropped,
+    except a power step's reading: one that cannot be read is no reading, and its request asks
+    the machine again."""
     entries: list[FenceEntry] = []
+    readings: list[BmcReading] = []
     released: list[Release] = []
     unreadable: list[str] = []
     approvals: list[ApprovalRequest] = []
@@ -245,6 +367,8 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
                 released.append(_release(key, raw))
             elif key.startswith(APPROVAL_PREFIX):
                 approvals.append(parse_request(key, raw))
+            elif key.startswith(READING_PREFIX):
+                readings.extend(_readings(key, raw))
         except (ValueError, TypeError, KeyError):
             if key.startswith(FENCE_PREFIX):
                 unreadable.append(key)
@@ -257,6 +381,7 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
         resource_version,
         tuple(approvals),
         tuple(unreadable_approvals),
+        tuple(readings),
     )
 
 
@@ -269,8 +394,8 @@ def from_configmap(configmap: Mapping[str, Any]) -> tuple[FenceRecord, dict[str,
 
 
 def foreign_keys(raw: Mapping[str, str] | None) -> tuple[str, ...]:
-    """Keys of the ConfigMap that are not nodefence's (neither an entry, a release nor an
-    approval request): someone else put them there, and nodefence's writes keep them as they
+    """Keys of the ConfigMap that are not nodefence's (neither an entry, a release, an approval
+    request nor a reading): someone else put them there, and nodefence's writes keep them as they
     are."""
     return tuple(sorted(k for k in raw or {} if not k.startswith(OWN_PREFIXES)))
 
@@ -290,6 +415,11 @@ def encode(record: FenceRecord, raw: Mapping[str, str] | None = None) -> dict[st
         )
     for request in record.approvals:
         data[APPROVAL_PREFIX + request.node] = json.dumps(request_json(request), sort_keys=True)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for reading in record.readings:
+        by_node.setdefault(reading.node, []).append(reading_json(reading))
+    for node, listed in by_node.items():
+        data[READING_PREFIX + node] = json.dumps(listed, sort_keys=True)
     return data
 
 
@@ -307,6 +437,26 @@ def moved_on(expected: FenceEntry, current: FenceEntry) -> bool:
     """Whether the entry changed since a decision read it (as stored: compared in the form it
     is written in, so a value's round trip through the ConfigMap is no change)."""
     return entry_json(expected) != entry_json(current)
+
+
+def with_reading(record: FenceRecord, reading: BmcReading) -> FenceRecord:
+    """The record with ``reading`` as its node's newest (its request's earlier one replaced):
+    at most ``MAX_READINGS`` a node, none older than ``READING_KEEP_SECONDS`` before it."""
+    cut = reading.at.timestamp() - READING_KEEP_SECONDS
+    kept = [r for r in record.readings if r.at.timestamp() >= cut]
+    mine = [r for r in kept if r.node == reading.node and r.by != reading.by]
+    others = [r for r in kept if r.node != reading.node]
+    added = replace(reading, detail=reading.detail[:MAX_DETAIL])
+    return replace(record, readings=(*others, *[*mine, added][-MAX_READINGS:]))
+
+
+def reading_by(record: FenceRecord, node: str, uid: str, token: str) -> BmcReading | None:
+    """The reading the request named ``token`` wrote for node object ``uid``, if it is still
+    there."""
+    if not token:
+        return None
+    mine = (r for r in reversed(record.readings) if (r.node, r.uid, r.by) == (node, uid, token))
+    return next(mine, None)
 
 
 def with_entry(record: FenceRecord, entry: FenceEntry) -> FenceRecord:

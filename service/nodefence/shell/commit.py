@@ -31,7 +31,6 @@ from nodefence.engine.model import (
     FenceAction,
     ObserveReadyAction,
     PowerAction,
-    PowerEvidence,
     ProofContradictedAction,
     PurgePodAction,
     ReleaseAction,
@@ -51,10 +50,9 @@ HOUSEKEEPING = (ReleaseAction, ObserveReadyAction)
 @dataclasses.dataclass(frozen=True)
 class Committed:
     results: list[ActionResult]
-    # What the BMC said in this commit: the proof the next decision is made on.
-    power: PowerEvidence | None = None
-    # Read and decide again: a precondition failed, or only housekeeping was done (a stale
-    # entry let go, a Ready sighting recorded) and the node is now to be judged on what is left.
+    # Read and decide again: a precondition failed, the BMC's answer was written into the fence
+    # record for the next decision to stand on, or only housekeeping was done (a stale entry let
+    # go, a Ready sighting recorded) and the node is now to be judged on what is left.
     again: bool = False
     # The out-of-service taint write went through in this commit.
     fenced: bool = False
@@ -78,8 +76,8 @@ class _Progress:
     fenced_effect: str = ""
     fenced: bool = False
 
-    def end(self, *, again: bool = False, power: PowerEvidence | None = None) -> Committed:
-        return Committed(self.results, power=power, again=again, fenced=self.fenced)
+    def end(self, *, again: bool = False) -> Committed:
+        return Committed(self.results, again=again, fenced=self.fenced)
 
 
 # A handler's answer: a result to judge like any other, the end of this commit, or nothing yet.
@@ -171,15 +169,15 @@ class Commit:
         step = action
         if action.entry is None and at.claimed is not None:
             step = dataclasses.replace(action, entry=at.claimed)
-        result, evidence = await self.power_step.run(
+        result, read = await self.power_step.run(
             step, at.decision, at.token, at.deadline, facts=at.snapshot.facts
         )
         at.results.append(result)
         if result.outcome is Outcome.CONFLICT:
             return at.end(again=True)
-        if action.operation == "on" or evidence is None:
-            return at.end()
-        return at.end(power=evidence, again=True)
+        # The answer is in the fence record entry: the next turn reads it and decides on it.
+        # A power-on's answer decides nothing now: the node coming back does.
+        return at.end(again=read and action.operation != "on")
 
     async def _purge(self, action: PurgePodAction, at: _Progress) -> Step:
         """Pods are purged together, after the node's writes, with bounded concurrency."""

@@ -1,9 +1,11 @@
 """The one loop: read a snapshot, decide, commit; on a failed precondition read again.
 
 A snapshot is the node, its Lease and pods, the fence record, the cluster's counts and the API
-server's clock. ``decide`` is pure. No lock is held between replicas: the claim written on the
-record version the decision read is what keeps two replicas from both spending the last budget
-slot, however slow either is. What only some decisions rest on is read for them alone, and
+server's clock. The BMC's answer to a power step is read from the fence record too: the step
+writes it into the node's entry, and the turn after it decides on what the entry holds.
+``decide`` is pure. No lock is held between replicas: the claim written on the record version
+the decision read is what keeps two replicas from both spending the last budget slot, however
+slow either is. What only some decisions rest on is read for them alone, and
 the engine decides again with it: the Nodes sharing the machine's systemUUID before a power
 action, the node's VolumeAttachments for a decision that says what becomes of them.
 
@@ -24,7 +26,8 @@ from collections.abc import Awaitable, Callable
 from nodefence.actions.executor import ActionResult
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.actions.power_binding import bind_machine, live_twins, twins_to_list, with_twins
-from nodefence.engine.model import Decision, PowerEvidence
+from nodefence.engine import power_reading
+from nodefence.engine.model import Decision
 from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
@@ -98,7 +101,6 @@ class Loop:
         token = token or self.records.new_token()
         results: list[ActionResult] = []
         fenced = False
-        power: PowerEvidence | None = None
         # S10: the Nodes sharing this node's systemUUID, listed live once for this request when
         # no fresh index knows them (``power_binding.twins_to_list``); kept for every pass.
         twins: tuple[str, ...] | None = None
@@ -110,12 +112,10 @@ class Loop:
                 snapshot = with_twins(snapshot, twins)
             if prepare is not None:
                 snapshot = await prepare(snapshot)
-            if power is not None:
-                # Timed on the API server's clock by the first read after the BMC answered.
-                evidence = dataclasses.replace(power, at=power.at or snapshot.server_time)
-                power = evidence
-                facts = dataclasses.replace(snapshot.facts, power=evidence)
-                snapshot = dataclasses.replace(snapshot, facts=facts)
+            # The BMC's answer to this request's power step, as its fence record entry holds it.
+            snapshot = dataclasses.replace(
+                snapshot, facts=power_reading.with_reading(snapshot.facts, token)
+            )
             decision = decider(snapshot)
             unvouched = twins_to_list(decision, snapshot, self.reader.nodes)
             if twins is None and unvouched is not None:
@@ -136,7 +136,6 @@ class Loop:
             committed = await self.commit(decision, snapshot, token, deadline)
             results.extend(committed.results)
             fenced = fenced or committed.fenced
-            power = committed.power or power
             if not committed.again:
                 return Pass(decision, results, snapshot, fenced)
         raise ClusterUnavailableError(

@@ -8,12 +8,14 @@ that cannot be reached, refuses the credentials or never reports the state asked
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 
 from nodefence.actions import power_binding
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.fence_record_writer import FenceRecordWriter
+from nodefence.engine import power_reading
 from nodefence.engine.model import Decision, Facts, PowerAction, PowerEvidence
-from nodefence.engine.record import Phase
+from nodefence.engine.record import BmcReading, Phase
 from nodefence.fencing.inventory import Inventory
 from nodefence.fencing.registry import power_driver
 from nodefence.kube.client import Deadline
@@ -45,9 +47,10 @@ class PowerStep:
         deadline: Deadline,
         *,
         facts: Facts,
-    ) -> tuple[ActionResult, PowerEvidence | None]:
-        """The result, and the BMC's answer as evidence (None when the record refused to say
-        the action is sent, so nothing was asked)."""
+    ) -> tuple[ActionResult, bool]:
+        """The result, and whether the answer is now in the fence record entry, where the
+        request reads it back and decides on it (False: nothing was asked, or the answer could
+        not be written, so nothing may be decided on it)."""
         kind = f"power-{action.operation}"
         rule = self.policy.rule_named(decision.rule)
         fencing = rule.fencing if rule is not None else None
@@ -57,25 +60,26 @@ class PowerStep:
         if driver is None:
             self.reporter.power_unanswered(action)
             evidence = PowerEvidence("unknown", f"{action.driver} BMC", detail)
-            return ActionResult(kind, action.node, Outcome.FAILED, detail), evidence
+            failed = ActionResult(kind, action.node, Outcome.FAILED, detail)
+            return await self._keep(action, token, deadline, failed, evidence, facts=facts)
         try:
             # S10: nothing is sent to a machine not shown to be this node's.
             reported, bound = await power_binding.before_action(driver, facts, timeout)
             if not bound.bound:
                 self.reporter.power_unanswered(action)
-                return power_binding.refused(action, facts, reported, bound)
+                failed, evidence = power_binding.refused(action, facts, reported, bound)
+                return await self._keep(action, token, deadline, failed, evidence, facts=facts)
             if action.send:
-                claim = action.claimed_by or (token if action.operation != "on" else "")
                 marked = await self.records.power_sent(
                     action.node,
                     action.node_uid,
-                    claim,
+                    action.claimed_by or (token if action.operation != "on" else ""),
                     action.operation,
                     deadline,
                     expected=action.entry,
                 )
                 if marked.outcome is not Outcome.DONE:
-                    return dataclasses.replace(marked, action=kind), None
+                    return dataclasses.replace(marked, action=kind), False
             # The identity read spent part of the budget: the action gets what is left.
             timeout = min(timeout, max(0.5, deadline.remaining - POWER_MARGIN_SECONDS))
             if action.operation == "on":
@@ -89,32 +93,77 @@ class PowerStep:
         finally:
             await driver.close()
         self.reporter.power_reading(action, reading)
-        unsent = action.send and action.operation == "off" and not reading.reset_sent
-        if unsent and reading.state == "unknown":
-            # Marked as sent, but the driver sent nothing: unmarked, so the claim goes.
-            await self.records.power_not_sent(
-                action.node, action.node_uid, action.claimed_by or token, deadline
-            )
         evidence = power_binding.evidence_of(action, reading, identity)
         said = f"{reading.source} reports {reading.raw_state or reading.state}"
         done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
         detail = f"{said}: {reading.detail}" if reading.detail else said
-        proof = power_binding.proof_to_record(facts, evidence)
-        # A fenced node's machine read again (a reboot that did not come back) proves nothing
-        # new: the fence's proof stays as it was.
-        proving = action.entry is None or action.entry.phase is Phase.CLAIMED
-        if action.operation != "on" and proof and proving:
-            # Written before the taint: a crash after it cannot lose the proof.
-            written = await self.records.proof(
-                action.node,
-                action.node_uid,
-                action.claimed_by or token,
-                lambda now: power_binding.proof_to_record(
-                    facts, power_binding.timed(evidence, now)
-                ),
-                deadline,
+        # Marked as sent, but the driver sent nothing: unmarked, so the claim goes.
+        unsent = action.send and action.operation == "off" and not reading.reset_sent
+        result = ActionResult(kind, action.node, done, detail)
+        return await self._keep(
+            action,
+            token,
+            deadline,
+            result,
+            evidence,
+            facts=facts,
+            unsent=unsent and reading.state == "unknown",
+        )
+
+    @staticmethod
+    def _proving(action: PowerAction) -> bool:
+        """Whether this step proves the fence: a fenced node's machine read again (a reboot
+        that did not come back) proves nothing new, and the fence's proof stays as it was."""
+        claimed = action.entry is None or action.entry.phase is Phase.CLAIMED
+        return action.operation != "on" and claimed
+
+    @staticmethod
+    def _claim(action: PowerAction, token: str) -> str:
+        """The claim the reading is written for: the one the decision read, or the one this
+        request wrote; a fenced node's entry holds no claim any more (empty: not checked)."""
+        fenced = action.entry is not None and action.entry.phase is not Phase.CLAIMED
+        return "" if fenced else action.claimed_by or token
+
+    async def _keep(
+        self,
+        action: PowerAction,
+        token: str,
+        deadline: Deadline,
+        result: ActionResult,
+        evidence: PowerEvidence,
+        *,
+        facts: Facts,
+        unsent: bool = False,
+    ) -> tuple[ActionResult, bool]:
+        """Write the answer into the fence record (and the proof, when it is one, into the
+        entry), so the request decides on the record: the reading, not a variable, is what the
+        next turn reads."""
+        proving = self._proving(action)
+
+        def make(now: datetime) -> tuple[BmcReading, str]:
+            timed = power_binding.timed(evidence, now)
+            proof = power_binding.proof_to_record(facts, timed) if proving else ""
+            answer = power_reading.stored(
+                timed,
+                node=action.node,
+                uid=action.node_uid,
+                by=token,
+                operation=action.operation,
+                at=now,
             )
-            if written.outcome is not Outcome.DONE:
-                return dataclasses.replace(written, action=kind), None
-            detail = f"{detail}; proof recorded: {proof}"
-        return ActionResult(kind, action.node, done, detail), evidence
+            return answer, proof
+
+        written = await self.records.reading(
+            action.node,
+            action.node_uid,
+            self._claim(action, token),
+            make,
+            deadline,
+            unsent=unsent,
+        )
+        if written.outcome is not Outcome.DONE:
+            return dataclasses.replace(written, action=result.action), False
+        proof = power_binding.proof_to_record(facts, evidence) if proving else ""
+        if proof and result.outcome is Outcome.DONE:
+            result = dataclasses.replace(result, detail=f"{result.detail}; proof recorded: {proof}")
+        return result, True

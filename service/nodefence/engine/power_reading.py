@@ -1,0 +1,66 @@
+"""A power step's reading, as the fence record keeps it and as the engine weighs it.
+
+The BMC or fence agent is the one source of facts outside the cluster. Its answer is written
+into the fence record beside the node's entry, stamped with the API server's time of that
+write, and the request that asked reads it back with the rest of its snapshot: the decision
+after a power step stands on what the record holds, like every other fact. A reading is the
+asking request's alone (named by its token): any other request, a later delivery or another
+replica, asks the machine itself, since a state read minutes ago says nothing of it now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from nodefence.engine.model import Facts, PowerEvidence
+from nodefence.engine.record import BmcReading, reading_by
+
+
+def stored(
+    evidence: PowerEvidence, *, node: str, uid: str, by: str, operation: str, at: datetime
+) -> BmcReading:
+    """The reading to write, stamped ``at`` (the API server's time of the write)."""
+    return BmcReading(
+        node=node,
+        uid=uid,
+        by=by,
+        operation=operation,
+        state=evidence.state,
+        source=evidence.source,
+        at=at,
+        detail=evidence.detail,
+        action_sent=evidence.action_sent,
+        reset_sent=evidence.reset_sent,
+        identity=evidence.identity,
+    )
+
+
+def evidence(reading: BmcReading) -> PowerEvidence:
+    return PowerEvidence(
+        reading.state,
+        reading.source,
+        reading.detail,
+        at=reading.at,
+        action_sent=reading.action_sent,
+        identity=reading.identity,
+        reset_sent=reading.reset_sent,
+    )
+
+
+def of_request(facts: Facts, token: str) -> PowerEvidence | None:
+    """The reading the request ``token`` wrote for this very node object, or None: it has not
+    asked the machine yet."""
+    node = facts.node
+    if node is None:
+        return None
+    reading = reading_by(facts.record, node.name, node.uid, token)
+    return evidence(reading) if reading is not None else None
+
+
+def with_reading(facts: Facts, token: str) -> Facts:
+    """The facts with the request's own reading as the machine's power state, in place of
+    anything read before deciding (a proof written by external fencing is never the rule of a
+    driver that powers the machine, so the two do not meet)."""
+    read = of_request(facts, token)
+    return facts if read is None else replace(facts, power=read)
