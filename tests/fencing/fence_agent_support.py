@@ -94,6 +94,7 @@ async def receiver(
             yield Receiver(f"http://127.0.0.1:{port}", TOKEN, pipeline, pipeline.metrics, session)
         finally:
             await runner.cleanup()
+            await pipeline.close()
 
 
 @asynccontextmanager

@@ -85,6 +85,7 @@ async def receiver(
             )
         finally:
             await runner.cleanup()
+            await pipeline.close()
 
 
 async def kill(cluster: SimulatorHandle, name: str) -> None:

@@ -123,6 +123,7 @@ async def start_receiver(
             yield Receiver(f"http://127.0.0.1:{port}", token, pipeline, metrics, session)
         finally:
             await runner.cleanup()
+            await pipeline.close()
 
 
 async def eventually(

@@ -134,9 +134,14 @@ class FenceRecordWriter:
         return await self._update(kind, node, step, deadline)
 
     async def _update(self, kind: str, node: str, step: Step, deadline: Deadline) -> ActionResult:
-        """The one read-modify-write loop of the record: read it, let ``step`` change it (or
-        answer without a write), write it with the resourceVersion read; on a conflict read
-        again. An absent record reads as an empty one (``step`` says whether to create it)."""
+        """The record's read-modify-write: read it, let ``step`` change it (or answer without a
+        write), write it with the resourceVersion read. The ConfigMap is shared by every node,
+        so a 409 mostly means another node's key changed: the change is applied again to what
+        is there now, and ``step`` checks again what the decision rested on (this node object's
+        entry, its claim, the entry exactly as read). When that moved, the step answers
+        CONFLICT or SKIPPED and the shell's loop reads and decides again; only the claim, which
+        spends budget, is written on the very version its decision read. An absent record
+        reads as an empty one (``step`` says whether to create it)."""
         while True:
             try:
                 reply = await self.kube.get_configmap_dated(

@@ -3,6 +3,8 @@
 The fence record says the action is sent before it is sent, so a second replica or a later
 delivery never sends it twice; only a state read back from the BMC becomes evidence, and a BMC
 that cannot be reached, refuses the credentials or never reports the state asked for is no proof.
+Whatever it answered is written into the fence record (``engine.power_reading``) before anything
+is decided on it: the request's next turn reads it back with the rest of its facts.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class PowerStep:
         *,
         facts: Facts,
     ) -> tuple[ActionResult, bool]:
-        """The result, and whether the answer is now in the fence record entry, where the
-        request reads it back and decides on it (False: nothing was asked, or the answer could
+        """The result, and whether the answer is now in the fence record, where the request
+        reads it back and decides on it (False: nothing was asked, or the answer could
         not be written, so nothing may be decided on it)."""
         kind = f"power-{action.operation}"
         rule = self.policy.rule_named(decision.rule)
