@@ -33,6 +33,21 @@ ApprovalChange = Callable[[FenceRecord, datetime], FenceRecord | None]
 Step = Callable[[FenceRecord, datetime], FenceRecord | ActionResult]
 
 
+def _held(
+    record: FenceRecord, kind: str, node: str, uid: str, claimed_by: str
+) -> FenceEntry | ActionResult:
+    """The entry of node object ``uid``, if it is still there and, with ``claimed_by``, still
+    that claim; otherwise why the change is skipped."""
+    entry = record.entry(node)
+    if entry is None or entry.uid != uid:
+        return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")
+    if claimed_by and entry.claimed_by != claimed_by:
+        return ActionResult(
+            kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
+        )
+    return entry
+
+
 def _now(reply: Dated) -> datetime:
     return reply.server_time or datetime.now(UTC)
 
@@ -113,13 +128,9 @@ class FenceRecordWriter:
         def step(current: FenceRecord, now: datetime) -> FenceRecord | ActionResult:
             if not current.exists:
                 return ActionResult(kind, node, Outcome.SKIPPED, "no fence record")
-            entry = current.entry(node)
-            if entry is None or entry.uid != uid:
-                return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")
-            if claimed_by and entry.claimed_by != claimed_by:
-                return ActionResult(
-                    kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
-                )
+            entry = _held(current, kind, node, uid, claimed_by)
+            if isinstance(entry, ActionResult):
+                return entry
             if expected is not None and fence_record.moved_on(expected, entry):
                 return ActionResult(
                     kind,
@@ -299,13 +310,9 @@ class FenceRecordWriter:
             changed = fence_record.with_reading(current, answer)
             if not (proof or unsent):
                 return changed
-            entry = current.entry(node)
-            if entry is None or entry.uid != uid:
-                return ActionResult(kind, node, Outcome.SKIPPED, "the entry is no longer there")
-            if claimed_by and entry.claimed_by != claimed_by:
-                return ActionResult(
-                    kind, node, Outcome.SKIPPED, f"the entry is now {entry.claimed_by}'s claim"
-                )
+            entry = _held(current, kind, node, uid, claimed_by)
+            if isinstance(entry, ActionResult):
+                return entry
             if proof:
                 entry = dataclasses.replace(entry, proof=proof)
             if unsent:
