@@ -175,7 +175,7 @@ class Commit:
         at.results.append(result)
         if result.outcome is Outcome.CONFLICT:
             return at.end(again=True)
-        # The answer is in the fence record entry: the next turn reads it and decides on it.
+        # The answer is in the fence record: the next turn reads it and decides on it.
         # A power-on's answer decides nothing now: the node coming back does.
         return at.end(again=read and action.operation != "on")
 

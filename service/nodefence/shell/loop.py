@@ -2,7 +2,7 @@
 
 A snapshot is the node, its Lease and pods, the fence record, the cluster's counts and the API
 server's clock. The BMC's answer to a power step is read from the fence record too: the step
-writes it into the node's entry, and the turn after it decides on what the entry holds.
+writes it into the record beside the node's entry, and the turn after it decides on it.
 ``decide`` is pure. No lock is held between replicas: the claim written on the record version
 the decision read is what keeps two replicas from both spending the last budget slot, however
 slow either is. What only some decisions rest on is read for them alone, and
@@ -112,7 +112,7 @@ class Loop:
                 snapshot = with_twins(snapshot, twins)
             if prepare is not None:
                 snapshot = await prepare(snapshot)
-            # The BMC's answer to this request's power step, as its fence record entry holds it.
+            # The BMC's answer to this request's power step, as the fence record holds it.
             snapshot = dataclasses.replace(
                 snapshot, facts=power_reading.with_reading(snapshot.facts, token)
             )
