@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nodefence import strict_yaml
 from nodefence.engine.labels import SelectorError, parse_selector
 from nodefence.fencing.registry import POWER_DRIVERS
 
@@ -258,7 +259,9 @@ def load_policy(path: str | Path | None) -> Policy:
     except OSError as exc:
         raise PolicyError(f"cannot read policy {file}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = strict_yaml.load(text)
+    except strict_yaml.DuplicateKeyError as exc:
+        raise PolicyError(f"invalid policy {file}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"invalid policy {file}: not valid YAML: {exc}") from None
     return parse_policy(data, str(file))

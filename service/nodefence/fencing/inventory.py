@@ -63,6 +63,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from nodefence import strict_yaml
 from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue, is_secret_key
 from nodefence.fencing.ipmi import DEFAULT_PORT, IpmiDriver
 from nodefence.fencing.model import PowerDriver
@@ -239,6 +240,18 @@ class Inventory(_Strict):
         return {"nodes": described}
 
 
+def _lost_entry(message: str) -> str:
+    """For a node given twice, what that usually means: a copied entry not renamed, which leaves
+    the node it was copied for with no entry, while the one kept may point at that other node's
+    machine."""
+    if not re.match(r"^nodes\.[^.\s]+ is given twice", message):
+        return ""
+    return (
+        " (an entry copied for another node and not renamed? That node would have no entry, "
+        "and this one would power off whichever machine the last copy names)"
+    )
+
+
 def _where(loc: tuple[int | str, ...]) -> str:
     # The discriminated union adds the driver name as a path step (nodes.<node>.<driver>.field);
     # people think in keys.
@@ -274,7 +287,9 @@ def load_inventory(path: str | Path) -> Inventory:
     if len(raw) > MAX_INVENTORY_BYTES:
         raise InventoryError(f"{where}: larger than {MAX_INVENTORY_BYTES} bytes")
     try:
-        data = yaml.safe_load(raw)
+        data = strict_yaml.load(raw)
+    except strict_yaml.DuplicateKeyError as exc:
+        raise InventoryError(f"{where}: {exc}{_lost_entry(exc.message)}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
