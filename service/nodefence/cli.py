@@ -317,7 +317,7 @@ def _check_config(offline: bool) -> int:
         print(json.dumps(report, indent=2, default=str))
         print(f"nodefence: check-config: {OFFLINE['why']}", file=sys.stderr)
         return 0
-    report["reachability"], problems = asyncio.run(reachability(settings, policy))
+    report["reachability"], problems = asyncio.run(reachability(settings, policy, inventory))
     print(json.dumps(report, indent=2, default=str))
     for problem in problems:
         print(f"nodefence: check-config: {problem}", file=sys.stderr)

@@ -184,8 +184,11 @@ def test_judgements_say_why() -> None:
         (None, said, MACHINE, "", False, "no entry in the BMC inventory"),
         (bind(shared_with=("worker-2",)), said, MACHINE, "", False, "to one machine"),
         (bind(unchecked=True), None, "", "", True, "identity unchecked"),
-        (bind(expected=OTHER_MACHINE), said, MACHINE, "", False, "the BMC inventory says"),
-        (bind(expected=MACHINE.lower()), said, OTHER_MACHINE, "", True, "identity matched"),
+        (bind(expected=OTHER_MACHINE), said, MACHINE, "", False, "contradicts the Node"),
+        (bind(expected=OTHER_MACHINE), said, "", "", False, "the BMC inventory says"),
+        # The statement agreeing with the report but not with the Node: swapped rows.
+        (bind(expected=MACHINE.lower()), said, OTHER_MACHINE, "", False, "contradicts the Node"),
+        (bind(expected=MACHINE.lower()), said, "", "", True, "identity matched"),
     ]
     for binding, reported, system_uuid, provider_id, bound, words in cases_:
         verdict = judge(

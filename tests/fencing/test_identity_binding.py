@@ -173,7 +173,12 @@ async def test_an_unchecked_identity_fences_and_every_word_says_so(
 async def test_a_stated_identity_must_be_the_one_reported(
     cluster: SimulatorHandle, tmp_path: Path
 ) -> None:
-    """An explicit ``identity`` stands in for the Node's systemUUID; the wrong one blocks."""
+    """An explicit ``identity`` stands in for a systemUUID the Node does not report; the wrong
+    one blocks."""
+    store = cluster.sim.store
+    node = store.get(NODES, None, NODE)
+    node["status"]["nodeInfo"]["systemUUID"] = ""
+    store.update(NODES, None, NODE, node, subresource="all", check_rv=False)
     bmcs = inventory(
         tmp_path, cluster, compute01={"identity": "8a5c2c4e-1d6b-4a55-9d0e-0000000000ff"}
     )

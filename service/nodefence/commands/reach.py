@@ -16,6 +16,7 @@ from typing import Any
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.engine import record as fence_record
 from nodefence.errors import ClusterUnavailableError
+from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, KubeClient, KubeError, load_api_client
 from nodefence.kube.facts import CONTROL_CONFIGMAP
 from nodefence.policy import Policy
@@ -35,7 +36,9 @@ def cluster_configured() -> bool:
     return bool(os.environ.get("KUBECONFIG")) or bool(os.environ.get(IN_CLUSTER))
 
 
-async def _kubernetes(settings: Settings, problems: list[str]) -> dict[str, Any]:
+async def _kubernetes(
+    settings: Settings, problems: list[str], inventory: Inventory | None
+) -> dict[str, Any]:
     from kubernetes_asyncio.config import ConfigException
 
     if not cluster_configured():
@@ -70,6 +73,9 @@ async def _kubernetes(settings: Settings, problems: list[str]) -> dict[str, Any]
                     raise
                 reads[name] = "absent (not written yet)"
         report["namespace"] = {settings.namespace: reads}
+        if inventory is not None and any(entry.identity for entry in inventory.nodes.values()):
+            report["stated_identities"] = await _stated_identities(kube, inventory, deadline)
+            problems += report["stated_identities"]["problems"]
         return report
     except ClusterUnavailableError as exc:
         problems.append(f"cannot reach the Kubernetes API at {server}: {exc}")
@@ -84,6 +90,20 @@ async def _kubernetes(settings: Settings, problems: list[str]) -> dict[str, Any]
         await kube.close()
 
 
+async def _stated_identities(
+    kube: KubeClient, inventory: Inventory, deadline: Deadline
+) -> dict[str, Any]:
+    """The inventory's stated identities held against the systemUUID each Node reports (S10):
+    one that contradicts its Node is a configuration error now, not a refused fence later."""
+    from nodefence.fencing.binding import NodeIdentity, stated_identity_problems
+    from nodefence.kube.convert import node_facts
+
+    nodes = [node_facts(item) for item in await kube.list_nodes(deadline)]
+    identities = [NodeIdentity(n.name, n.system_uuid, n.provider_id) for n in nodes]
+    checked = sorted(n.name for n in nodes if n.name in inventory.nodes)
+    return {"checked": checked, "problems": stated_identity_problems(inventory, identities)}
+
+
 async def _alertmanager(settings: Settings, policy: Policy, problems: list[str]) -> dict[str, Any]:
     config = settings.alertmanager
     if config is None:
@@ -96,11 +116,13 @@ async def _alertmanager(settings: Settings, policy: Policy, problems: list[str])
     return {"checked": True, "reachable": True, "node_alerts_firing": len(firing)}
 
 
-async def reachability(settings: Settings, policy: Policy) -> tuple[dict[str, Any], list[str]]:
+async def reachability(
+    settings: Settings, policy: Policy, inventory: Inventory | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """The report's ``reachability`` section and the problems that make check-config fail."""
     problems: list[str] = []
     report = {
-        "kubernetes": await _kubernetes(settings, problems),
+        "kubernetes": await _kubernetes(settings, problems, inventory),
         "alertmanager": await _alertmanager(settings, policy, problems),
     }
     return report, problems

@@ -233,6 +233,50 @@ def _also_named(names: list[str], node: str, provider_id: str) -> str:
     return ""
 
 
+def contradicted(
+    stated: str,
+    *,
+    uuid_basis: bool,
+    agent: str = "",
+    system_uuid: str,
+    provider_id: str,
+    listed: tuple[str, ...] = (),
+) -> str:
+    """Why an inventory's stated ``identity`` contradicts what the Node itself carries, or "".
+
+    A statement is for machines that report nothing the Node carries; where the Node does carry
+    it, the Node is the other witness, and a statement that disagrees with it is the very
+    mistake (two rows swapped, each with the other's identity) that would power off another
+    node's machine while each entry looks consistent on its own:
+
+    - a target that reports a system UUID (Redfish, IPMI, fence_redfish, fence_ipmilan): the
+      Node's own ``systemUUID``, when it is one a machine can be told apart by;
+    - a fence agent whose plug the Node's ``providerID`` names (``listed``: the plug and aliases
+      the agent's ``list`` gives for the stated identity): that instance must be among them.
+    """
+    if uuid_basis:
+        node_uuid = parse_uuid(system_uuid)
+        if node_uuid is None or node_uuid in PLACEHOLDER_UUIDS:
+            return ""
+        if same_machine_uuid(stated, system_uuid):
+            return ""
+        return (
+            f"the BMC inventory states identity {stated}, but the Node reports systemUUID "
+            f"{system_uuid}: a statement that contradicts the Node is no proof (state an "
+            "identity only for a machine whose UUID the Node does not carry)"
+        )
+    plug = expected_plug(agent, provider_id) if agent and provider_id else None
+    if plug is None or not listed:
+        return ""
+    if any(same_identity(plug, name) for name in listed):
+        return ""
+    return (
+        f"the BMC inventory states identity {stated}, and {agent_name(agent)} lists it as "
+        f"{', '.join(listed)}, but the Node's providerID {provider_id} names {plug}: a "
+        "statement that contradicts the Node is no proof"
+    )
+
+
 def judge(
     binding: MachineBinding | None,
     reported: Reported | None,
@@ -276,6 +320,16 @@ def judge(
     said = reported.value.strip()
     if binding.expected:
         spellings = [said, *(a.strip() for a in reported.aliases if a.strip())]
+        against = contradicted(
+            binding.expected,
+            uuid_basis=reported.basis == SYSTEM_UUID,
+            agent=reported.agent,
+            system_uuid=system_uuid,
+            provider_id=provider_id,
+            listed=tuple(spellings) if reported.basis == PLUG else (),
+        )
+        if against:
+            return Judgement(False, f"configuration error: node {node}: {against}")
         shown = said + "".join(f" ({alias})" for alias in spellings[1:])
         if any(same_identity(binding.expected, name) for name in spellings):
             return Judgement(

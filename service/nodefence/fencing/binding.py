@@ -18,10 +18,11 @@ from nodefence.engine.identity import (
     MachineBinding,
     Reported,
     canonical_identity,
+    contradicted,
     judge,
     parse_uuid,
 )
-from nodefence.fencing.agent_identity import entry_problems
+from nodefence.fencing.agent_identity import entry_problems, reads_machine_uuid
 from nodefence.fencing.fence_agent import TARGET_KEYS
 from nodefence.fencing.inventory import FenceAgentBmc, Inventory, IpmiBmc, RedfishBmc
 from nodefence.fencing.redfish import base_url, system_path
@@ -142,6 +143,27 @@ class NodeIdentity:
     name: str
     system_uuid: str = ""
     provider_id: str = ""
+
+
+def stated_identity_problems(inventory: Inventory, nodes: Iterable[NodeIdentity]) -> list[str]:
+    """Stated identities that contradict the systemUUID their own Node reports, found without
+    asking any BMC (``check-config`` with the cluster): the target reports a system UUID, so
+    the Node is a second witness the statement must agree with. A plug's statement is judged
+    on the agent's own ``list`` (``check-fencing``, and at fence time)."""
+    problems: list[str] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        entry = inventory.nodes.get(node.name)
+        if entry is None or not (stated := _explicit(entry)):
+            continue
+        uuid_basis = not isinstance(entry, FenceAgentBmc) or reads_machine_uuid(entry.agent)
+        if not uuid_basis:
+            continue
+        against = contradicted(
+            stated, uuid_basis=True, system_uuid=node.system_uuid, provider_id=node.provider_id
+        )
+        if against:
+            problems.append(f"configuration error: node {node.name}: {against}")
+    return problems
 
 
 @dataclass(frozen=True)
