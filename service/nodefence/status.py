@@ -104,6 +104,8 @@ def _pending(request: ApprovalRequest) -> dict[str, Any]:
         "requestedAt": instant(request.requested_at) if request.requested_at else None,
         "expiresAt": instant(request.expires_at) if request.expires_at else None,
         "message": f"{request.channel}/{request.ts}" if request.posted else None,
+        # The failed power step an escalation's question asks about (None: a rule's approval).
+        "about": request.subject or None,
     }
 
 

@@ -185,11 +185,19 @@ def test_an_escalated_power_failure_asks_a_person() -> None:
     decision = decide(event(), the, escalating(), NOW, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
     assert escalation.is_escalation(decision.reasons) is not None
-    assert decision.actions == (AskApprovalAction(NODE, UID, this_incident()),)
-    # Asked once: while the question is open, the next alert waits without asking.
-    waiting = decide(event(), holding(the, asked()), escalating(), NOW, asking_at=ASKING_AT)
+    subject = decision.asks_about
+    assert "driver-error" in subject
+    assert decision.actions == (AskApprovalAction(NODE, UID, this_incident(), subject),)
+    # Asked once: while the question about this failure is open, the next alert waits
+    # without asking.
+    open_question = asked(subject=subject)
+    waiting = decide(event(), holding(the, open_question), escalating(), NOW, asking_at=ASKING_AT)
     assert waiting.verdict is Verdict.AWAIT_APPROVAL
     assert waiting.actions == ()
+    # An open question about another failure is not this one: the new fact is asked.
+    other = asked(subject="timeout, the machine reads On")
+    anew = decide(event(), holding(the, other), escalating(), NOW, asking_at=ASKING_AT)
+    assert anew.actions == (AskApprovalAction(NODE, UID, this_incident(), subject),)
 
 
 def test_with_refuse_a_power_failure_asks_nobody() -> None:
@@ -207,7 +215,9 @@ def test_a_claim_whose_power_off_went_out_is_kept_while_the_person_is_asked() ->
     the = bmc_facts(stuck, record_=record(claimed))
     decision = decide(event(), the, escalating(), NOW, own_claim=CLAIM_TOKEN, asking_at=ASKING_AT)
     assert decision.verdict is Verdict.AWAIT_APPROVAL
-    assert decision.actions == (AskApprovalAction(NODE, UID, this_incident()),)
+    assert decision.actions == (
+        AskApprovalAction(NODE, UID, this_incident(), "timeout, no power state was read"),
+    )
 
 
 # --------------------------------------------------------------------------- properties
@@ -300,7 +310,9 @@ def test_escalation_asks_only_under_on_failure_approval_and_only_when_nothing_is
     rule = {"name": "default", "fencing": fencing, "approval": approval}
     policy = parse_policy({"rules": [rule]}, "<test>")
     the = bmc_facts(power, the_node=node(ready="True" if ready else "Unknown"))
-    the = holding(the, asked(**request) if request is not None else None)
+    # The question the record holds is about the failure this decision finds.
+    subject = decide(event(), the, policy, NOW).asks_about
+    the = holding(the, asked(subject=subject, **request) if request is not None else None)
     decision = decide(event(), the, policy, NOW, asking_at=ASKING_AT)
     if questions(decision):
         assert on_failure == "approval" or approval == "slack"

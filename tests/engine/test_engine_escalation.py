@@ -29,12 +29,14 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from nodefence.engine import escalation
+from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.identity import PLUG, MachineBinding, Reported
 from nodefence.engine.model import (
     Approval,
     ApprovalDecision,
+    AskApprovalAction,
     ClaimAction,
     ConfirmAction,
     Decision,
@@ -96,9 +98,16 @@ def stuck_on() -> PowerEvidence:
     )
 
 
-def the_facts(power: PowerEvidence | None, **overrides: Any) -> Facts:
-    made = facts(power=power, **overrides)
-    return dataclasses.replace(made, machine=binding())
+def the_facts(power: PowerEvidence | None, *, asked: bool = True, **overrides: Any) -> Facts:
+    """The facts of a request whose power step handed back ``power``; ``asked``: the fence
+    record holds the question a person was asked about that very failure, as it does when
+    they press a button (an approval stands in only for the failure it was asked about)."""
+    made = dataclasses.replace(facts(power=power, **overrides), machine=binding())
+    failed = escalation.failure(redfish().rules[0], made.node or node(), made)
+    if not asked or failed is None or made.record.approval(NODE) is not None:
+        return made
+    question = dataclasses.replace(asked_in_slack(), subject=failed.subject)
+    return dataclasses.replace(made, record=fence_record.with_approval(made.record, question))
 
 
 def approved(by: str = "U0ONCALL", *, uid: str = UID, age: float = 30) -> Approval:
@@ -529,3 +538,95 @@ def test_an_escalation_never_sends_a_power_off_twice(
     for step in (a for a in decision.actions if isinstance(a, PowerAction)):
         if held is not None and held.power_off_sent_at is not None:
             assert not step.send
+
+
+# ------------------------------------------------------------------ the question it answers
+def reads_on() -> PowerEvidence:
+    """The BMC answers, and says the machine is On; nothing was sent."""
+    return PowerEvidence("on", SOURCE, "", at=ago(1), identity=Reported(MACHINE, SOURCE))
+
+
+def unreachable() -> PowerEvidence:
+    return PowerEvidence(
+        "unknown", SOURCE, "cannot connect to the BMC: connection refused", at=ago(1)
+    )
+
+
+def stuck_on_read_again() -> PowerEvidence:
+    """The power-off sent earlier in the incident, read back once more: still On."""
+    return PowerEvidence(
+        "on", SOURCE, "", at=ago(1), action_sent=True, identity=Reported(MACHINE, SOURCE)
+    )
+
+
+FAILURES = {
+    "refused-login": refused_login,
+    "unreachable": unreachable,
+    "stuck-on": stuck_on,
+    "stuck-on-read-again": stuck_on_read_again,
+    "reads-on": reads_on,
+}
+
+
+def asked_about(power: PowerEvidence) -> str:
+    """What the question asked in Slack recorded, for a power step that handed back ``power``."""
+    waiting = decide(event(), the_facts(power, asked=False), redfish(), NOW)
+    assert waiting.verdict is Verdict.AWAIT_APPROVAL, waiting
+    assert waiting.asks_about
+    return waiting.asks_about
+
+
+def test_an_approval_for_a_refused_login_does_not_fence_a_machine_then_reading_on() -> None:
+    question = dataclasses.replace(asked_in_slack(), subject=asked_about(refused_login()))
+    at_click = dataclasses.replace(
+        the_facts(stuck_on(), asked=False),
+        record=fence_record.with_approval(record(), question),
+    )
+
+    decision = decide(event(), at_click, redfish(), NOW, approval=approved(), asking_at=NOW)
+
+    assert not fences(decision)
+    assert decision.verdict is Verdict.AWAIT_APPROVAL
+    blocking = [r.message for r in decision.reasons if not r.passed and r.guard == "approval"]
+    assert any("nobody was asked about" in m and "reads On" in m for m in blocking), blocking
+    [ask] = [a for a in decision.actions if isinstance(a, AskApprovalAction)]
+    assert ask.subject == decision.asks_about
+    assert "the machine reads On" in ask.subject
+
+
+def test_the_same_fact_read_again_at_the_click_is_the_question_answered() -> None:
+    """A power-off that never takes, asked about; at the click it is read back On once more:
+    the same fact in other words, so the approval stands (and nothing is sent again)."""
+    assert asked_about(stuck_on()) == asked_about(stuck_on_read_again())
+
+
+@PROFILE
+@given(st.sampled_from(sorted(FAILURES)), st.sampled_from(sorted(FAILURES)))
+def test_an_approval_stands_in_only_for_the_failure_it_was_asked_about(
+    asked_for: str, found: str
+) -> None:
+    question = dataclasses.replace(asked_in_slack(), subject=asked_about(FAILURES[asked_for]()))
+    at_click = dataclasses.replace(
+        the_facts(FAILURES[found](), asked=False),
+        record=fence_record.with_approval(record(), question),
+    )
+
+    decision = decide(event(), at_click, redfish(), NOW, approval=approved(), asking_at=NOW)
+
+    same = question.subject == asked_about(FAILURES[found]())
+    assert fences(decision) == same, (asked_for, found, decision.reasons)
+    if not same:
+        # The new fact is put to a person; a reading On never rides on another failure's yes.
+        [ask] = [a for a in decision.actions if isinstance(a, AskApprovalAction)]
+        assert ask.subject != question.subject
+    if "reads On" in asked_about(FAILURES[found]()) and "reads On" not in question.subject:
+        assert not fences(decision)
+
+
+def test_an_approval_with_no_question_in_the_record_fences_nothing() -> None:
+    decision = decide(
+        event(), the_facts(refused_login(), asked=False), redfish(), NOW, approval=approved()
+    )
+
+    assert not fences(decision)
+    assert any("cannot be matched" in r.message for r in decision.reasons if not r.passed)

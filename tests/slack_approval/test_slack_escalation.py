@@ -199,3 +199,40 @@ async def test_a_power_off_that_never_takes_is_sent_once_and_approved_over(
     proof = world.annotations()[mirror.PROOF]
     assert proof.startswith(f"{escalation.NO_PROOF}: ")
     assert f"approved by {APPROVER}" in proof
+
+
+async def test_an_approval_given_for_a_refused_login_does_not_fence_a_machine_reading_on(
+    world: Escalating,
+) -> None:
+    """The question said HTTP 401. Before the click the password is fixed and the machine
+    ignores ForceOff: at the click nodefence sends ForceOff and reads On. The approval answered
+    the 401, not this; nothing is tainted, and a new question states that the BMC reports On."""
+    refuse_logins(world)
+    await kill(world)
+    question = await asked(world)
+    assert "401" in question
+    world.bmcs.password = SecretStr(world.inventory_password)
+    world.bmcs.stuck_on.add(NODE)
+
+    assert await world.click() == 200
+    await world.settle()
+
+    assert not world.oos(), "fenced on an approval given for another failure"
+    assert world.sent() == [(NODE, "ForceOff")]
+    await eventually(lambda: len(world.slack.posted()) == 2)
+    second = world.slack.posted()[-1]
+    said = str(second["blocks"]) + str(second["text"])
+    assert "still reports On" in said, said
+    assert "now reports timeout, the machine reads On" in said, said
+    entry = world.entry()
+    assert entry is not None
+    assert entry.phase is fence_record.Phase.CLAIMED
+    assert entry.power_off_sent_at is not None, "the claim that sent the power-off was let go"
+    [reply] = world.slack.responses
+    assert "is fenced" not in reply["text"], reply
+
+    # The new question, approved, fences: it asked about the machine reading On.
+    assert await world.click() == 200
+    await world.settle()
+    assert world.oos()
+    assert world.sent() == [(NODE, "ForceOff")], "the power-off was sent a second time"

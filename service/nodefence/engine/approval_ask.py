@@ -26,9 +26,15 @@ from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.model import AskApprovalAction, Decision, Facts, Verdict
 
 
-def question_open(request: ApprovalRequest | None, incident: Incident, now: datetime) -> bool:
-    """The record already holds this incident's question: pending, or answered "no"."""
-    return request is not None and (request.pending(incident, now) or request.rejected(incident))
+def question_open(
+    request: ApprovalRequest | None, incident: Incident, now: datetime, subject: str = ""
+) -> bool:
+    """The record already holds this incident's question about ``subject``: pending, or
+    answered "no" (a rejection holds for the incident, whatever failure it was asked about). A
+    pending question about another failure is not this one: the new fact is asked anew."""
+    if request is None:
+        return False
+    return request.pending(incident, now, subject) or request.rejected(incident)
 
 
 def with_question(decision: Decision, facts: Facts, asking_at: datetime | None) -> Decision:
@@ -43,8 +49,9 @@ def with_question(decision: Decision, facts: Facts, asking_at: datetime | None) 
     if node is None or decision.node != node.name:
         return decision
     incident = Incident.of(node, decision.fingerprint)
-    if question_open(facts.record.approval(node.name), incident, asking_at):
+    subject = decision.asks_about
+    if question_open(facts.record.approval(node.name), incident, asking_at, subject):
         return decision
     return dataclasses.replace(
-        decision, actions=(AskApprovalAction(node.name, node.uid, incident),)
+        decision, actions=(AskApprovalAction(node.name, node.uid, incident, subject),)
     )

@@ -73,13 +73,20 @@ class ApprovalRequest:
     ts: str = ""
     # "rejected by <user> at <time>": fencing this incident was refused by a person.
     rejection: str = ""
+    # What the question asks a person to overrule (``escalation.Failure.subject``: the failed
+    # power step's kind, state and error), "" for a rule that asks before every fence. An
+    # approval stands in for that failure only, never for another one found when it is acted on.
+    subject: str = ""
 
     def rejected(self, incident: Incident) -> bool:
         return self.incident == incident and bool(self.rejection)
 
-    def pending(self, incident: Incident, now: datetime) -> bool:
-        """A question about ``incident`` is out and still open (or being posted right now)."""
+    def pending(self, incident: Incident, now: datetime, subject: str | None = None) -> bool:
+        """A question about ``incident`` is out and still open (or being posted right now);
+        with ``subject``, only a question asking about that very failure."""
         if self.incident != incident or self.rejection:
+            return False
+        if subject is not None and subject != self.subject:
             return False
         if self.requested_at is None or self.expires_at is None or now >= self.expires_at:
             return False
@@ -124,6 +131,7 @@ def request_json(request: ApprovalRequest) -> dict[str, Any]:
         "channel": request.channel,
         "ts": request.ts,
         "rejection": request.rejection,
+        "subject": request.subject,
     }
     return {k: v for k, v in raw.items() if v not in (None, "")}
 
@@ -154,6 +162,7 @@ def parse_request(key: str, raw: Any) -> ApprovalRequest:
         channel=_text(raw, "channel"),
         ts=_text(raw, "ts"),
         rejection=_text(raw, "rejection"),
+        subject=_text(raw, "subject"),
     )
 
 

@@ -551,7 +551,15 @@ def _fresh(
         asked = escalation.asked(rule, node, failed)
         refused = _approval(draft, rule, node, approval, flap, facts=facts, asked=asked)
         if refused is None and approval is not None:
-            draft.reasons[:] = escalation.overruled(draft.reasons, failed, approval)
+            requested = facts.record.approval(node.name)
+            other = escalation.unanswered(requested, node, draft.fingerprint, failed, approval)
+            if other is not None:
+                draft.add("approval", False, other)
+                refused = draft.finish(Verdict.AWAIT_APPROVAL)
+            else:
+                draft.reasons[:] = escalation.overruled(draft.reasons, failed, approval)
+        if refused is not None and refused.verdict is Verdict.AWAIT_APPROVAL:
+            refused = dataclasses.replace(refused, asks_about=failed.subject)
     elif any(not r.passed for r in draft.reasons if r.guard != guards.FLAP):
         refused = draft.finish(Verdict.NOOP)
     elif rule.approval == "slack":

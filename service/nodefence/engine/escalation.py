@@ -25,7 +25,14 @@ from datetime import datetime
 from nodefence.engine import guards, machine, mirror
 from nodefence.engine.approval_request import ApprovalRequest, Incident, rejection_of
 from nodefence.engine.identity import judge
-from nodefence.engine.model import Approval, ApprovalDecision, Facts, NodeFacts, Reason
+from nodefence.engine.model import (
+    Approval,
+    ApprovalDecision,
+    Facts,
+    NodeFacts,
+    PowerEvidence,
+    Reason,
+)
 from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import instant
 from nodefence.policy import Rule
@@ -47,6 +54,20 @@ class Failure:
     reason: str
     error: str
     driver: str
+    # What the machine was last heard to say: "On" (a positive statement, read now or read back
+    # after the power-off), "Off", or "" when no power state could be read.
+    reads: str = ""
+
+    @property
+    def subject(self) -> str:
+        """What a question about this failure asks a person to overrule, as the question records
+        it: an approval stands in for exactly this, never for a failure found later. A machine
+        reading On is its own fact, never covered by an approval given while nothing could be
+        read; a driver error is the error itself (a refused login is not a timeout)."""
+        said = f"the machine reads {self.reads}" if self.reads else "no power state was read"
+        return f"{self.reason}, {said}" + (
+            f": {self.error}" if self.reason == "driver-error" else ""
+        )
 
 
 def enabled(rule: Rule) -> bool:
@@ -89,7 +110,18 @@ def failure(rule: Rule, node: NodeFacts, facts: Facts) -> Failure | None:
     else:
         kind = "driver-error"
     said_by = error if power.source in error else f"{power.source}: {error}"
-    return Failure(kind, said_by, driver)
+    return Failure(kind, said_by, driver, _reads(power))
+
+
+# How every driver words a power action not read back: "the system still reports On after 15s"
+# (Redfish), "the BMC still reports on" (IPMI), "status still reports Status: ON" (fence agents).
+_STILL_ON = re.compile(r"still reports (Status:\s*)?On\b", re.IGNORECASE)
+
+
+def _reads(power: PowerEvidence) -> str:
+    if power.state == "on" or (power.state == "unknown" and _STILL_ON.search(power.detail)):
+        return "On"
+    return "Off" if power.state == "off" else ""
 
 
 def rejection(
@@ -121,6 +153,34 @@ def awaits_person(entry: FenceEntry, node: NodeFacts, facts: Facts, now: datetim
     requested = facts.record.approval(node.name)
     incident = Incident.of(node, entry.fingerprint)
     return requested is not None and requested.pending(incident, now)
+
+
+def unanswered(
+    requested: ApprovalRequest | None,
+    node: NodeFacts,
+    fingerprint: str,
+    found: Failure,
+    approval: Approval,
+) -> str | None:
+    """Why ``approval`` does not stand in for ``found``, or None when it answers it: the fence
+    record must hold the question about this incident, and that question must have asked about
+    this very failure. A person who approved fencing despite an HTTP 401 did not approve it
+    despite a BMC that now reports the machine On; that new fact is asked anew."""
+    incident = Incident.of(node, fingerprint)
+    if requested is None or requested.incident != incident:
+        return (
+            f"the answer from {approval.user} cannot be matched to a question the fence record "
+            f"holds about this incident; the power step now reports {found.subject}, which is "
+            "asked anew"
+        )
+    if requested.subject != found.subject:
+        was = requested.subject or "a fence without any power step"
+        return (
+            f"the approval by {approval.user} answered a question about {was}; the power step "
+            f"now reports {found.subject}, which nobody was asked about: nothing is fenced on "
+            "that approval, and a new question states the new fact"
+        )
+    return None
 
 
 def escalated(found: Failure) -> Reason:

@@ -361,6 +361,8 @@ class AskApprovalAction:
     node: str
     node_uid: str
     incident: Incident
+    # The failure an escalation's question asks a person to overrule ("" for approval rules).
+    subject: str = ""
 
 
 @dataclass(frozen=True)
@@ -414,6 +416,9 @@ class Decision:
     # What the shell's writes did (action, target, outcome, detail), filled in after the
     # commit so the webhook reply and the log carry the outcome, not only the plan.
     results: tuple[dict[str, str], ...] = ()
+    # For a decision waiting on an escalation's answer: the failure the question is about
+    # (``escalation.Failure.subject``), which the question records and an approval must match.
+    asks_about: str = ""
 
     @property
     def summary(self) -> str:

@@ -104,6 +104,7 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "node_uid": action.node_uid,
             "fingerprint": action.incident.fingerprint,
             "not_ready_since": action.incident.not_ready_since,
+            "subject": action.subject,
         }
     if isinstance(action, ReleaseVolumeAttachmentAction):
         return {

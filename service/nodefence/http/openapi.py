@@ -244,6 +244,12 @@ ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "node_uid": {"type": "string"},
             "fingerprint": {"type": "string"},
             "not_ready_since": {"type": "string"},
+            "subject": {
+                "type": "string",
+                "description": "The failed power step the question asks a person to overrule "
+                "(empty for a rule that asks before every fence); an approval stands in for "
+                "that failure only.",
+            },
         },
     },
 }

@@ -89,13 +89,14 @@ class SlackApprovals:
             requested_at=now,
             expires_at=now + self.ttl,
             claimed_by=self.records.new_token(),
+            subject=action.subject,
         )
         seen: list[ApprovalRequest | None] = []
 
         def claim(record: FenceRecord, at: datetime) -> FenceRecord | None:
             current = record.approval(name)
             seen.append(current)
-            if question_open(current, incident, now):
+            if question_open(current, incident, now, action.subject):
                 return None
             return fence_record.prune_approvals(fence_record.with_approval(record, asked), at)
 
@@ -251,16 +252,28 @@ class SlackApprovals:
             self.metrics.approval_settled(name)
         return written.outcome in (Outcome.DONE, Outcome.SKIPPED)
 
-    async def withdraw(self, name: str, token: tokens.ButtonToken, deadline: Deadline) -> None:
+    async def withdraw(
+        self,
+        name: str,
+        token: tokens.ButtonToken,
+        deadline: Deadline,
+        *,
+        asked_before: datetime | None = None,
+    ) -> None:
         """Forget an answered request that did not lead to a fence, so the next alert that
         reaches approval asks afresh instead of pointing at a message without buttons. A
-        rejection is never withdrawn: it holds for its incident."""
+        rejection is never withdrawn: it holds for its incident; nor is a question asked at or
+        after ``asked_before`` (on this requester's clock): acting on the answer found a new
+        failure and asked about it, and that question is still open."""
         gone: list[ApprovalRequest] = []
 
         def forget(record: FenceRecord, at: datetime) -> FenceRecord | None:
             del at
             current = record.approval(name)
             if current is None or current.rejection:
+                return None
+            asked = current.requested_at
+            if asked_before is not None and asked is not None and asked >= asked_before:
                 return None
             if (current.incident.node_uid, current.incident.fingerprint) != (
                 token.uid,

@@ -233,6 +233,9 @@ class Interactions:
 
     async def _answer(self, click: Click, token: tokens.ButtonToken, approval: Approval) -> None:
         deadline = Deadline(self.deadline_seconds)
+        # A question asked while this answer is acted on (the power step found a new failure)
+        # is not the one answered: it is never withdrawn with it.
+        answering = self.approvals.now()
         node = token.node
         who = f"<@{click.user}>"
         reject = approval.decision is ApprovalDecision.REJECT
@@ -257,7 +260,7 @@ class Interactions:
             if reject and not self.pipeline.policy.dry_run:
                 await self.approvals.record_rejection(node, token, approval, deadline, live=live)
             elif not self.pipeline.policy.dry_run:
-                await self.approvals.withdraw(node, token, deadline)
+                await self.approvals.withdraw(node, token, deadline, asked_before=answering)
             await self._replace(click, f"{stale} Nothing was fenced.", None)
             return
         rejected = _rejected(live, token, held)
@@ -300,7 +303,7 @@ class Interactions:
             )
         else:
             if not decision.dry_run:
-                await self.approvals.withdraw(node, token, deadline)
+                await self.approvals.withdraw(node, token, deadline, asked_before=answering)
             headline = (
                 f"Node *{node}* was not fenced although {who} approved: {decision.summary}. "
                 "If the alert keeps firing and every guard passes, nodefence asks again."
