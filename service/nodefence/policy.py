@@ -218,6 +218,32 @@ class Policy(_Model):
         return next((rule for rule in self.rules if rule.name == name), None)
 
 
+def claim_outlasts_power_steps(policy: Policy, request_deadline_seconds: float) -> list[str]:
+    """Rules whose power step can take longer than a claim lives. A claim older than
+    ``claim_timeout_seconds`` is rolled back and another replica may fence afresh (power off,
+    taint, purge, power on); a power step still waiting on its BMC could then send its power-off
+    to the machine just powered on again. So a claim must outlast its slowest power step: the
+    rule's ``fencing.timeout_seconds`` on top of the request's deadline."""
+    problems: list[str] = []
+    claim = policy.cluster.claim_timeout_seconds
+    for rule in policy.rules:
+        fencing = rule.fencing
+        # ``verify`` only reads: a late answer sends nothing.
+        if fencing is None or not fencing.powers or fencing.action == "verify":
+            continue
+        needed = fencing.timeout_seconds + request_deadline_seconds
+        if claim < needed:
+            problems.append(
+                f"cluster.claim_timeout_seconds ({claim}) is shorter than rule {rule.name!r}'s "
+                f"power step can take (fencing.timeout_seconds {fencing.timeout_seconds:g} + the "
+                f"request deadline {request_deadline_seconds:g}s = {needed:g}s): a claim rolled "
+                "back while its power step still waits on the BMC would let that step power off "
+                f"a machine another replica fenced and powered on again; set it to at least "
+                f"{int(needed) + 1}"
+            )
+    return problems
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:

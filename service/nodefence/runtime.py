@@ -21,7 +21,7 @@ from nodefence.kube.facts import FactsReader
 from nodefence.kube.ratelimit import build_limiter
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline, PipelineOptions
-from nodefence.policy import Policy, load_policy
+from nodefence.policy import Policy, PolicyError, claim_outlasts_power_steps, load_policy
 from nodefence.settings import Settings
 from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
@@ -40,6 +40,9 @@ def utcnow() -> datetime:
 def effective_policy(settings: Settings) -> Policy:
     """The policy file, with the process-level dry-run switch able only to add caution."""
     policy = load_policy(settings.policy_file)
+    short = claim_outlasts_power_steps(policy, settings.request_deadline_seconds)
+    if short:
+        raise PolicyError(f"invalid policy {settings.policy_file}: " + "; ".join(short))
     if settings.dry_run and not policy.dry_run:
         policy = policy.model_copy(update={"dry_run": True})
     return policy
