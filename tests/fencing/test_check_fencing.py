@@ -207,3 +207,33 @@ async def test_a_missing_agent_is_a_configuration_error_at_start(tmp_path: Path)
         assert code == 2, out + err
         assert "fence agent fence_not_installed_anywhere is not installed" in err
         assert "agent-secret-9" not in out + err
+
+
+async def test_an_agent_exiting_2_without_status_off_is_unknown_not_off(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """A site's wrapper whose program is gone exits 2 (python's "can't open file") without the
+    agent's own "Status: OFF": that is no reading, and its output is shown."""
+    wrapper = tmp_path / "fence_site"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path}/gone/fence_site.py "$@"\n')
+    wrapper.chmod(0o755)
+    inventory = {
+        "nodes": {
+            "compute01": {
+                "driver": "fence-agent",
+                "agent": str(wrapper),
+                "identity": "unchecked",
+                "parameters": {"ip": "192.0.2.10", "password": AGENT_PASSWORD},
+            }
+        },
+    }
+    policy = {"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]}
+    code, out, err = await nodefence(
+        tmp_path, "check-fencing", "compute01", "-o", "json", inventory=inventory, policy=policy
+    )
+    assert code == 1, out + err
+    (report,) = json.loads(out)["nodes"]
+    assert report["state"] == "unknown"
+    assert "without printing Status: OFF" in report["error"]
+    assert "can't open file" in report["error"]
+    assert AGENT_PASSWORD not in out + err

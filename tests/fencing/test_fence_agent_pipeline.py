@@ -5,6 +5,7 @@ separate ``status`` run reading Off; each fault of a scripted agent blocks it wi
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,27 @@ async def test_a_hanging_agent_blocks_the_taint_and_leaves_no_process(
     assert oos_taints(cluster, NODE) == []
     for run in agent.runs():
         assert wait_until(lambda run=run: not group_alive(run["pgid"]))
+
+
+async def test_a_wrapper_exiting_2_without_status_off_does_not_taint(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """Exit code 2 is the API's "off" only together with the agent's own "Status: OFF": a
+    wrapper whose program is gone exits 2 too, and that proves nothing."""
+    wrapper = tmp_path / "fence_site"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path}/gone/fence_site.py "$@"\n')
+    wrapper.chmod(0o755)
+    defaults = {
+        "agent": str(wrapper),
+        "parameters": {"ip": "192.0.2.10", "password": AGENT_PASSWORD, "power_timeout": "5"},
+    }
+    bmcs = write_inventory(tmp_path, defaults, [NODE])
+    await kill(cluster, NODE)
+    async with receiver(cluster, bmcs, timeout=8) as nodefence:
+        [decision] = await nodefence.alert(firing(NODE))
+    text = text_of(decision)
+    assert decision["verdict"] != "fence", text
+    assert "without printing Status: OFF" in text, text
+    assert "can't open file" in text, text
+    assert oos_taints(cluster, NODE) == []
+    assert AGENT_PASSWORD not in text + str(node_events(cluster, NODE))

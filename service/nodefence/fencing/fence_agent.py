@@ -338,16 +338,23 @@ class FenceAgentDriver:
             return self._unknown(run.failed_to_start)
         if run.killed:
             return self._unknown(f"{self._name} {run.action} did not finish in time; killed{said}")
+        # Proof is a positive statement: fencing.py's status action prints "Status: ON" or
+        # "Status: OFF" and exits 0 or 2 to match. An exit code alone is no reading: a wrapper
+        # whose program is gone, or a usage error, also exits 2.
         text = _STATUS_TEXT.search(run.output)
         reported = text.group(1).upper() if text else ""
         if run.exit_code == STATUS_OFF:
-            if reported == "ON":
-                return self._unknown(f"status exited 2 (off) but printed Status: ON{said}", "?")
-            return PowerReading("off", self.source, "", "Status: OFF")
-        if run.exit_code == STATUS_ON:
             if reported == "OFF":
-                return self._unknown(f"status exited 0 (on) but printed Status: OFF{said}", "?")
-            return PowerReading("on", self.source, "", "Status: ON")
+                return PowerReading("off", self.source, "", "Status: OFF")
+            return self._unknown(
+                f"{self._name} status exited 2 (off) without printing Status: OFF{said}", "?"
+            )
+        if run.exit_code == STATUS_ON:
+            if reported == "ON":
+                return PowerReading("on", self.source, "", "Status: ON")
+            return self._unknown(
+                f"{self._name} status exited 0 (on) without printing Status: ON{said}", "?"
+            )
         if run.exit_code == STATUS_ERROR:
             return self._unknown(f"{self._name} status failed (exit 1){said}")
         return self._unknown(
