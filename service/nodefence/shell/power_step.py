@@ -96,7 +96,10 @@ class PowerStep:
             await driver.close()
         self.reporter.power_reading(action, reading)
         evidence = power_binding.evidence_of(action, reading, identity)
-        said = f"{reading.source} reports {reading.raw_state or reading.state}"
+        # The reply says what went out: a reset that was sent stays said even when the
+        # answer after it is unknown or cannot be recorded.
+        sent = f"power-{action.operation} sent, then " if reading.reset_sent else ""
+        said = f"{sent}{reading.source} reports {reading.raw_state or reading.state}"
         done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
         detail = f"{said}: {reading.detail}" if reading.detail else said
         # Marked as sent, but the driver sent nothing: unmarked, so the claim goes.
@@ -164,7 +167,12 @@ class PowerStep:
             unsent=unsent,
         )
         if written.outcome is not Outcome.DONE:
-            return dataclasses.replace(written, action=result.action), False
+            # A skipped write (the claim is no longer this decision's) must not hide a reset
+            # that already went out: the detail keeps what was sent and read.
+            detail = f"{result.detail}; not recorded: {written.detail}" if result.detail else ""
+            return dataclasses.replace(
+                written, action=result.action, detail=detail or written.detail
+            ), False
         proof = power_binding.proof_to_record(facts, evidence) if proving else ""
         if proof and result.outcome is Outcome.DONE:
             result = dataclasses.replace(result, detail=f"{result.detail}; proof recorded: {proof}")
