@@ -19,15 +19,45 @@ import (
 
 func kwokVersion() string { return consts.Version }
 
-// defaultStages are the stages kwokctl gives its kwok by default: a node comes up Ready and
-// keeps its Lease renewed; a pod becomes Running, completes when its containers would, and is
-// deleted once it has a deletionTimestamp (as a kubelet confirms a graceful delete).
-var defaultStages = []string{
-	nodefast.DefaultNodeInit,
-	nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease,
-	podfast.DefaultPodReady,
-	podfast.DefaultPodComplete,
-	podfast.DefaultPodDelete,
+// defaultStages are the stages kwokctl gives its kwok by default, with the node stages'
+// condition times made a kubelet's: a node comes up Ready and keeps its Lease renewed; a pod
+// becomes Running, completes when its containers would, and is deleted once it has a
+// deletionTimestamp (as a kubelet confirms a graceful delete).
+func defaultStages() []string {
+	return []string{
+		kubeletTimes(nodefast.DefaultNodeInit, initTransition),
+		kubeletTimes(nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease, keptTransition),
+		podfast.DefaultPodReady,
+		podfast.DefaultPodComplete,
+		podfast.DefaultPodDelete,
+	}
+}
+
+// kwok's stock node stages stamp every condition's lastTransitionTime with the Node's
+// creationTimestamp, so a node that comes back would read "Ready since it was registered". A
+// kubelet stamps a transition when the status changes: the initialising stage (it runs only
+// while Ready is not True) stamps now, and the heartbeat keeps each condition's own time.
+const (
+	stockTransition = "{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}"
+	initTransition  = "{{ $lastTransitionTime := $now }}"
+	keptTransition  = "{{ $conditions := .status.conditions }}"
+	stockCondition  = "lastTransitionTime: {{ $lastTransitionTime | Quote }}"
+	keptCondition   = "lastTransitionTime: {{ $type := .type }}{{ $kept := $now }}" +
+		"{{ range $conditions }}{{ if eq .type $type }}{{ $kept = .lastTransitionTime }}{{ end }}{{ end }}" +
+		"{{ $kept | Quote }}"
+)
+
+// kubeletTimes rewrites a stock node stage's transition time; it panics when the stage no
+// longer has the text it rewrites, so an upgraded kwok cannot silently bring the old times back.
+func kubeletTimes(stage, transition string) string {
+	if strings.Count(stage, stockTransition) != 1 || strings.Count(stage, stockCondition) != 1 {
+		panic("kwok's node stage changed; kubeletTimes no longer applies")
+	}
+	stage = strings.Replace(stage, stockTransition, transition, 1)
+	if transition == keptTransition {
+		stage = strings.Replace(stage, stockCondition, keptCondition, 1)
+	}
+	return stage
 }
 
 // runKwok is sigs.k8s.io/kwok/cmd/kwok's main. Without a -c/--config of its own it is given
@@ -46,7 +76,7 @@ func runKwok() int {
 		}
 		defer os.RemoveAll(dir)
 		path := filepath.Join(dir, "stages.yaml")
-		if err := os.WriteFile(path, []byte(strings.Join(defaultStages, "\n---\n")), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(strings.Join(defaultStages(), "\n---\n")), 0o600); err != nil {
 			os.Stderr.WriteString("kwok: " + err.Error() + "\n")
 			return 1
 		}
