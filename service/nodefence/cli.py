@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +37,20 @@ def _parser() -> argparse.ArgumentParser:
         "--bmc-inventory-out", help="write a BMC inventory for the simulator's Redfish BMCs here"
     )
     sim.add_argument("--k8s-version", help="simulated Kubernetes version (default 1.24.8)")
+    sim.add_argument(
+        "--backend",
+        choices=("sim", "real"),
+        default="sim",
+        help="sim: the simulated API server; real: the scenario loaded into a real "
+        "kube-apiserver, controller-manager and scheduler with kwok nodes (make controlplane "
+        "builds them; NODEFENCE_CONTROLPLANE or nodefence-controlplane on PATH)",
+    )
+    sim.add_argument(
+        "--node-monitor-grace-period",
+        type=_go_duration,
+        help="real backend: how long the node-lifecycle controller waits for a silent node "
+        "before marking it NotReady (default 50s, Kubernetes' own)",
+    )
 
     demo = sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")
     demo.add_argument(
@@ -82,6 +97,31 @@ def _parser() -> argparse.ArgumentParser:
 
     operator_commands.register(sub)
     return parser
+
+
+def _go_duration(value: str) -> str:
+    """A duration as the Kubernetes components take it (``20s``, ``1m30s``); a bare number is
+    seconds."""
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        return f"{value}s"
+    if not re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h))+", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration such as 20s or 1m30s")
+    return value
+
+
+def _simulate_conflicts(args: argparse.Namespace) -> str | None:
+    """The ``simulate`` options that mean nothing with the chosen backend."""
+    if args.backend == "real" and args.k8s_version:
+        return (
+            "--k8s-version is for the simulator; the real backend runs the release it was "
+            "built from"
+        )
+    if args.backend == "sim" and args.node_monitor_grace_period:
+        return (
+            "--node-monitor-grace-period needs --backend real (the simulator has no "
+            "node-lifecycle controller flags)"
+        )
+    return None
 
 
 def _settings(**overrides: Any) -> Any:
@@ -338,6 +378,10 @@ def _simulated_cluster(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.command == "simulate" and args.backend == "real":
+        from nodefence_sim.real.server import run_from_cli as run_real
+
+        return run_real(args)
     if args.command == "simulate":
         from nodefence_sim.server import run_from_cli
 
@@ -360,7 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(argv: Sequence[str] | None) -> int:
     from nodefence.commands import entry as operator_commands
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "simulate" and (conflict := _simulate_conflicts(args)):
+        parser.error(conflict)
     if args.command in operator_commands.COMMANDS:
         return operator_commands.run(args)
     if args.command in ("simulate", "demo"):

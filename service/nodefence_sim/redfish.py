@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import BasicAuth, web
@@ -30,7 +30,6 @@ from pydantic import SecretStr
 
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.errors import ApiError
-from nodefence_sim.simulation import Simulation
 
 ROOT = "/redfish/v1"
 SYSTEMS = f"{ROOT}/Systems"
@@ -40,6 +39,20 @@ RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "ForceRestart", "ForceOn")
 USERNAME = "nodefence"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class PoweredCluster(Protocol):
+    """What the BMCs need of a cluster, so that the simulator's ``Simulation`` and the real
+    backend's ``RealCluster`` both stand behind them: a node's kubelet state, and stopping and
+    starting the kubelet as the machine's power does. An unknown node raises ``ApiError`` 404."""
+
+    def node_state(self, name: str) -> dict[str, Any]: ...
+
+    def node_states(self) -> list[dict[str, Any]]: ...
+
+    def node_down(self, name: str) -> dict[str, Any]: ...
+
+    def node_up(self, name: str, *, reboot: bool = False) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -82,7 +95,7 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
-def _power_state(sim: Simulation, bmcs: SimBmcs, name: str) -> str:
+def _power_state(sim: PoweredCluster, bmcs: SimBmcs, name: str) -> str:
     """Off or On; an unknown node raises the simulator's not-found error."""
     if sim.node_state(name)["kubelet"] == "up":
         bmcs.powered_off.discard(name)
@@ -91,7 +104,7 @@ def _power_state(sim: Simulation, bmcs: SimBmcs, name: str) -> str:
     return "Off" if name in bmcs.powered_off else "On"
 
 
-def _system(sim: Simulation, bmcs: SimBmcs, name: str) -> dict[str, Any]:
+def _system(sim: PoweredCluster, bmcs: SimBmcs, name: str) -> dict[str, Any]:
     path = f"{SYSTEMS}/{name}"
     return {
         "@odata.id": path,
@@ -110,7 +123,7 @@ def _system(sim: Simulation, bmcs: SimBmcs, name: str) -> dict[str, Any]:
     }
 
 
-def _reset(sim: Simulation, bmcs: SimBmcs, name: str, reset_type: str) -> None:
+def _reset(sim: PoweredCluster, bmcs: SimBmcs, name: str, reset_type: str) -> None:
     state = _power_state(sim, bmcs, name)
     bmcs.resets.append((name, reset_type))
     if name in bmcs.stuck_on and reset_type in ("ForceOff", "GracefulShutdown"):
@@ -156,7 +169,7 @@ async def _json_body(request: web.Request) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def add_redfish_routes(app: web.Application, sim: Simulation) -> SimBmcs:
+def add_redfish_routes(app: web.Application, sim: PoweredCluster) -> SimBmcs:
     bmcs = bmcs_of(sim)
 
     def guarded(handler: Handler) -> Handler:
@@ -275,7 +288,7 @@ def add_redfish_routes(app: web.Application, sim: Simulation) -> SimBmcs:
     return bmcs
 
 
-def write_bmc_inventory(path: str | Path, url: str, sim: Simulation) -> Path:
+def write_bmc_inventory(path: str | Path, url: str, sim: PoweredCluster) -> Path:
     """A BMC inventory (the format of ``nodefence.fencing.inventory``) for every simulated node,
     written owner-only because it holds the password."""
     bmcs = bmcs_of(sim)

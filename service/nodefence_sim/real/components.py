@@ -1,0 +1,360 @@
+"""The real control plane's processes, started from the one ``nodefence-controlplane`` binary
+as ``controlplane/smoke.sh`` starts them: embedded etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, and one kwok per node (``--manage-single-node``), so that one node's kubelet can
+die (its kwok killed) while the others keep their heartbeats.
+
+Every component has its own user in the static tokens file, so the API server's records (audit,
+managedFields) say who wrote what; all of them are in ``system:masters`` because this cluster
+exists only for the run and RBAC bootstrapping is not what it is for. Each process writes to its
+own log file in the run's directory (a full pipe would block it), and every process started is
+killed when the run ends, also when the parent dies first (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from nodefence_sim.real.pki import Pki, make_pki
+
+BINARY_ENV = "NODEFENCE_CONTROLPLANE"
+BINARY_NAME = "nodefence-controlplane"
+COMPONENT_GROUPS = "system:masters,nodefence-sim:components"
+ADMIN = "admin"
+HARNESS = "nodefence-sim:harness"
+CONTROLLER_MANAGER = "system:kube-controller-manager"
+SCHEDULER = "system:kube-scheduler"
+# kwok renews a Lease every quarter of its duration; 40s is the kubelet's default.
+NODE_LEASE_SECONDS = 40
+SERVICE_CIDR = "10.96.0.0/16"
+ETCD_READY = re.compile(r"etcd: ready, client URLs: (http://\S+?)(?:,|\s|$)")
+START_TIMEOUT = 180.0
+STOP_GRACE = 5.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be found or started; the message says what to do."""
+
+
+def find_binary() -> Path:
+    """``$NODEFENCE_CONTROLPLANE``, else ``nodefence-controlplane`` on PATH."""
+    configured = os.environ.get(BINARY_ENV)
+    if configured:
+        path = Path(configured)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ControlPlaneError(f"{BINARY_ENV}={configured} is not an executable file")
+        return path
+    found = shutil.which(BINARY_NAME)
+    if found is None:
+        raise ControlPlaneError(
+            f"the real control plane's binary was not found: set {BINARY_ENV} to its path or put "
+            f"{BINARY_NAME} on PATH; a source checkout builds it with `make controlplane` "
+            "(which prints its path last)"
+        )
+    return Path(found)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# Resolved once here: the child calls it between fork and exec, where loading a library could
+# wait forever on a lock another thread of the parent held at the fork.
+_PR_SET_PDEATHSIG = 1
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+
+
+def _die_with_parent() -> None:
+    """Run in the child before exec: the kernel kills it if this process dies first, so a
+    killed ``simulate`` leaves no API server or kwok behind."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _poll(probe: Callable[[], bool], within: float, what: str, alive: Callable[[], None]) -> None:
+    deadline = time.monotonic() + within
+    while not probe():
+        alive()
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"{what} not ready within {within:.0f}s")
+        time.sleep(0.25)
+
+
+def _healthy(url: str, context: ssl.SSLContext, token: str | None = None) -> bool:
+    request = urllib.request.Request(url)  # noqa: S310 - loopback https
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:  # noqa: S310
+            return int(response.status) == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
+        return False
+
+
+@dataclass
+class Component:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class ControlPlane:
+    """One run's control plane in ``workdir``; :meth:`start` brings up everything but kwok."""
+
+    binary: Path
+    workdir: Path
+    node_names: Iterable[str]
+    node_monitor_grace_period: str = "50s"
+    tokens: dict[str, str] = field(default_factory=dict)
+    components: dict[str, Component] = field(default_factory=dict)
+    kwok: dict[str, Component] = field(default_factory=dict)
+    api_port: int = 0
+    pki: Pki | None = None
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def ca_cert(self) -> Path:
+        assert self.pki is not None, "start() first"
+        return self.pki.ca_cert
+
+    def kubeconfig_for(self, user: str) -> Path:
+        return self.workdir / "kubeconfigs" / f"{user.replace(':', '_')}.yaml"
+
+    # ----------------------------------------------------------------- start and stop
+    def start(self) -> None:
+        self.pki = make_pki(self.workdir)
+        self._write_tokens()
+        etcd = self._spawn(
+            "etcd",
+            [
+                "etcd",
+                f"--data-dir={self.workdir / 'etcd'}",
+                "--listen-client-urls=http://127.0.0.1:0",
+                "--unsafe-no-fsync",
+            ],
+        )
+        etcd_url = ""
+
+        def etcd_ready() -> bool:
+            nonlocal etcd_url
+            found = ETCD_READY.search(etcd.log.read_text(errors="replace"))
+            etcd_url = found.group(1) if found else ""
+            return bool(etcd_url)
+
+        _poll(etcd_ready, START_TIMEOUT, "etcd", self._check_alive)
+        self.api_port = free_port()
+        self._write_kubeconfigs()
+        pki = self.pki
+        self._spawn(
+            "apiserver",
+            [
+                "apiserver",
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+            ],
+        )
+        verified = ssl.create_default_context(cafile=str(pki.ca_cert))
+        _poll(
+            lambda: _healthy(f"{self.server}/readyz", verified, self.tokens[ADMIN]),
+            START_TIMEOUT,
+            "kube-apiserver",
+            self._check_alive,
+        )
+        kcm_port, scheduler_port = free_port(), free_port()
+        kcm = self.kubeconfig_for(CONTROLLER_MANAGER)
+        self._spawn(
+            "controller-manager",
+            [
+                "controller-manager",
+                f"--kubeconfig={kcm}",
+                f"--authentication-kubeconfig={kcm}",
+                f"--authorization-kubeconfig={kcm}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                "--controllers=*",
+                "--leader-elect=false",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--node-monitor-grace-period={self.node_monitor_grace_period}",
+            ],
+        )
+        scheduler = self.kubeconfig_for(SCHEDULER)
+        self._spawn(
+            "scheduler",
+            [
+                "scheduler",
+                f"--kubeconfig={scheduler}",
+                f"--authentication-kubeconfig={scheduler}",
+                f"--authorization-kubeconfig={scheduler}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={scheduler_port}",
+                "--leader-elect=false",
+            ],
+        )
+        # Their serving certificates are self-signed at start; only their health is asked.
+        unverified = ssl._create_unverified_context()  # noqa: S323 - loopback health probe
+        for name, port in (
+            ("kube-controller-manager", kcm_port),
+            ("kube-scheduler", scheduler_port),
+        ):
+            probe = functools.partial(_healthy, f"https://127.0.0.1:{port}/healthz", unverified)
+            _poll(probe, START_TIMEOUT, name, self._check_alive)
+
+    def start_kwok(self, node: str, cidr: str, node_ip: str) -> None:
+        """Start the kubelet of ``node``: a kwok that manages that node alone."""
+        if node in self.kwok and self.kwok[node].alive():
+            return
+        self.kwok[node] = self._spawn(
+            f"kwok-{node}",
+            [
+                "kwok",
+                f"--kubeconfig={self.kubeconfig_for(f'system:node:{node}')}",
+                f"--manage-single-node={node}",
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+                f"--cidr={cidr}",
+                f"--node-ip={node_ip}",
+            ],
+            register=False,
+        )
+
+    def kill_kwok(self, node: str) -> None:
+        """SIGKILL: a kubelet that dies says nothing to the API server on its way out."""
+        component = self.kwok.get(node)
+        if component is not None and component.alive():
+            component.popen.kill()
+            component.popen.wait()
+
+    def kwok_running(self, node: str) -> bool:
+        component = self.kwok.get(node)
+        return component is not None and component.alive()
+
+    def stop(self) -> None:
+        """Stop the kubelets first, then the control plane in reverse order of start."""
+        everything = [*self.kwok.values(), *reversed(list(self.components.values()))]
+        for component in everything:
+            if component.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    component.popen.terminate()
+        deadline = time.monotonic() + STOP_GRACE
+        for component in everything:
+            try:
+                component.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                component.popen.kill()
+                component.popen.wait()
+
+    # ----------------------------------------------------------------- internals
+    def _write_tokens(self) -> None:
+        users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER]
+        users += [f"system:node:{node}" for node in self.node_names]
+        lines = []
+        for user in users:
+            token = secrets.token_urlsafe(24)
+            self.tokens[user] = token
+            groups = "system:masters" if user == ADMIN else COMPONENT_GROUPS
+            lines.append(f'{token},{user},{user},"{groups}"')
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text("\n".join(lines) + "\n")
+        tokens.chmod(0o600)
+
+    def _write_kubeconfigs(self) -> None:
+        (self.workdir / "kubeconfigs").mkdir(exist_ok=True)
+        for user in self.tokens:
+            path = self.kubeconfig_for(user)
+            path.touch(mode=0o600)
+            path.write_text(yaml.safe_dump(self.kubeconfig(user), sort_keys=False))
+
+    def kubeconfig(self, user: str, namespace: str = "default") -> dict[str, object]:
+        """A kubeconfig for ``user`` (token and the run's CA), pointed at this API server."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "nodefence-sim-real",
+                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_cert)},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": self.tokens[user]}}],
+            "contexts": [
+                {
+                    "name": "nodefence-sim-real",
+                    "context": {
+                        "cluster": "nodefence-sim-real",
+                        "user": user,
+                        "namespace": namespace,
+                    },
+                }
+            ],
+            "current-context": "nodefence-sim-real",
+            "preferences": {},
+        }
+
+    def _spawn(self, name: str, argv: list[str], *, register: bool = True) -> Component:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as sink:
+            popen = subprocess.Popen(
+                [str(self.binary), *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run at spawn time
+            )
+        component = Component(name, popen, log)
+        if register:
+            self.components[name] = component
+        return component
+
+    def _check_alive(self) -> None:
+        for component in self.components.values():
+            if not component.alive():
+                raise ControlPlaneError(
+                    f"{component.name} exited with {component.popen.returncode}:\n"
+                    + component.tail()
+                )
