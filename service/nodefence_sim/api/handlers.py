@@ -13,12 +13,13 @@ from multidict import MultiMapping
 from nodefence_sim.api.apply import applied_config, apply_options, is_apply, server_side_apply
 from nodefence_sim.api.defaults import defaults_on_create, secret_data, service_update
 from nodefence_sim.api.fieldvalidation import check_object, check_patch, parse
+from nodefence_sim.api.listoptions import list_options
 from nodefence_sim.api.paging import Page, Pager, parse_limit
 from nodefence_sim.api.patching import apply_patch
 from nodefence_sim.api.paths import Target, is_watch, resolve
 from nodefence_sim.api.protobuf import decode_body
 from nodefence_sim.api.tables import format_selector, table, wants_table
-from nodefence_sim.api.watch import serve_watch
+from nodefence_sim.api.watch import INITIAL_EVENTS_END, serve_watch
 from nodefence_sim.controllers.disruption import evict
 from nodefence_sim.errors import ApiError, already_exists, bad_request, conflict, not_found
 from nodefence_sim.immutability import check_create, registry_update
@@ -343,6 +344,7 @@ class ResourceHandlers:
         if target.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
         query = request.query
+        list_options(query, watch=False)
         labels, fields = query.get("labelSelector") or "", query.get("fieldSelector") or ""
         page = self.pager.page(
             (target.resource.key, target.namespace or "", labels, fields),
@@ -359,13 +361,29 @@ class ResourceHandlers:
         include = request.query.get("includeObject", "Metadata")
 
         def render(_type: str, obj: Obj) -> Obj:
-            return table(
+            meta = obj["metadata"]
+            if INITIAL_EVENTS_END not in (meta.get("annotations") or {}):
+                return table(
+                    target.resource,
+                    [obj],
+                    self.sim.store.now(),
+                    resource_version=meta.get("resourceVersion", ""),
+                    include_object=include,
+                )
+            # The bookmark ending the initial events is an empty object: its row prints blank
+            # cells and, unless the full object was asked for, carries its metadata even with
+            # includeObject=None, so that a Table client still finds the annotation.
+            rendered = table(
                 target.resource,
-                [obj],
+                [{**obj, "metadata": {**meta, "name": ""}}],
                 self.sim.store.now(),
-                resource_version=obj["metadata"].get("resourceVersion", ""),
-                include_object=include,
+                resource_version=meta.get("resourceVersion", ""),
+                include_object="Object" if include == "Object" else "Metadata",
             )
+            rendered["rows"][0]["object"] = (
+                obj if include == "Object" else {**rendered["rows"][0]["object"], "metadata": meta}
+            )
+            return rendered
 
         return render
 
@@ -552,6 +570,9 @@ class ResourceHandlers:
         return _json(obj)
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        # A real server checks these ListOptions, as a list's or (with watch) a watch's, before
+        # it reads the DeleteOptions body.
+        list_options(request.query, watch=is_watch(request.query))
         rt = target.resource
         options = await self._delete_options(request)
         objects, _ = self.sim.store.list_objects(
