@@ -336,6 +336,10 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str], *, register: bool = True) -> Component:
         log = self.workdir / f"{name}.log"
+        # kwok writes its stages to a temporary directory it removes on exit; a kwok killed by
+        # ``down`` cannot, so its leftovers go into the run's directory, removed with it.
+        scratch = self.workdir / "tmp"
+        scratch.mkdir(exist_ok=True)
         with log.open("wb") as sink:
             popen = subprocess.Popen(
                 [str(self.binary), *argv],
@@ -343,6 +347,7 @@ class ControlPlane:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env={**os.environ, "TMPDIR": str(scratch)},
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run at spawn time
             )
