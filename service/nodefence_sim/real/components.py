@@ -3,9 +3,10 @@ as ``controlplane/smoke.sh`` starts them: embedded etcd, kube-apiserver, kube-co
 kube-scheduler, and one kwok per node (``--manage-single-node``), so that one node's kubelet can
 die (its kwok killed) while the others keep their heartbeats.
 
-Every component has its own user in the static tokens file, so the API server's records (audit,
-managedFields) say who wrote what; all of them are in ``system:masters`` because this cluster
-exists only for the run and RBAC bootstrapping is not what it is for. Each process writes to its
+Every component has its own user in the static tokens file, so the API server tells their
+requests apart (its logs, and any audit policy, name the user); all of them are in
+``system:masters`` because this cluster exists only for the run and RBAC bootstrapping is not
+what it is for. Each process writes to its
 own log file in the run's directory (a full pipe would block it), and every process started is
 killed when the run ends, also when the parent dies first (``PR_SET_PDEATHSIG``).
 """
