@@ -23,7 +23,61 @@ AGENT_PASSWORD = "agent-s3cret-Pa55"
 # off-exits-2: off exits 2 (the status code for off), status stays ON. garbage-status: status
 # prints nonsense and exits 7. hang: every action starts a helper and sleeps. wait: status
 # waits for a release file (so a test can read /proc while it runs). refuses: wrong password.
-MODES = ("honest", "lies", "off-exits-2", "garbage-status", "hang", "wait", "refuses")
+# chatty: prints 16 KiB and then the password, so that the read limit cuts through the password.
+MODES = ("honest", "lies", "off-exits-2", "garbage-status", "hang", "wait", "refuses", "chatty")
+
+# The options the test agents describe in their metadata, as fencing.py prints them: a key and
+# its long option (for a key whose long option differs, fencing.py also lists the newer spelling
+# that obsoletes it). fencing.py's common options, and those of the agents the tests stand in
+# for (fence_redfish's systems-uri, fence_aws's keys, fence_openstack's project-name).
+AGENT_OPTIONS = {
+    "action": "action",
+    "ipaddr": "ip",
+    "ipport": "ipport",
+    "login": "username",
+    "passwd": "password",
+    "passwd_script": "password-script",
+    "port": "plug",
+    "ssl_insecure": "ssl-insecure",
+    "systems-uri": "systems-uri",
+    "region": "region",
+    "namespace": "namespace",
+    "access_key": "access-key",
+    "secret_key": "secret-key",
+    "project-name": "project-name",
+    "separator": "separator",
+    "plug_separator": "plug-separator",
+    "power_timeout": "power-timeout",
+    "power_wait": "power-wait",
+    "shell_timeout": "shell-timeout",
+    "login_timeout": "login-timeout",
+    "delay": "delay",
+    "retry_on": "retry-on",
+    "verbose": "verbose",
+    "verbose_level": "verbose-level",
+    "debug": "debug-file",
+    "port_as_ip": "port-as-ip",
+}
+
+
+def metadata_xml(name: str, options: dict[str, str] | None = None) -> str:
+    """An agent's ``action=metadata`` answer in fencing.py's shape."""
+    lines = [f'<?xml version="1.0" ?>\n<resource-agent name="{name}" shortdesc="test agent">']
+    lines.append("<parameters>")
+    for key, long in (options or AGENT_OPTIONS).items():
+        newer = long.replace("-", "_")
+        spellings = (
+            [(key, "")]
+            if newer == key
+            else [(newer, f' obsoletes="{key}"'), (key, ' deprecated="1"')]
+        )
+        for spelt, info in spellings:
+            lines.append(f'\t<parameter name="{spelt}" unique="0" required="0"{info}>')
+            lines.append(f'\t\t<getopt mixed="--{long}=[value]" />')
+            lines.append("\t</parameter>")
+    lines.append("</parameters>\n</resource-agent>")
+    return "\n".join(lines)
+
 
 _SCRIPT = r"""#!{python}
 import json, os, subprocess, sys, time
@@ -34,6 +88,9 @@ for line in sys.stdin.read().splitlines():
         key, value = line.split("=", 1)
         params[key] = value
 action = params.get("action", "")
+if action == "metadata":
+    print({metadata!r})
+    sys.exit(0)
 seen = {{
     "action": action, "pid": os.getpid(), "pgid": os.getpgid(0), "argv": sys.argv,
     "env": dict(os.environ), "password_ok": params.get("password") == PASSWORD,
@@ -42,10 +99,18 @@ seen = {{
 if MODE == "hang":
     helper = subprocess.Popen(["sleep", "600"])
     seen["helper"] = helper.pid
+    # One in a process group of its own, still in the agent's session (as a shell's job).
+    grouped = subprocess.Popen(["sleep", "600"], process_group=0)
+    seen["grouped_helper"] = grouped.pid
 with open(LOG, "a") as log:
     log.write(json.dumps(seen) + "\n")
 if MODE == "hang":
     time.sleep(600)
+if MODE == "chatty":
+    # 16 KiB of output, its last "keep" bytes the start of the password, then the rest of it.
+    keep = int(params.get("keep", "13"))
+    sys.stdout.write("x" * (16 * 1024 - keep) + PASSWORD + "\n")
+    sys.exit(1)
 if MODE == "refuses" or params.get("password") != PASSWORD:
     print("ERROR: Failed: Unable to obtain correct plug status or plug is not available")
     print("password given was " + params.get("password", ""))
@@ -118,6 +183,7 @@ def scripted_agent(directory: Path, mode: str, *, power: str = "on") -> Scripted
             mode=mode,
             password=AGENT_PASSWORD,
             release=str(release),
+            metadata=metadata_xml(path.name),
         )
     )
     path.chmod(0o755)
@@ -181,3 +247,18 @@ def wait_until(check: Any, within: float = 30.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def gone_wrapper(directory: Path, *, describes: str = "/usr/sbin/fence_redfish") -> Path:
+    """A site's agent wrapper whose program is gone: it hands ``action=metadata`` to the agent it
+    wraps (so it loads, as a wrapper does before its program is deleted), and every other action
+    to a Python file that is not there, which exits 2 with "can't open file"."""
+    wrapper = directory / "fence_site"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "input=$(cat)\n"
+        'case "$input" in *action=metadata*) exec ' + describes + " -o metadata;; esac\n"
+        f'printf "%s\\n" "$input" | exec {sys.executable} {directory}/gone/fence_site.py "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .agents import RunLog
+from .agents import RunLog, metadata_xml
 
 LIST_PASSWORD = "list-agent-Pa55-s3cret"
 
@@ -22,6 +22,9 @@ for line in sys.stdin.read().splitlines():
         key, value = line.split("=", 1)
         params[key] = value
 action = params.get("action", "")
+if action == "metadata":
+    print({metadata!r})
+    sys.exit(0)
 with open(LOG, "a") as log:
     log.write(json.dumps({{
         "action": action, "argv": sys.argv, "env": dict(os.environ),
@@ -83,6 +86,7 @@ def listing_agent(directory: Path, machines: dict[str, str]) -> ListingAgent:
             log=str(log),
             listing=str(listing),
             password=LIST_PASSWORD,
+            metadata=metadata_xml(path.name),
         )
     )
     path.chmod(0o755)

@@ -13,7 +13,8 @@ import yaml
 from pydantic import SecretStr
 
 from nodefence.engine.identity import MachineBinding, judge
-from nodefence.fencing.agent_identity import option, parse_list
+from nodefence.fencing.agent_identity import parse_list
+from nodefence.fencing.agent_metadata import agent_options
 from nodefence.fencing.binding import NodeIdentity, identity_problems, inventory_problems, shared
 from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue
 from nodefence.fencing.inventory import Inventory, load_inventory
@@ -46,7 +47,8 @@ def redfish_parameters(
     }
     if system is not None:
         parameters["systems_uri"] = f"/redfish/v1/Systems/{system}"
-    return parameters
+    # As the inventory gives them: each option under the name the agent's metadata reads it by.
+    return agent_options(require_agent("fence_redfish")).normalise(parameters)
 
 
 def fence_agent_binding(node: str, driver: FenceAgentDriver, expected: str = "") -> MachineBinding:
@@ -142,14 +144,10 @@ async def test_check_fencing_names_two_spellings_of_one_redfish_system(
 
 
 # ------------------------------------------------------------------------ the list action
-def test_the_list_output_and_the_stdin_spellings_are_read_as_fencing_py_reads_them() -> None:
+def test_the_list_output_is_read_as_fencing_py_reads_it() -> None:
     listed = parse_list("Warning: noise\nN/A\nvm-a,compute01\n vm-b , compute02 \nvm-c,\n")
     assert listed == {"vm-a": "compute01", "vm-b": "compute02", "vm-c": ""}
     assert parse_list("vm-a;one\n", ";") == {"vm-a": "one"}
-    assert option({"login": "u"}, "username") == "u"
-    assert option({"ipaddr": "10.0.0.1"}, "ip") == "10.0.0.1"
-    assert option({"port": "vm-a"}, "plug") == "vm-a"
-    assert option({"systems-uri": "/x"}, "systems_uri") == "/x"
 
 
 async def test_a_stated_identity_is_checked_against_the_agents_own_list(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
-from .agents import AGENT_PASSWORD, scripted_agent
+from .agents import AGENT_PASSWORD, gone_wrapper, scripted_agent
 
 REDFISH_RULE: dict[str, Any] = {
     "rules": [{"name": "default", "fencing": {"driver": "redfish", "action": "off"}}]
@@ -214,9 +214,7 @@ async def test_an_agent_exiting_2_without_status_off_is_unknown_not_off(
 ) -> None:
     """A site's wrapper whose program is gone exits 2 (python's "can't open file") without the
     agent's own "Status: OFF": that is no reading, and its output is shown."""
-    wrapper = tmp_path / "fence_site"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path}/gone/fence_site.py "$@"\n')
-    wrapper.chmod(0o755)
+    wrapper = gone_wrapper(tmp_path)
     inventory = {
         "nodes": {
             "compute01": {

@@ -112,7 +112,7 @@ async def test_wrong_credentials_are_no_proof_and_send_nothing(tmp_path: Path) -
     assert agent.power == "on"
 
 
-async def test_a_hanging_agent_is_killed_with_its_whole_process_group(tmp_path: Path) -> None:
+async def test_a_hanging_agent_is_killed_with_its_whole_session(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "hang")
     reading = await driver(agent).status(timeout=5)
     assert reading.state == "unknown"
@@ -122,6 +122,8 @@ async def test_a_hanging_agent_is_killed_with_its_whole_process_group(tmp_path: 
     assert run["pgid"] == run["pid"] != os.getpgid(0)
     assert wait_until(lambda: process_gone(run["pid"]) and process_gone(run["helper"]))
     assert wait_until(lambda: not group_alive(run["pgid"]))
+    # A helper that left the agent's group for one of its own goes with the agent's session.
+    assert wait_until(lambda: process_gone(run["grouped_helper"]))
 
 
 async def test_a_hanging_off_action_is_no_proof(tmp_path: Path) -> None:
@@ -179,3 +181,20 @@ async def test_concurrent_agents_are_bounded_process_wide(tmp_path: Path) -> Non
     readings = await asyncio.gather(*tasks)
     assert all(r.state == "on" for r in readings)
     assert len(agent.runs()) == len(drivers)
+
+
+async def test_output_cut_inside_a_secret_shows_no_part_of_it(tmp_path: Path) -> None:
+    """An agent prints 16 KiB, then its password: the read limit cuts the password, and the
+    part before the cut (4, 13 or all but one of its characters) is masked like the whole."""
+    agent = scripted_agent(tmp_path, "chatty")
+    for keep in (4, 13, len(AGENT_PASSWORD) - 1):
+        parameters = {**driver(agent).parameters, "keep": str(keep)}
+        chatty = FenceAgentDriver(str(agent.path), parameters)
+        loop = asyncio.get_running_loop()
+        run = await chatty.run("status", loop.time() + 15)
+        assert run.truncated
+        reading = await chatty.status(timeout=15)
+        assert reading.state == "unknown"
+        for text in (run.output, run.text, reading.detail):
+            assert AGENT_PASSWORD[:keep] not in text, (keep, text[-80:])
+        assert run.output.endswith("***"), run.output[-80:]

@@ -114,7 +114,8 @@ def test_named_defaults_serve_the_entries_that_use_them(tmp_path: Path) -> None:
     )
     one, two = inventory.nodes["vm1"], inventory.nodes["vm2"]
     assert one.agent == str(openstack.path)
-    assert one.parameters["project-name"] == "k8s"
+    # Under the name the agent reads it by (its long option --project-name, with "_" for "-").
+    assert one.parameters["project_name"] == "k8s"
     assert one.parameters["plug"] == "5f0c"
     assert two.agent == str(aws.path)
     assert "password" not in two.parameters

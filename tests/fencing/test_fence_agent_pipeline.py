@@ -5,7 +5,6 @@ separate ``status`` run reading Off; each fault of a scripted agent blocks it wi
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import firing, node_events, oos_taints
 
-from .agents import AGENT_PASSWORD, scripted_agent, wait_until
+from .agents import AGENT_PASSWORD, gone_wrapper, scripted_agent, wait_until
 from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
 from .tls_front import sim_bmc_parameters, tls_bmc
 
@@ -110,9 +109,7 @@ async def test_a_wrapper_exiting_2_without_status_off_does_not_taint(
 ) -> None:
     """Exit code 2 is the API's "off" only together with the agent's own "Status: OFF": a
     wrapper whose program is gone exits 2 too, and that proves nothing."""
-    wrapper = tmp_path / "fence_site"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path}/gone/fence_site.py "$@"\n')
-    wrapper.chmod(0o755)
+    wrapper = gone_wrapper(tmp_path)
     defaults = {
         "agent": str(wrapper),
         "parameters": {"ip": "192.0.2.10", "password": AGENT_PASSWORD, "power_timeout": "5"},

@@ -174,7 +174,7 @@ async def test_a_probe_error_that_carries_a_password_is_stored_without_it(
                     },
                     "compute02": {
                         "driver": "fence-agent",
-                        "agent": "/bin/true",
+                        "agent": "/usr/sbin/fence_redfish",
                         "parameters": {"ip": "192.0.2.10", "password": AGENT_PASSWORD},
                     },
                 }
@@ -195,7 +195,7 @@ async def test_a_probe_error_that_carries_a_password_is_stored_without_it(
         NodeCheck(
             "compute02",
             "fence-agent",
-            "/bin/true ip=192.0.2.10",
+            "/usr/sbin/fence_redfish ip=192.0.2.10",
             "unknown",
             1.2,
             f"Failed: Unable to login with password={AGENT_PASSWORD}",

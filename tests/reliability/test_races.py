@@ -210,6 +210,25 @@ def claimed_by(replica: str) -> Callable[[WatchEvent], bool]:
     return landed
 
 
+def power_off_recorded_by(replica: str) -> Callable[[WatchEvent], bool]:
+    """Whether a store event is the fence record showing ``replica``'s power-off recorded."""
+
+    def recorded(event: WatchEvent) -> bool:
+        if event.resource.key != CONFIGMAPS.key:
+            return False
+        if event.object["metadata"].get("name") != fence_record.CONFIGMAP:
+            return False
+        text = (event.object.get("data") or {}).get(fence_record.FENCE_PREFIX + NODE)
+        if not text:
+            return False
+        held = json.loads(text)
+        return bool(held.get("powerOffSentAt")) and str(held.get("claimedBy", "")).startswith(
+            replica
+        )
+
+    return recorded
+
+
 async def test_a_delayed_replicas_stale_step_never_powers_off_a_rebooted_machine(
     bmc_cluster: tuple[SimulatorHandle, Path], tmp_path: Path
 ) -> None:
@@ -506,3 +525,72 @@ async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
         metrics = receiver.metrics.exposition().decode()
         assert 'nodefence_alerts_for_unknown_nodes_total{status="firing"} 800.0' in metrics
         assert 'nodefence_alerts_for_unknown_nodes_total{status="resolved"} 200.0' in metrics
+
+
+async def test_a_power_off_held_up_at_the_bmc_is_not_sent_once_its_claim_is_gone(
+    bmc_cluster: tuple[SimulatorHandle, Path], tmp_path: Path
+) -> None:
+    """Issue break 6 (S7): r1 has recorded its power-off and its BMC requests stall. Meanwhile
+    the claim is rolled back (the node excluded, then let in again) and r2 fences afresh:
+    ForceOff, taint, purge, On. When r1's BMC answers, the fencing token (the record read right
+    before the reset) shows the claim is r2's: r1 sends nothing, says so, and the machine r2
+    powered on stays on."""
+    cluster, inventory = bmc_cluster
+    bmcs = bmcs_of(cluster.sim)
+    await kill_node(cluster, NODE)
+    async with holding_proxy(cluster.port, tmp_path) as (bmc_link, _kubeconfig):
+        # r1 reaches the BMCs through the proxy, the API server directly.
+        held_inventory = tmp_path / "r1-bmcs.yaml"
+        held_inventory.write_text(
+            inventory.read_text().replace(f":{cluster.port}", f":{bmc_link.port}")
+        )
+        hold_r1 = power_off_recorded_by("r1/")
+        shut: list[bool] = []
+
+        def shut_on_mark(event: WatchEvent) -> None:
+            if not shut and hold_r1(event):
+                shut.append(True)
+                bmc_link.hold()
+
+        cluster.sim.store.add_listener(shut_on_mark)
+        # r1's power step may wait long for its BMC (its timeout and deadline are generous).
+        slow_policy = redfish_policy("reboot")
+        slow_policy["rules"][0]["fencing"]["timeout_seconds"] = 60
+        async with (
+            start_receiver(
+                cluster,
+                policy=slow_policy,
+                identity="r1",
+                bmc_inventory=held_inventory,
+                deadline_seconds=120,
+            ) as r1,
+            start_receiver(
+                cluster,
+                policy=redfish_policy("reboot"),
+                identity="r2",
+                bmc_inventory=inventory,
+                settle_seconds=15,
+            ) as r2,
+        ):
+            first = asyncio.create_task(r1.alert(firing(NODE)))
+            await eventually(lambda: bmc_link.held > 0 or first.done(), within=30)
+            assert not first.done(), first.result()
+            assert bmcs.resets == [], "r1's reset is held at the BMC link"
+
+            await kubectl(cluster, "label", "node", NODE, "nodefence.io/exclude=true")
+            status, _ = await r2.post("/reconcile", {})
+            assert status == 200
+            assert entry(cluster) is None, "the exclusion rolled r1's claim back"
+            await kubectl(cluster, "label", "node", NODE, "nodefence.io/exclude-")
+            [completed] = await r2.alert(firing(NODE))
+            assert completed["verdict"] == "fence", completed
+            assert bmcs.resets == [(NODE, "ForceOff"), (NODE, "On")], bmcs.resets
+
+            bmc_link.release()
+            [late] = await first
+            assert bmcs.resets == [(NODE, "ForceOff"), (NODE, "On")], bmcs.resets
+            power = [r for r in late["results"] if r["action"] == "power-off"]
+            assert power, late
+            assert all(r["outcome"] != "done" for r in power), late
+            assert any("no power-off sent" in r["detail"] for r in power), late
+            assert NODE not in bmcs.powered_off

@@ -26,6 +26,7 @@ from nodefence.engine.model import (
 from nodefence.engine.record import BmcReading, FenceEntry, FenceRecord, Phase
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
+from nodefence.kube.ratelimit import Priority, reads_at
 
 Change = Callable[[FenceRecord, FenceEntry, datetime], FenceRecord]
 # A change of the record as a whole (None: nothing to write), at the API server's time of the read.
@@ -281,6 +282,32 @@ class FenceRecordWriter:
             claimed_by=claimed_by,
             expected=expected,
         )
+
+    async def claim_lost(
+        self,
+        node: str,
+        uid: str,
+        claimed_by: str,
+        claimed_at: datetime | None,
+        deadline: Deadline,
+    ) -> str:
+        """The fencing token of a power action, shown right before it is sent: the record
+        read now, and why the claim that decided the action no longer holds ("" while it
+        does: ``engine.record.claim_lost``). A record that cannot be read holds nothing, so
+        nothing is sent. Read at the priority of the reads an action rests on."""
+        try:
+            with reads_at(Priority.LIVE):
+                reply = await self.kube.get_configmap_dated(
+                    self.namespace, fence_record.CONFIGMAP, deadline
+                )
+        except KubeError as exc:
+            if exc.status != 404:
+                return f"the fence record could not be read to check the claim ({exc})"
+            reply = Dated({}, None)
+        except ClusterUnavailableError as exc:
+            return f"the fence record could not be read to check the claim ({exc})"
+        current, _raw = fence_record.from_configmap(reply.body)
+        return fence_record.claim_lost(current, node, uid, claimed_by, claimed_at)
 
     async def reading(
         self,

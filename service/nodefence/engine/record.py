@@ -439,6 +439,30 @@ def moved_on(expected: FenceEntry, current: FenceEntry) -> bool:
     return entry_json(expected) != entry_json(current)
 
 
+def claim_lost(
+    record: FenceRecord, node: str, uid: str, claimed_by: str, claimed_at: datetime | None
+) -> str:
+    """Why a power action decided under the claim ``claimed_by`` of node object ``uid`` (made
+    at ``claimed_at``, when the decision read it) may not go out now, or "" while that claim is
+    still the record's entry for the node: the fencing token a power step shows right before
+    each send. A claim rolled back and taken afresh by another replica is another incident; its
+    machine may have been powered on again already."""
+    entry = record.entry(node)
+    mine = claimed_by or "the claim it was decided under"
+    if entry is None:
+        return f"the fence record no longer holds {mine} for node {node} (rolled back or released)"
+    if entry.uid != uid:
+        return f"the fence record's entry for node {node} is now for another node object"
+    same_time = claimed_at is None or entry.claimed_at == claimed_at
+    if entry.claimed_by != claimed_by or not same_time:
+        now = entry.claimed_by or "another claim"
+        return (
+            f"the fence record's entry for node {node} is now {now} "
+            f"(claimed at {instant(entry.claimed_at)}; {progress(entry)}), not {mine}"
+        )
+    return ""
+
+
 def with_reading(record: FenceRecord, reading: BmcReading) -> FenceRecord:
     """The record with ``reading`` as its node's newest (its request's earlier one replaced):
     at most ``MAX_READINGS`` a node, none older than ``READING_KEEP_SECONDS`` before it."""

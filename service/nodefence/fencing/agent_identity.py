@@ -75,44 +75,22 @@ _LOGGED = re.compile(
     r"(WARNING|ERROR|INFO|DEBUG|CRITICAL|Warning|Error|Parse error)\b|\b\w+Warning: "
 )
 
-# The stdin names fencing.py accepts for one option: its own key and its long option, with "-"
-# and "_" taken for each other.
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "ip": ("ip", "ipaddr"),
-    "ipport": ("ipport",),
-    "username": ("username", "login"),
-    "password": ("password", "passwd"),
-    "password_script": ("password_script", "passwd_script"),
-    "plug": ("plug", "port"),
-    "systems_uri": ("systems_uri",),
-    "redfish_uri": ("redfish_uri",),
-    "ssl_insecure": ("ssl_insecure",),
-    "target": ("target",),
-    "hexadecimal_kg": ("hexadecimal_kg",),
-    "separator": ("separator",),
-    "plug_separator": ("plug_separator",),
-}
+_QUOTED = re.compile(r'^"(.*)"$')
 
 
 def option(parameters: Mapping[str, ParameterValue], name: str) -> ParameterValue | None:
-    """The value the agent reads for option ``name`` from these stdin lines, whichever of its
-    spellings the inventory used (``login`` or ``username``, ``auth-url`` or ``auth_url``)."""
-    spellings = {alias.replace("-", "_") for alias in _ALIASES.get(name, (name,))}
-    for key, value in parameters.items():
-        if key.replace("-", "_") in spellings:
-            return value
-    return None
+    """The value of option ``name`` (its canonical name: the inventory has rewritten every
+    spelling to it, ``agent_metadata``), as sent to the agent."""
+    return parameters.get(name)
 
 
 def text_option(parameters: Mapping[str, ParameterValue], name: str) -> str:
-    """A non-secret option's value, stripped of the quotes fencing.py strips; "" when unset."""
+    """A non-secret option's value as fencing.py reads it from its stdin line (the line's
+    trailing blanks and one pair of enclosing quotes dropped); "" when unset."""
     value = option(parameters, name)
     if not isinstance(value, str):
         return ""
-    text = value.strip()
-    if len(text) >= 2 and text[0] == text[-1] == '"':
-        text = text[1:-1]
-    return text
+    return _QUOTED.sub(r"\1", value.rstrip())
 
 
 def _secret(parameters: Mapping[str, ParameterValue], name: str) -> SecretStr:
@@ -169,12 +147,6 @@ def _why_not_readable(agent: str, parameters: Mapping[str, ParameterValue]) -> s
             f"{name} bridges to the IPMI target {text_option(parameters, 'target')}, whose "
             "system GUID the BMC at ip does not answer for"
         )
-    kg = option(parameters, "hexadecimal_kg")
-    if kg is not None:
-        try:
-            bytes.fromhex(kg.get_secret_value() if isinstance(kg, SecretStr) else kg)
-        except ValueError:
-            return f"{name}'s hexadecimal_kg is not hexadecimal"
     return ""
 
 
@@ -209,16 +181,9 @@ def uuid_reader(
         number = int(port)
     except ValueError:
         return f"{name}'s ipport {port!r} is not a port number"
-    kg = option(parameters, "hexadecimal_kg")
-    return IpmiDriver(
-        host,
-        username=username,
-        password=password,
-        port=number,
-        kg=SecretStr(kg.get_secret_value() if isinstance(kg, SecretStr) else kg)
-        if kg is not None
-        else None,
-    )
+    # No Kg: the inventory refuses one for these agents (ipmitool would get it on its command
+    # line); a BMC with a Kg is a driver: ipmi entry.
+    return IpmiDriver(host, username=username, password=password, port=number)
 
 
 async def read_machine_uuid(

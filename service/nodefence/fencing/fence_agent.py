@@ -29,7 +29,7 @@ from typing import BinaryIO, Literal
 from pydantic import SecretStr
 
 from nodefence.engine.identity import PLUG, UNCHECKED, Reported
-from nodefence.fencing.model import PowerReading
+from nodefence.fencing.model import PowerReading, SendCheck
 
 # Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
 MAX_OUTPUT_BYTES = 16 * 1024
@@ -55,22 +55,27 @@ PASSED_ENVIRONMENT = (
     "AZURE_AUTHORITY_HOST",
     "GOOGLE_APPLICATION_CREDENTIALS",
 )
-# Keys whose values are credentials; every value of theirs is scrubbed from any output.
-SECRET_KEY = re.compile(r"passw|secret|token|access_key|api_key|community|priv", re.IGNORECASE)
-# Keys that name the machine, shown as the driver's target (never a secret).
+# Keys whose values are credentials; every value of theirs is scrubbed from any output. The
+# agents' metadata names them password, passwd, password_script, snmp_priv_passwd, community,
+# access_key, secret_key, apikey, token, token_file, key (fence_scsi's reservation key) and
+# hexadecimal_kg (the IPMI Kg), with "-" for "_" in their long options; "key" and "kg" anywhere
+# in a name keep a spelling not listed here (api-key, ssh_key, kg) a secret too.
+SECRET_KEY = re.compile(
+    r"passw|secret|token|key|community|priv|credential|(?:^|[-_])kg(?:$|[-_])", re.IGNORECASE
+)
+# Options that name the machine, shown as the driver's target (never a secret), under the
+# canonical names the inventory gives every spelling (``agent_metadata``).
 TARGET_KEYS = (
     "ip",
-    "ipaddr",
     "ipport",
     "systems_uri",
     "plug",
-    "port",
     "region",
     "zone",
     "project",
     "resourceGroup",
     "namespace",
-    "auth-url",
+    "auth_url",
 )
 STATUS_ON = 0
 STATUS_ERROR = 1
@@ -86,6 +91,8 @@ ParameterValue = str | SecretStr
 
 
 def is_secret_key(key: str) -> bool:
+    """Whether a parameter's value is a credential, kept as ``SecretStr`` and masked in every
+    output; wrongly masking a value costs a less helpful message, wrongly showing one a leak."""
     return SECRET_KEY.search(key) is not None
 
 
@@ -175,7 +182,7 @@ class FenceAgentDriver:
         shown = [
             f"{key}={value}"
             for key in TARGET_KEYS
-            if key not in ("plug", "port") and isinstance(value := self._parameters.get(key), str)
+            if key != "plug" and isinstance(value := self._parameters.get(key), str)
         ]
         return " ".join([os.path.basename(self._agent), *shown])
 
@@ -185,17 +192,27 @@ class FenceAgentDriver:
         deadline = loop.time() + timeout
         return self._reading(await self.run("status", deadline))
 
-    async def power_off(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
-        return await self._power("off", timeout)
+    async def power_off(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        before_send: SendCheck | None = None,
+    ) -> PowerReading:
+        return await self._power("off", timeout, before_send)
 
-    async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
-        return await self._power("on", timeout)
+    async def power_on(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        before_send: SendCheck | None = None,
+    ) -> PowerReading:
+        return await self._power("on", timeout, before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
         """Which machine the agent acts on (``fencing.agent_identity``): the system UUID read
         through fence_redfish's or fence_ipmilan's own BMC; with an ``identity`` stated in the
-        inventory, the plug as the agent's own ``list`` shows it; otherwise its ``plug``
-        (``port`` in older agents), compared with the instance in the Node's providerID
+        inventory, the plug as the agent's own ``list`` shows it; otherwise its ``plug`` (the
+        canonical name of ``port`` too), compared with the instance in the Node's providerID
         (``engine.identity.expected_plug``). An agent given no plug names no machine."""
         from nodefence.fencing import agent_identity
 
@@ -203,12 +220,11 @@ class FenceAgentDriver:
             return await agent_identity.read_machine_uuid(
                 self._agent, self._parameters, self.source, timeout
             )
+        plug = agent_identity.text_option(self._parameters, "plug")
         if self._stated and self._stated.lower() != UNCHECKED:
-            listed = agent_identity.text_option(self._parameters, "plug")
-            return await agent_identity.read_listed(self, listed, timeout)
-        plug = self._parameters.get("plug", self._parameters.get("port"))
-        if isinstance(plug, str) and plug.strip():
-            return Reported(plug.strip(), self.source, basis=PLUG, agent=self._agent)
+            return await agent_identity.read_listed(self, plug, timeout)
+        if plug:
+            return Reported(plug, self.source, basis=PLUG, agent=self._agent)
         return Reported(
             "",
             self.source,
@@ -283,9 +299,9 @@ class FenceAgentDriver:
         except TimeoutError:
             killed = True
         finally:
-            # Whatever the agent started goes with its group, at the deadline or after a
+            # Whatever the agent started goes with its session, at the deadline or after a
             # normal exit; a helper holding the pipe would otherwise keep the reader waiting.
-            _kill_group(process.pid)
+            _kill_session(process.pid)
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await asyncio.shield(process.wait())
@@ -298,9 +314,9 @@ class FenceAgentDriver:
         return AgentRun(
             action,
             code,
-            self.scrub(raw),
+            self.scrub(raw, cut=bool(dropped)),
             killed=killed,
-            text=self._masked(raw),
+            text=self._masked(raw, cut=bool(dropped)),
             truncated=bool(dropped),
         )
 
@@ -311,10 +327,10 @@ class FenceAgentDriver:
             lines.append(f"{key}={text}")
         return ("\n".join(lines) + "\n").encode()
 
-    def scrub(self, raw: bytes) -> str:
+    def scrub(self, raw: bytes, *, cut: bool = False) -> str:
         """The agent's output with every secret parameter's value masked, shortened to its last
-        lines (where agents say what failed)."""
-        text = self._masked(raw)
+        lines (where agents say what failed). ``cut``: the output was cut at the read limit."""
+        text = self._masked(raw, cut=cut)
         lines = [
             _TIMESTAMP.sub("", line.strip())
             for line in text.splitlines()
@@ -325,11 +341,15 @@ class FenceAgentDriver:
             joined = "..." + joined[-MAX_DETAIL_CHARS:]
         return joined
 
-    def _masked(self, raw: bytes) -> str:
-        text = raw.decode("utf-8", errors="replace")
+    def _masked(self, raw: bytes, *, cut: bool = False) -> str:
+        """``raw`` with every secret masked, as bytes before decoding (a secret cut in the
+        middle of a character still matches). Output cut at the read limit may end in the first
+        part of a secret: that part is masked too, so no cut shows a secret's beginning."""
         for secret in self._secrets:
-            text = text.replace(secret, MASK)
-        return text
+            raw = raw.replace(secret.encode(), MASK.encode())
+        if cut:
+            raw = _mask_cut_secret(raw, self._secrets)
+        return raw.decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------ readings
     def _reading(self, run: AgentRun) -> PowerReading:
@@ -363,10 +383,12 @@ class FenceAgentDriver:
             f"exit {run.exit_code}",
         )
 
-    async def _power(self, target: Target, seconds: float) -> PowerReading:
-        """Read; send ``target`` once if the machine is not there yet; then read ``status``
-        again until it reports ``target`` or the time is up. The action's own answer only
-        explains a failure; it never stands for the state."""
+    async def _power(
+        self, target: Target, seconds: float, before_send: SendCheck | None = None
+    ) -> PowerReading:
+        """Read; send ``target`` once if the machine is not there yet and ``before_send``
+        lets it go; then read ``status`` again until it reports ``target`` or the time is up.
+        The action's own answer only explains a failure; it never stands for the state."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         # The action is sent only to a machine whose state the agent can read: without a
@@ -385,6 +407,10 @@ class FenceAgentDriver:
                     reading.raw_state,
                 )
             await asyncio.sleep(self._poll_interval)
+        # The status runs may have taken long: the claim is asked again right before the run.
+        if before_send is not None and (why := await before_send()):
+            held = self._unknown(f"{target} not sent: {why}", reading.raw_state)
+            return dataclasses.replace(held, withheld=why)
         answer = self._answer(await self.run(target, deadline))
         # The last status run to finish says what the machine did; one cut off by the deadline
         # would only say that time ran out.
@@ -453,6 +479,38 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _kill_group(pid: int) -> None:
+def _mask_cut_secret(raw: bytes, secrets: list[str]) -> bytes:
+    """``raw`` with a trailing first part of any secret (the rest cut off) masked."""
+    for secret in secrets:
+        encoded = secret.encode()
+        for length in range(len(encoded) - 1, 0, -1):
+            if raw.endswith(encoded[:length]):
+                return raw[:-length] + MASK.encode()
+    return raw
+
+
+def _kill_session(sid: int) -> None:
+    """Kill every process of the session the agent led: its own group, and the groups a helper
+    it started in the session made for itself (a shell's background job, a daemon's child)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(sid, signal.SIGKILL)
+    for pid in _session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _session_members(sid: int) -> list[int]:
+    """The processes whose session is ``sid``, from ``/proc/<pid>/stat`` (its sixth field)."""
+    members = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if len(fields) > 3 and int(fields[3]) == sid:
+                members.append(int(entry.name))
+    return members

@@ -25,7 +25,9 @@ It is a YAML file mounted from a Secret (``NODEFENCE_BMC_INVENTORY``)::
 Many nodes often share one BMC model or one cloud account: ``defaults.<driver>`` holds the
 fields (and fence agent ``parameters``) every entry of that driver starts from, or
 ``defaults.<name>`` those of the entries that say ``use: <name>`` (one per cloud account, say);
-an entry's own values win, and ``{node}`` in a default's string value is the node's name::
+an entry's own values win (a parameter under any of its spellings: ``systems-uri`` in an entry
+replaces a default's ``systems_uri``), and ``{node}`` in a default's string value is the node's
+name::
 
     defaults:
       fence-agent:
@@ -61,9 +63,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from nodefence import strict_yaml
+from nodefence.fencing.agent_identity import IPMI_AGENTS
+from nodefence.fencing.agent_metadata import AgentOptions, agent_options
 from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue, is_secret_key
 from nodefence.fencing.ipmi import DEFAULT_PORT, IpmiDriver
 from nodefence.fencing.model import PowerDriver
@@ -124,19 +136,35 @@ class IpmiBmc(_Strict):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     username: str = Field(min_length=1)
     password: SecretStr
+    # The BMC key (Kg) of an IPMI v2 BMC that has one, hexadecimal; nodefence's own IPMI client
+    # uses it in memory, never on a command line.
+    kg: SecretStr | None = None
     identity: Identity = None
+
+    @field_validator("kg")
+    @classmethod
+    def _hexadecimal(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                bytes.fromhex(value.get_secret_value())
+            except ValueError:
+                raise ValueError("kg must be hexadecimal (as ipmitool's -y takes it)") from None
+        return value
 
 
 _PARAMETER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-# nodefence chooses the action; the others would make an agent write its exchange (with the
-# credentials) to a file or the output, or act on another machine than the entry's.
-_RESERVED_PARAMETERS = frozenset({"action", "debug", "debug_file", "verbose", "verbose_level"})
+# By canonical name: nodefence chooses the action; the debug and verbose options would make an
+# agent write its exchange (with the credentials) to a file or the output, and port_as_ip would
+# make it act on the address in plug instead of the ip nodefence reads the machine through.
+_RESERVED_PARAMETERS = frozenset({"action", "debug_file", "verbose", "verbose_level", "port_as_ip"})
 MAX_PARAMETERS_BYTES = 16 * 1024
 
 
 class FenceAgentBmc(_Strict):
-    """A ClusterLabs fence agent and the ``key=value`` lines it reads on stdin. Values whose key
-    names a credential (``password``, ``secret_key``, ...) are ``SecretStr``."""
+    """A ClusterLabs fence agent and the ``key=value`` lines it reads on stdin, each option under
+    its canonical name (``agent_metadata``), so that what nodefence checks is what the agent
+    reads. Values whose key names a credential (``password``, ``secret_key``, ...) are
+    ``SecretStr``."""
 
     driver: Literal["fence-agent"]
     agent: str = Field(min_length=1)
@@ -158,8 +186,6 @@ class FenceAgentBmc(_Strict):
         for key, item in value.items():
             if not isinstance(key, str) or not _PARAMETER_KEY.match(key):
                 raise ValueError(f"parameter name {key!r} is not a fence agent option name")
-            if key in _RESERVED_PARAMETERS:
-                raise ValueError(f"parameter {key} is not allowed (nodefence sets the action)")
             secret = is_secret_key(key)
             text = item.get_secret_value() if isinstance(item, SecretStr) else item
             if not isinstance(text, str):
@@ -173,6 +199,37 @@ class FenceAgentBmc(_Strict):
         if size > MAX_PARAMETERS_BYTES:
             raise ValueError(f"parameters longer than {MAX_PARAMETERS_BYTES} bytes")
         return checked
+
+    @field_validator("parameters")
+    @classmethod
+    def _canonical(
+        cls, value: dict[str, ParameterValue], info: ValidationInfo
+    ) -> dict[str, ParameterValue]:
+        agent = info.data.get("agent")
+        if not isinstance(agent, str):
+            # The agent's own error is reported; its options cannot be known.
+            return value
+        canonical = agent_options(agent).normalise(value)
+        reserved = sorted(
+            f"{key} ({name})" if key != name else key
+            for key, name in zip(value, canonical, strict=True)
+            if name in _RESERVED_PARAMETERS
+        )
+        if reserved:
+            raise ValueError(
+                f"parameter {', '.join(reserved)} is not allowed (nodefence sets the action "
+                "and reads the machine at ip; the agent's debug output would carry credentials)"
+            )
+        if "hexadecimal_kg" in canonical and os.path.basename(agent) in IPMI_AGENTS:
+            raise ValueError(
+                f"{os.path.basename(agent)} passes hexadecimal_kg to ipmitool as -y on its "
+                "command line, readable by every process on the host for the whole run; give "
+                "this node driver: ipmi with kg (nodefence's own IPMI client keeps it in memory)"
+            )
+        return {
+            key: SecretStr(item) if isinstance(item, str) and is_secret_key(key) else item
+            for key, item in canonical.items()
+        }
 
 
 def resolve_agent(agent: str) -> str:
@@ -218,7 +275,11 @@ class Inventory(_Strict):
             )
         if isinstance(bmc, IpmiBmc):
             return IpmiDriver(
-                bmc.address, username=bmc.username, password=bmc.password, port=bmc.port
+                bmc.address,
+                username=bmc.username,
+                password=bmc.password,
+                port=bmc.port,
+                kg=bmc.kg,
             )
         if isinstance(bmc, FenceAgentBmc):
             return FenceAgentDriver(bmc.agent, bmc.parameters, identity=bmc.identity)
@@ -355,7 +416,7 @@ def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
         own = entry.get("parameters")
         base = _fill(shared.get("parameters"), str(node))
         if isinstance(base, dict) and (own is None or isinstance(own, dict)):
-            combined["parameters"] = {**base, **(own or {})}
+            combined["parameters"] = {**_not_overridden(base, own or {}, combined), **(own or {})}
         merged[node] = combined
     for name in defaults:
         if name not in used:
@@ -365,6 +426,34 @@ def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
             )
     data["nodes"] = merged
     return data
+
+
+def _not_overridden(
+    base: dict[Any, Any], own: dict[Any, Any], entry: dict[Any, Any]
+) -> dict[Any, Any]:
+    """The default parameters an entry does not give under any spelling: an entry's
+    ``systems-uri`` replaces the default's ``systems_uri`` rather than standing beside it."""
+    options = _options_of(entry)
+    if options is None:
+        return base
+    given = {options.canonical(key) for key in own if isinstance(key, str)} - {None}
+    return {
+        key: value
+        for key, value in base.items()
+        if not (isinstance(key, str) and options.canonical(key) in given)
+    }
+
+
+def _options_of(entry: dict[Any, Any]) -> AgentOptions | None:
+    """A fence-agent entry's agent options, or ``None`` where validation will name what is
+    wrong with its driver or agent."""
+    agent = entry.get("agent")
+    if entry.get("driver") != "fence-agent" or not isinstance(agent, str):
+        return None
+    try:
+        return agent_options(resolve_agent(agent))
+    except ValueError:
+        return None
 
 
 def _check_placeholders(value: Any, where: str) -> None:

@@ -22,7 +22,7 @@ from pyghmi.ipmi.private.session import Session  # type: ignore[import-untyped]
 from pyghmi.ipmi.private.util import decode_wireformat_uuid  # type: ignore[import-untyped]
 
 from nodefence.engine.identity import Reported
-from nodefence.fencing.model import PowerReading, PowerState
+from nodefence.fencing.model import PowerReading, PowerState, SendCheck
 
 DEFAULT_PORT = 623
 _STATES: dict[str, PowerState] = {"on": "on", "off": "off"}
@@ -88,11 +88,21 @@ class IpmiDriver:
             why = f" (last error: {last_error})" if last_error else ""
             return self._unknown(f"no answer from the BMC within {timeout:g}s{why}")
 
-    async def power_off(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
-        return await self._power(timeout, "off")
+    async def power_off(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        before_send: SendCheck | None = None,
+    ) -> PowerReading:
+        return await self._power(timeout, "off", before_send)
 
-    async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
-        return await self._power(timeout, "on")
+    async def power_on(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        before_send: SendCheck | None = None,
+    ) -> PowerReading:
+        return await self._power(timeout, "on", before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
         """The system GUID (``Get System GUID``), which a BMC takes from the SMBIOS system UUID
@@ -131,7 +141,9 @@ class IpmiDriver:
             await loop.run_in_executor(self._executor, _logout, command)
         self._executor.shutdown(wait=False)
 
-    async def _power(self, seconds: float, target: Target) -> PowerReading:
+    async def _power(
+        self, seconds: float, target: Target, before_send: SendCheck | None = None
+    ) -> PowerReading:
         sent = False
         last = ""
         last_error = ""
@@ -144,6 +156,11 @@ class IpmiDriver:
                         if reading.state == target:
                             return dataclasses.replace(reading, reset_sent=sent)
                         if not sent:
+                            # The reads before it may have taken long: the claim that decided
+                            # the action is asked again right before it goes out.
+                            if before_send is not None and (why := await before_send()):
+                                held = self._unknown(f"power {target} not sent: {why}", last)
+                                return dataclasses.replace(held, withheld=why)
                             # Marked before the exchange: a lost answer may still mean the
                             # BMC acted, and the action is never repeated within one call.
                             sent = True

@@ -27,7 +27,7 @@ from pydantic import SecretStr
 from yarl import URL
 
 from nodefence.engine.identity import Reported
-from nodefence.fencing.model import PowerReading, PowerState
+from nodefence.fencing.model import PowerReading, PowerState, SendCheck
 
 SYSTEMS = "/redfish/v1/Systems"
 SESSIONS = "/redfish/v1/SessionService/Sessions"
@@ -58,6 +58,15 @@ class _Failure(Exception):
         super().__init__(detail)
         self.detail = detail
         self.transient = transient
+
+
+class _Withheld(Exception):
+    """The reset was not posted: the check before sending said the claim no longer holds."""
+
+    def __init__(self, reset_type: str, why: str) -> None:
+        super().__init__(why)
+        self.reset_type = reset_type
+        self.why = why
 
 
 @dataclass
@@ -196,11 +205,21 @@ class RedfishDriver:
         except TimeoutError:
             return self._unknown(attempt.expired("answer from the BMC"))
 
-    async def power_off(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
-        return await self._power(timeout, "off")
+    async def power_off(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        before_send: SendCheck | None = None,
+    ) -> PowerReading:
+        return await self._power(timeout, "off", before_send)
 
-    async def power_on(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
-        return await self._power(timeout, "on")
+    async def power_on(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        *,
+        before_send: SendCheck | None = None,
+    ) -> PowerReading:
+        return await self._power(timeout, "on", before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
         """The system's ``UUID`` property (its SMBIOS system UUID, which the kubelet reports as
@@ -234,7 +253,9 @@ class RedfishDriver:
             await http.close()
 
     # ----------------------------------------------------------------- actions
-    async def _power(self, seconds: float, target: Target) -> PowerReading:
+    async def _power(
+        self, seconds: float, target: Target, before_send: SendCheck | None = None
+    ) -> PowerReading:
         attempt = _Attempt(seconds)
         try:
             async with asyncio.timeout(seconds):
@@ -243,7 +264,7 @@ class RedfishDriver:
                 attempt.last_raw = reading.raw_state
                 if reading.state == target:
                     return reading
-                await self._reset(system, target, reading.state, attempt)
+                await self._reset(system, target, reading.state, attempt, before_send)
                 while True:
                     await asyncio.sleep(self._poll_interval)
                     system = await self._read_system(attempt)
@@ -251,6 +272,10 @@ class RedfishDriver:
                     attempt.last_raw = reading.raw_state
                     if reading.state == target:
                         return dataclasses.replace(reading, reset_sent=True)
+        except _Withheld as exc:
+            detail = f"{exc.reset_type} not sent: {exc.why}"
+            held = self._unknown(detail, attempt.last_raw)
+            return dataclasses.replace(held, withheld=exc.why)
         except _Failure as exc:
             return self._unknown(exc.detail, attempt.last_raw, sent=bool(attempt.sent))
         except TimeoutError:
@@ -258,10 +283,16 @@ class RedfishDriver:
             return self._unknown(expired, attempt.last_raw, sent=bool(attempt.sent))
 
     async def _reset(
-        self, system: dict[str, Any], target: Target, current: PowerState, attempt: _Attempt
+        self,
+        system: dict[str, Any],
+        target: Target,
+        current: PowerState,
+        attempt: _Attempt,
+        before_send: SendCheck | None = None,
     ) -> None:
-        """Post the reset once. A refusal ends the call; a lost answer does not, because the
-        action may have been carried out and only the read-back can tell."""
+        """Post the reset once, if ``before_send`` (asked after the read that took the time)
+        lets it go. A refusal ends the call; a lost answer does not, because the action may
+        have been carried out and only the read-back can tell."""
         action = (system.get("Actions") or {}).get(RESET_ACTION)
         if not isinstance(action, dict) or not isinstance(action.get("target"), str):
             raise _Failure(f"the system lists no {RESET_ACTION} action target", transient=False)
@@ -270,6 +301,8 @@ class RedfishDriver:
             allowed if isinstance(allowed, list) else None, target, current
         )
         path = self._same_origin(action["target"])
+        if before_send is not None and (why := await before_send()):
+            raise _Withheld(reset_type, why)
         attempt.sent = reset_type
         try:
             response = await self._request(

@@ -4,7 +4,8 @@ are seen to, whatever driver, agent or option names they use (S10).
 ``redfish`` with ``address: https://10.0.0.11`` and ``system: 1``, and ``fence_redfish`` with
 ``ip: 10.0.0.11:443`` and ``systems_uri: /redfish/v1/Systems/1/``, power the same machine; so do
 ``ipmi`` at ``10.0.0.12`` and ``fence_idrac`` with ``ipaddr: 10.0.0.12``, or two entries of one
-agent with ``plug`` in one and ``port`` in the other. What only the BMCs can tell (a host name
+agent with ``plug`` in one and ``port`` in the other (the inventory has given each option its
+canonical name, ``agent_metadata``). What only the BMCs can tell (a host name
 and its address, two addresses of one BMC) is left to the UUIDs they report
 (``binding.identity_problems``) and the judgement before every power action.
 """
@@ -22,9 +23,6 @@ from nodefence.fencing.agent_identity import (
 from nodefence.fencing.fence_agent import TARGET_KEYS
 from nodefence.fencing.inventory import FenceAgentBmc, IpmiBmc, RedfishBmc
 from nodefence.fencing.redfish import base_url, system_path
-
-# Option names fencing.py reads as one (its key and its long option).
-_SAME_OPTION = {"ipaddr": "ip", "port": "plug"}
 
 
 def _host(host: str) -> str:
@@ -53,7 +51,7 @@ def machine_keys(entry: RedfishBmc | IpmiBmc | FenceAgentBmc) -> tuple[str, ...]
     plug = text_option(entry.parameters, "plug")
     if not plug:
         return ()
-    names = sorted({_SAME_OPTION.get(key, key) for key in TARGET_KEYS} - {"plug"})
+    names = sorted(set(TARGET_KEYS) - {"plug"})
     picked = [f"{key}={value}" for key in names if (value := text_option(entry.parameters, key))]
     return (" ".join([f"agent {name}", *picked, f"plug={plug}"]),)
 

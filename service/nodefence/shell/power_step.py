@@ -5,6 +5,12 @@ delivery never sends it twice; only a state read back from the BMC becomes evide
 that cannot be reached, refuses the credentials or never reports the state asked for is no proof.
 Whatever it answered is written into the fence record (``engine.power_reading``) before anything
 is decided on it: the request's next turn reads it back with the rest of its facts.
+
+Every power action is tied to the claim that decided it: right before the driver sends it (after
+the reads that can stall for as long as a BMC takes), the record is read again and the action
+goes out only while that claim is still the node's entry. A claim rolled back meanwhile (an
+exclusion, a stale claim, an admin's edit) may have been taken afresh by another replica that
+powered the machine on again; the late action would take it down.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from nodefence.engine import power_reading
 from nodefence.engine.model import Decision, Facts, PowerAction, PowerEvidence
 from nodefence.engine.record import BmcReading, Phase
 from nodefence.fencing.inventory import Inventory
+from nodefence.fencing.model import SendCheck
 from nodefence.fencing.registry import power_driver
 from nodefence.kube.client import Deadline
 from nodefence.policy import Policy
@@ -84,10 +91,11 @@ class PowerStep:
                     return dataclasses.replace(marked, action=kind), False
             # The identity read spent part of the budget: the action gets what is left.
             timeout = min(timeout, max(0.5, deadline.remaining - POWER_MARGIN_SECONDS))
+            still_held = self._token(action, token, deadline)
             if action.operation == "on":
-                reading = await driver.power_on(timeout)
+                reading = await driver.power_on(timeout, before_send=still_held)
             elif action.operation == "off" and action.send:
-                reading = await driver.power_off(timeout)
+                reading = await driver.power_off(timeout, before_send=still_held)
             else:
                 reading = await driver.status(timeout)
             left = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
@@ -102,6 +110,8 @@ class PowerStep:
         said = f"{sent}{reading.source} reports {reading.raw_state or reading.state}"
         done = Outcome.DONE if reading.state != "unknown" else Outcome.FAILED
         detail = f"{said}: {reading.detail}" if reading.detail else said
+        if reading.withheld:
+            detail = f"no power-{action.operation} sent to {reading.source}: {reading.withheld}"
         # Marked as sent, but the driver sent nothing: unmarked, so the claim goes.
         unsent = action.send and action.operation == "off" and not reading.reset_sent
         result = ActionResult(kind, action.node, done, detail)
@@ -114,6 +124,20 @@ class PowerStep:
             facts=facts,
             unsent=unsent and reading.state == "unknown",
         )
+
+    def _token(self, action: PowerAction, token: str, deadline: Deadline) -> SendCheck:
+        """The check the driver awaits right before each send: the claim the decision read
+        (its token and time), or the one this request wrote, must still be the entry's."""
+        read = action.entry
+        claimed_by = read.claimed_by if read is not None else action.claimed_by or token
+        claimed_at = read.claimed_at if read is not None else None
+
+        async def still_held() -> str:
+            return await self.records.claim_lost(
+                action.node, action.node_uid, claimed_by, claimed_at, deadline
+            )
+
+        return still_held
 
     @staticmethod
     def _proving(action: PowerAction) -> bool:
