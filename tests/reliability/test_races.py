@@ -478,6 +478,10 @@ async def test_an_exclusion_mid_fence_rolls_the_claim_back_and_frees_the_slot(
     ) as receiver:
         [held] = await receiver.alert(firing(NODE))
         assert held["verdict"] == "noop", held
+        # The reply says the ForceOff went out, though the machine never read back Off.
+        power = [r for r in held["results"] if r["action"] == "power-off"]
+        assert power, held
+        assert all("power-off sent, then" in r["detail"] for r in power), power
         claimed = entry(cluster)
         assert claimed is not None
         assert claimed["phase"] == "claimed"
