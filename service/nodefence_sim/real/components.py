@@ -33,15 +33,21 @@ from pathlib import Path
 
 import yaml
 
+from nodefence_sim.real.audit import AuditLog, write_audit_policy
 from nodefence_sim.real.pki import Pki, make_pki
 
 BINARY_ENV = "NODEFENCE_CONTROLPLANE"
 BINARY_NAME = "nodefence-controlplane"
 COMPONENT_GROUPS = "system:masters,nodefence-sim:components"
+QUIET_GROUP = "nodefence-sim:components"
+# The API server's own loopback client, which the audit log leaves out like the components.
+APISERVER_LOOPBACK = "system:apiserver"
 ADMIN = "admin"
 HARNESS = "nodefence-sim:harness"
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 SCHEDULER = "system:kube-scheduler"
+# Sends the audit log's barrier requests; authenticated, in no group with any permission.
+AUDIT_BARRIER = "nodefence-sim:audit-barrier"
 # kwok renews a Lease every quarter of its duration; 40s is the kubelet's default.
 NODE_LEASE_SECONDS = 40
 SERVICE_CIDR = "10.96.0.0/16"
@@ -140,6 +146,7 @@ class ControlPlane:
     kwok: dict[str, Component] = field(default_factory=dict)
     api_port: int = 0
     pki: Pki | None = None
+    audit: AuditLog | None = None
 
     @property
     def server(self) -> str:
@@ -178,6 +185,10 @@ class ControlPlane:
         self.api_port = free_port()
         self._write_kubeconfigs()
         pki = self.pki
+        policy = write_audit_policy(
+            self.workdir / "audit-policy.yaml", [APISERVER_LOOPBACK], [QUIET_GROUP]
+        )
+        audit_log = self.workdir / "audit.log"
         self._spawn(
             "apiserver",
             [
@@ -196,9 +207,14 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={audit_log}",
             ],
         )
         verified = ssl.create_default_context(cafile=str(pki.ca_cert))
+        self.audit = AuditLog(
+            audit_log, self.server, pki.ca_cert, AUDIT_BARRIER, self.tokens[AUDIT_BARRIER]
+        )
         _poll(
             lambda: _healthy(f"{self.server}/readyz", verified, self.tokens[ADMIN]),
             START_TIMEOUT,
@@ -290,13 +306,15 @@ class ControlPlane:
 
     # ----------------------------------------------------------------- internals
     def _write_tokens(self) -> None:
-        users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER]
+        users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER, AUDIT_BARRIER]
         users += [f"system:node:{node}" for node in self.node_names]
         lines = []
         for user in users:
             token = secrets.token_urlsafe(24)
             self.tokens[user] = token
-            groups = "system:masters" if user == ADMIN else COMPONENT_GROUPS
+            groups = {ADMIN: "system:masters", AUDIT_BARRIER: "nodefence-sim:audit"}.get(
+                user, COMPONENT_GROUPS
+            )
             lines.append(f'{token},{user},{user},"{groups}"')
         tokens = self.workdir / "tokens.csv"
         tokens.write_text("\n".join(lines) + "\n")

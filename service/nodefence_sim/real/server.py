@@ -3,7 +3,8 @@ into it, and serve the simulator's control surface and Redfish BMCs in front of 
 
 The Kubernetes API itself is the real kube-apiserver (TLS, token auth); ``--kubeconfig-out``
 points at it. This server, on ``--port``, serves only what the real cluster has no API for:
-the nodes' kubelets (``/sim/v1/nodes``) and their machines' BMCs (``/redfish/v1``). Endpoints of
+the nodes' kubelets (``/sim/v1/nodes``), their machines' BMCs (``/redfish/v1``) and the request
+log (``/sim/v1/requests``, from the API server's audit log). Endpoints of
 the simulator that have no real counterpart here answer 501 with the reason, so a test written
 for the simulator fails loudly instead of reading something invented.
 """
@@ -52,10 +53,6 @@ NOT_REAL = {
     "notready": "kwok has no way to report a live kubelet NotReady; use down",
     "clock": "every process here reads the machine's clock; a kubelet's skew cannot be set",
 }
-NO_REQUEST_LOG = (
-    "the real backend keeps no request log; read what was written from the API server itself "
-    "(managedFields, resourceVersions, Events)"
-)
 NO_METRICS = "the real backend serves no kube-state-metrics"
 
 
@@ -83,6 +80,16 @@ def add_real_control_routes(app: web.Application, cluster: RealCluster) -> None:
         await _body(request, frozenset())
         return web.json_response(cluster.recreate_node(request.match_info["name"]))
 
+    async def requests(request: web.Request) -> web.StreamResponse:
+        try:
+            since = int(request.query.get("since", "0"))
+        except ValueError:
+            return web.json_response({"error": "since must be an integer"}, status=400)
+        audit = cluster.plane.audit
+        assert audit is not None, "the control plane is started before the server"
+        records, cursor = await asyncio.to_thread(audit.requests, since)
+        return web.json_response({"requests": records, "cursor": cursor})
+
     def not_implemented(reason: str) -> Any:
         async def handler(_request: web.Request) -> web.StreamResponse:
             return problem(501, reason)
@@ -96,7 +103,7 @@ def add_real_control_routes(app: web.Application, cluster: RealCluster) -> None:
     app.router.add_post(PREFIX + "/{name}/recreate", _guarded(recreate))
     for action, reason in NOT_REAL.items():
         app.router.add_post(PREFIX + "/{name}/" + action, not_implemented(reason))
-    app.router.add_get("/sim/v1/requests", not_implemented(NO_REQUEST_LOG))
+    app.router.add_get("/sim/v1/requests", requests)
     app.router.add_get("/metrics", not_implemented(NO_METRICS))
 
 
