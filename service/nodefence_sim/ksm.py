@@ -140,13 +140,19 @@ def _pod_samples(pods: Sequence[Mapping[str, Any]]) -> dict[str, list[Sample]]:
 
 def render(sim: Simulation) -> str:
     """The exposition text for the cluster as it is now."""
-    nodes = sorted(sim.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
-    pods = sorted(
-        sim.store.items(PODS),
-        key=lambda p: (str(p["metadata"].get("namespace")), str(p["metadata"]["name"])),
+    return render_objects(sim.store.items(NODES), sim.store.items(PODS))
+
+
+def render_objects(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> str:
+    """The exposition text for these Node and Pod objects, from whichever API server listed
+    them (the real backend serves the same series from its own lists)."""
+    node = _node_samples(sorted(nodes, key=lambda n: str(n["metadata"]["name"])))
+    pod = _pod_samples(
+        sorted(
+            pods,
+            key=lambda p: (str(p["metadata"].get("namespace")), str(p["metadata"]["name"])),
+        )
     )
-    node = _node_samples(nodes)
-    pod = _pod_samples(pods)
     lines = [
         *_family("kube_node_info", "Information about a cluster node.", node["info"]),
         *_family(

@@ -52,7 +52,13 @@ NOT_READY_WITHIN = GRACE_SECONDS + 90.0
 STEP_WITHIN = 120.0
 
 
-def serve(procs: Processes, backend: RealBackend, policy: dict[str, Any]) -> Nodefence:
+def serve(
+    procs: Processes,
+    backend: RealBackend,
+    policy: dict[str, Any],
+    *,
+    extra_env: dict[str, str] | None = None,
+) -> Nodefence:
     policy_file = procs.workdir / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(policy))
     cluster = Simulator(backend.url, backend.kubeconfig, backend.process)
@@ -65,6 +71,7 @@ def serve(procs: Processes, backend: RealBackend, policy: dict[str, Any]) -> Nod
             "NODEFENCE_POLICY_FILE": str(policy_file),
             "NODEFENCE_BMC_INVENTORY": str(backend.inventory),
             "NODEFENCE_RECONCILE_INTERVAL": "0",
+            **(extra_env or {}),
         },
     )
 

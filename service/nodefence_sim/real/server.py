@@ -3,8 +3,9 @@ into it, and serve the simulator's control surface and Redfish BMCs in front of 
 
 The Kubernetes API itself is the real kube-apiserver (TLS, token auth); ``--kubeconfig-out``
 points at it. This server, on ``--port``, serves only what the real cluster has no API for:
-the nodes' kubelets (``/sim/v1/nodes``), their machines' BMCs (``/redfish/v1``) and the request
-log (``/sim/v1/requests``, from the API server's audit log). Endpoints of
+the nodes' kubelets (``/sim/v1/nodes``), their machines' BMCs (``/redfish/v1``), the request
+log (``/sim/v1/requests``, from the API server's audit log) and the kube-state-metrics series of
+the real objects (``/metrics``). Endpoints of
 the simulator that have no real counterpart here answer 501 with the reason, so a test written
 for the simulator fails loudly instead of reading something invented.
 """
@@ -38,6 +39,7 @@ from nodefence_sim.real.components import (
     find_binary,
 )
 from nodefence_sim.real.loader import load
+from nodefence_sim.real.metrics import add_metrics_route
 from nodefence_sim.real.rest import Rest
 from nodefence_sim.redfish import add_redfish_routes, write_bmc_inventory
 from nodefence_sim.scenario import Scenario, load_scenario
@@ -53,7 +55,6 @@ NOT_REAL = {
     "notready": "kwok has no way to report a live kubelet NotReady; use down",
     "clock": "every process here reads the machine's clock; a kubelet's skew cannot be set",
 }
-NO_METRICS = "the real backend serves no kube-state-metrics"
 
 
 def add_real_control_routes(app: web.Application, cluster: RealCluster) -> None:
@@ -104,13 +105,13 @@ def add_real_control_routes(app: web.Application, cluster: RealCluster) -> None:
     for action, reason in NOT_REAL.items():
         app.router.add_post(PREFIX + "/{name}/" + action, not_implemented(reason))
     app.router.add_get("/sim/v1/requests", requests)
-    app.router.add_get("/metrics", not_implemented(NO_METRICS))
 
 
 def build_app(cluster: RealCluster) -> web.Application:
     app = web.Application()
     add_real_control_routes(app, cluster)
     add_redfish_routes(app, cluster)
+    add_metrics_route(app, cluster.rest)
     return app
 
 
