@@ -6,6 +6,9 @@ Several suites drive real tools (kubectl, promtool, amtool, Alertmanager, faketi
 sushy-emulator). On a machine without one of them those tests skip, and a passing run would
 hide that the safety they check was never exercised there; so the end of every run lists each
 reason with the test files it skipped, and how to get the tool (``.ci/run`` installs them all).
+
+The real control plane (``tests/real_backend.py``) is registered here, at the top, so that one
+session-wide ``real_backend`` serves every tier that runs against it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from nodefence.observability.logging import reset_logging
+
+pytest_plugins = ["tests.real_backend"]
 
 INSTALL_HINT = "as root, bash .ci/run installs every tool these suites need"
 
