@@ -1,83 +1,23 @@
-"""What every conformance test uses: real kubectl and the official Python client pointed at a
-cluster, plain HTTP to its API with the same credentials, and a poll with a deadline.
-
-A ``Cluster`` is either backend: the simulator (one fresh seed per test, served in-process) or
-the real control plane (``nodefence simulate --backend real``, one per session, shared with the
-realcluster tier). Tests written against a ``Cluster`` hold the simulator to what the real
-kube-apiserver answers; on the shared real cluster each test works in its own namespace, which
-is deleted afterwards, and leaves the seed's objects alone.
-"""
+"""What every conformance test uses: real kubectl and the official Python client pointed at the
+simulated cluster, and a poll with a deadline."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
-import ssl
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import aiohttp
-import yaml
 from kubernetes import client, config
 
-from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle
 
 REPO = Path(__file__).resolve().parents[2]
 # Generous: a poll returns as soon as its condition holds, and must hold on a busy machine.
 DEADLINE = 30.0
 
 
-class HasKubeconfig(Protocol):
-    @property
-    def kubeconfig(self) -> Path: ...
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """One backend as a conformance test sees it: ``url`` is its Kubernetes API, ``control`` its
-    ``/sim/v1`` surface, ``namespace`` the test's own (created for it), ``sim`` the simulation
-    when the backend is the simulator."""
-
-    backend: str
-    url: str
-    control: str
-    kubeconfig: Path
-    namespace: str
-    token: str | None = None
-    ca_pem: str | None = None
-    sim: Simulation | None = None
-
-    def session(self) -> aiohttp.ClientSession:
-        """An HTTP session that authenticates and trusts the API server as kubectl does."""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        context: ssl.SSLContext | bool = True
-        if self.ca_pem is not None:
-            context = ssl.create_default_context(cadata=self.ca_pem)
-        return aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=context))
-
-
-def real_cluster(kubeconfig: Path, control: str, namespace: str) -> Cluster:
-    """The real backend's API server, token and CA, from the kubeconfig it wrote."""
-    document = yaml.safe_load(kubeconfig.read_text())
-    server = document["clusters"][0]["cluster"]
-    if "certificate-authority-data" in server:
-        ca_pem = base64.b64decode(server["certificate-authority-data"]).decode()
-    else:
-        ca_pem = Path(server["certificate-authority"]).read_text()
-    return Cluster(
-        backend="real",
-        url=server["server"],
-        control=control,
-        kubeconfig=kubeconfig,
-        namespace=namespace,
-        token=document["users"][0]["user"]["token"],
-        ca_pem=ca_pem,
-    )
-
-
-async def kubectl(handle: HasKubeconfig, *args: str) -> tuple[int, str]:
+async def kubectl(handle: SimulatorHandle, *args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         "kubectl",
         "--kubeconfig",
@@ -94,7 +34,7 @@ async def kubectl(handle: HasKubeconfig, *args: str) -> tuple[int, str]:
     return proc.returncode, out.decode()
 
 
-def api(handle: HasKubeconfig) -> client.ApiClient:
+def api(handle: SimulatorHandle) -> client.ApiClient:
     configuration = client.Configuration()
     config.load_kube_config(str(handle.kubeconfig), client_configuration=configuration)
     return client.ApiClient(configuration)
