@@ -40,6 +40,8 @@ POLICY: dict[str, Any] = {
         {
             "name": "real",
             "min_not_ready_seconds": 0,
+            # Tests of one session fence the same nodes minutes apart: no flap hold.
+            "flap_window_seconds": 0,
             "lease_staleness_seconds": 15,
             "healthy_delay_seconds": 5,
             "taint_effect": EFFECT,

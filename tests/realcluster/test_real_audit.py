@@ -26,6 +26,8 @@ DRY_RUN: dict[str, Any] = {
         {
             "name": "real",
             "min_not_ready_seconds": 0,
+            # Tests of one session fence the same nodes minutes apart: no flap hold.
+            "flap_window_seconds": 0,
             "lease_staleness_seconds": 15,
             "fencing": {"driver": "redfish", "action": "off", "timeout_seconds": 30},
         }
