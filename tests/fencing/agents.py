@@ -262,3 +262,12 @@ def gone_wrapper(directory: Path, *, describes: str = "/usr/sbin/fence_redfish")
     )
     wrapper.chmod(0o755)
     return wrapper
+
+
+def load_yaml_inventory(tmp_path: Path, data: dict[str, Any]) -> Any:
+    """``data`` written as the inventory file and loaded as nodefence loads it."""
+    from nodefence.fencing.inventory import load_inventory
+
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_inventory(path)

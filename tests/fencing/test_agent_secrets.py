@@ -4,7 +4,6 @@ under each of its spellings, an IPMI Kg never reaches a command line, and no out
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -12,10 +11,10 @@ from pydantic import SecretStr
 
 from nodefence.fencing.agent_metadata import agent_options
 from nodefence.fencing.fence_agent import is_secret_key
-from nodefence.fencing.inventory import InventoryError, IpmiBmc, load_inventory
+from nodefence.fencing.inventory import InventoryError, IpmiBmc
 from nodefence.fencing.ipmi import IpmiDriver
 
-from .agents import require_agent
+from .agents import load_yaml_inventory, require_agent
 from .test_agent_spellings import AGENTS
 
 KG = "0123456789abcdef0123456789abcdef01234567"
@@ -37,12 +36,6 @@ CREDENTIALS = {
 }
 
 
-def load(tmp_path: Path, data: dict[str, Any]) -> Any:
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_inventory(path)
-
-
 @pytest.mark.parametrize("name", AGENTS)
 def test_every_spelling_of_a_credential_is_a_secret(name: str) -> None:
     """Each credential option of the agent, under its key, its long option and the name the
@@ -61,7 +54,7 @@ def test_a_kg_for_ipmitools_command_line_is_refused(tmp_path: Path, agent: str) 
     """fence_ipmilan hands the Kg to ipmitool as ``-y KEY``: on the command line, for every
     process to read while it runs. Refused at load, pointing at the native driver."""
     with pytest.raises(InventoryError) as caught:
-        load(
+        load_yaml_inventory(
             tmp_path,
             {
                 "nodes": {
@@ -87,7 +80,7 @@ def test_a_kg_for_ipmitools_command_line_is_refused(tmp_path: Path, agent: str) 
 
 
 def test_the_native_ipmi_driver_takes_the_kg_as_a_secret(tmp_path: Path) -> None:
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "nodes": {
@@ -114,7 +107,7 @@ def test_the_native_ipmi_driver_takes_the_kg_as_a_secret(tmp_path: Path) -> None
 
 def test_a_kg_that_is_not_hexadecimal_is_refused_without_showing_it(tmp_path: Path) -> None:
     with pytest.raises(InventoryError) as caught:
-        load(
+        load_yaml_inventory(
             tmp_path,
             {
                 "nodes": {

@@ -11,20 +11,18 @@ import json
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from pydantic import SecretStr
 
 from nodefence.engine.identity import MachineBinding, judge
 from nodefence.fencing.agent_identity import text_option
 from nodefence.fencing.fence_agent import FenceAgentDriver, is_secret_key
-from nodefence.fencing.inventory import FenceAgentBmc, InventoryError, load_inventory
+from nodefence.fencing.inventory import FenceAgentBmc, InventoryError
 from nodefence.fencing.redfish import RedfishDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
-from .agents import require_agent
+from .agents import load_yaml_inventory, require_agent
 from .peers import PASSWORD, USER, Sushy
 from .sushy_nodes import NODE, OTHER, sushy_nodes, swapped
 
@@ -100,12 +98,6 @@ def valued_spellings(agent: str) -> list[tuple[str, str, str]]:
     return spellings
 
 
-def load(tmp_path: Path, data: dict[str, Any]) -> Any:
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_inventory(path)
-
-
 @pytest.mark.parametrize("name", AGENTS)
 def test_what_nodefence_judges_is_what_the_agent_parses(tmp_path: Path, name: str) -> None:
     """Every option the agent knows under two spellings, one in ``defaults`` and the other in the
@@ -117,7 +109,7 @@ def test_what_nodefence_judges_is_what_the_agent_parses(tmp_path: Path, name: st
     for default_index, entry_index in ((0, 1), (1, 0)):
         defaults = {pair[default_index]: f"default-{pair[2]}" for pair in spellings}
         own = {pair[entry_index]: f"entry-{pair[2]}" for pair in spellings}
-        inventory = load(
+        inventory = load_yaml_inventory(
             tmp_path,
             {
                 "defaults": {"fence-agent": {"agent": agent, "parameters": defaults}},
@@ -163,7 +155,7 @@ def test_one_option_under_two_spellings_in_an_entry_is_refused(
     error naming both keys (never a value), and nothing loads."""
     agent = require_agent("fence_redfish")
     with pytest.raises(InventoryError) as caught:
-        load(
+        load_yaml_inventory(
             tmp_path,
             {"nodes": {NODE: {"driver": "fence-agent", "agent": agent, "parameters": parameters}}},
         )
@@ -180,7 +172,7 @@ def test_an_option_the_agent_does_not_read_is_refused(tmp_path: Path) -> None:
     machine by it. An error, naming the key."""
     agent = require_agent("fence_redfish")
     with pytest.raises(InventoryError, match="systems_url"):
-        load(
+        load_yaml_inventory(
             tmp_path,
             {
                 "nodes": {
@@ -206,7 +198,7 @@ async def test_a_respelt_override_is_judged_and_acted_on_as_one(
     port = sushy_nodes.url.rsplit(":", 1)[1]
     own = system_uuid(NODE).lower()
     other = swapped(system_uuid(OTHER))
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "defaults": {

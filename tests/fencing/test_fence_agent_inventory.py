@@ -7,28 +7,21 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
-import yaml
 from pydantic import SecretStr
 
 from nodefence.fencing.fence_agent import FenceAgentDriver
-from nodefence.fencing.inventory import FenceAgentBmc, InventoryError, load_inventory
+from nodefence.fencing.inventory import FenceAgentBmc, InventoryError
 from nodefence.fencing.registry import NAMES, POWER_DRIVERS, conflicts, lookup, power_driver
 from nodefence.policy import FencingDriver, parse_policy
 
-from .agents import scripted_agent
+from .agents import load_yaml_inventory, scripted_agent
 
 SECRET = "sh4red-Secret-value"
 
 
-def load(tmp_path: Path, data: dict[str, Any]) -> Any:
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_inventory(path)
-
-
 def test_a_fence_agent_entry_loads_with_secret_parameters(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "honest")
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "nodes": {
@@ -56,7 +49,7 @@ def test_an_agent_name_is_found_on_path_and_in_sbin(tmp_path: Path) -> None:
     from .agents import require_agent
 
     path = require_agent("fence_redfish")
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path, {"nodes": {"w1": {"driver": "fence-agent", "agent": "fence_redfish"}}}
     )
     assert inventory.nodes["w1"].agent == path
@@ -64,7 +57,7 @@ def test_an_agent_name_is_found_on_path_and_in_sbin(tmp_path: Path) -> None:
 
 def test_defaults_are_shared_and_node_placeholders_filled(tmp_path: Path) -> None:
     agent = scripted_agent(tmp_path, "honest")
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "defaults": {
@@ -95,7 +88,7 @@ def test_defaults_are_shared_and_node_placeholders_filled(tmp_path: Path) -> Non
 def test_named_defaults_serve_the_entries_that_use_them(tmp_path: Path) -> None:
     openstack = scripted_agent(tmp_path / "os", "honest")
     aws = scripted_agent(tmp_path / "aws", "honest")
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "defaults": {
@@ -122,7 +115,7 @@ def test_named_defaults_serve_the_entries_that_use_them(tmp_path: Path) -> None:
 
 
 def test_defaults_also_serve_redfish_entries(tmp_path: Path) -> None:
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "defaults": {"redfish": {"username": "fencer", "password": SECRET, "auth": "basic"}},
@@ -169,7 +162,7 @@ def test_bad_fence_agent_entries_fail_clearly(
     if defaults is not None:
         data["defaults"] = defaults
     with pytest.raises(InventoryError) as raised:
-        load(tmp_path, data)
+        load_yaml_inventory(tmp_path, data)
     assert message in str(raised.value)
     assert SECRET not in str(raised.value)
     assert "12345" not in str(raised.value)
@@ -193,7 +186,7 @@ def test_fence_agent_rules_may_power_off_and_reboot() -> None:
 
 
 def test_a_rule_entry_mismatch_is_no_driver_and_a_conflict(tmp_path: Path) -> None:
-    inventory = load(
+    inventory = load_yaml_inventory(
         tmp_path,
         {
             "nodes": {

@@ -193,19 +193,26 @@ async def test_nodefences_own_taint_carries_its_authorship_into_the_record(
         assert "nodefence" in owners, owners
 
 
+def record_entry(event: WatchEvent) -> dict[str, Any] | None:
+    """NODE's entry in the fence record as a store event wrote it, or None for any other event."""
+    if event.resource.key != CONFIGMAPS.key:
+        return None
+    if event.object["metadata"].get("name") != fence_record.CONFIGMAP:
+        return None
+    text = (event.object.get("data") or {}).get(fence_record.FENCE_PREFIX + NODE)
+    return json.loads(text) if text else None
+
+
 def claimed_by(replica: str) -> Callable[[WatchEvent], bool]:
     """Whether a store event is ``replica``'s claim of NODE landing in the fence record."""
 
     def landed(event: WatchEvent) -> bool:
-        if event.resource.key != CONFIGMAPS.key:
-            return False
-        if event.object["metadata"].get("name") != fence_record.CONFIGMAP:
-            return False
-        text = (event.object.get("data") or {}).get(fence_record.FENCE_PREFIX + NODE)
-        if not text:
-            return False
-        held = json.loads(text)
-        return held["phase"] == "claimed" and str(held.get("claimedBy", "")).startswith(replica)
+        held = record_entry(event)
+        return (
+            held is not None
+            and held["phase"] == "claimed"
+            and str(held.get("claimedBy", "")).startswith(replica)
+        )
 
     return landed
 
@@ -214,16 +221,11 @@ def power_off_recorded_by(replica: str) -> Callable[[WatchEvent], bool]:
     """Whether a store event is the fence record showing ``replica``'s power-off recorded."""
 
     def recorded(event: WatchEvent) -> bool:
-        if event.resource.key != CONFIGMAPS.key:
-            return False
-        if event.object["metadata"].get("name") != fence_record.CONFIGMAP:
-            return False
-        text = (event.object.get("data") or {}).get(fence_record.FENCE_PREFIX + NODE)
-        if not text:
-            return False
-        held = json.loads(text)
-        return bool(held.get("powerOffSentAt")) and str(held.get("claimedBy", "")).startswith(
-            replica
+        held = record_entry(event)
+        return (
+            held is not None
+            and bool(held.get("powerOffSentAt"))
+            and str(held.get("claimedBy", "")).startswith(replica)
         )
 
     return recorded

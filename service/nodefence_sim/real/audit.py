@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from nodefence_sim.faults import RequestRecord
+
 # The audit verb's HTTP method; ``watch`` and ``list`` are both GETs, as in the simulator.
 METHODS = {
     "get": "GET",
@@ -64,31 +66,16 @@ def write_audit_policy(path: Path, quiet_users: list[str], quiet_groups: list[st
 
 
 @dataclass
-class AuditRecord:
-    seq: int
-    audit_id: str
-    method: str
-    path: str
-    query: str
-    verb: str
-    status: int
-    at: float
-    user: str
-    user_agent: str
+class AuditRecord(RequestRecord):
+    """The simulator's request record, read from an audit event, plus what the real log knows:
+    the event's ID and who made the request."""
+
+    audit_id: str = ""
+    user: str = ""
+    user_agent: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """The simulator's record, plus who made the request (the real log knows)."""
-        return {
-            "seq": self.seq,
-            "method": self.method,
-            "path": self.path,
-            "query": self.query,
-            "verb": self.verb,
-            "status": self.status,
-            "at": self.at,
-            "user": self.user,
-            "userAgent": self.user_agent,
-        }
+        return {**super().to_json(), "user": self.user, "userAgent": self.user_agent}
 
 
 def _epoch(stamp: str | None) -> float:
