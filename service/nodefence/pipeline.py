@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable
 from datetime import datetime
 
 import structlog
 
 from nodefence.actions.fence_record_writer import FenceRecordWriter
-from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
+from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts, held_nodes
 from nodefence.alertmanager.config import AlertmanagerConfig
+from nodefence.alertmanager.reachability import Reachability
+from nodefence.engine import fallback, volumes
 from nodefence.engine import record as fence_record
-from nodefence.engine import volumes
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     AlertEvent,
+    AlertStatus,
     Approval,
     ClusterFacts,
     Decision,
@@ -77,6 +80,7 @@ class Pipeline:
         proof: ExternalProof,
         refresh: BackgroundRefresh,
         alertmanager: AlertmanagerConfig | None = None,
+        reachability: Reachability | None = None,
         approvals: ApprovalRequester | None = None,
     ) -> None:
         self.kube = kube
@@ -92,7 +96,11 @@ class Pipeline:
         self.proof = proof
         self.refresh = refresh
         self.alertmanager = alertmanager
+        self.reachability = reachability
         self.approvals = approvals
+        # When a firing alert for each node last reached this process by webhook (monotonic):
+        # the alert path is at work there, so the fallback leaves the node to it.
+        self.delivered: dict[str, float] = {}
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
         self._passes = asyncio.Lock()
@@ -126,6 +134,8 @@ class Pipeline:
         by_node: dict[str | None, list[int]] = {}
         for index, event in enumerate(events):
             by_node.setdefault(event.node, []).append(index)
+            if event.node is not None and event.status is AlertStatus.FIRING:
+                self.delivered[event.node] = time.monotonic()
         results: list[Decision | None] = [None] * len(events)
 
         async def run_node(indexes: list[int]) -> None:
@@ -144,7 +154,8 @@ class Pipeline:
         self, event: AlertEvent, deadline: Deadline, *, approval: Approval | None = None
     ) -> Decision:
         """One event; ``approval`` is a person's answer, and every other guard still applies."""
-        if event.node is None or event.alertname not in self.alert_names:
+        handled = event.alertname in self.alert_names or bool(event.fallback)
+        if event.node is None or not handled:
             empty = Facts(None, None, (), ClusterFacts(total_nodes=0, ready_nodes=0))
             decision = decide(event, empty, self.policy, self.clock())
             self.reporter.log_decision(decision)
@@ -243,7 +254,56 @@ class Pipeline:
         decisions += await judge_active(
             active, self.handle_event, deadline_seconds=self.options.deadline_seconds
         )
+        judged = handled | {event.node for event in active if event.node is not None}
+        decisions += await judge_active(
+            await self._fallback_events(judged, deadline),
+            self.handle_event,
+            deadline_seconds=self.options.deadline_seconds,
+        )
         return decisions
+
+    async def _fallback_events(self, judged: set[str], deadline: Deadline) -> list[AlertEvent]:
+        """The NotReady nodes no alert brought (``engine.fallback``), as firing events: past
+        ``cluster.fallback_after_seconds`` on the API server's clock, not judged in this pass
+        already, no firing webhook for them within that time, and none held by Alertmanager
+        where it can be asked (any state: a silence stops nodefence)."""
+        after = self.policy.cluster.fallback_after_seconds
+        if after <= 0:
+            return []
+        now = self.kube.server_clock.now()
+        if now is None:
+            # No reply has dated anything yet: no window can be judged on the API server's clock.
+            return []
+        recent = time.monotonic() - after
+        self.delivered = {node: at for node, at in self.delivered.items() if at > recent}
+        skip = judged | set(self.delivered)
+        due = fallback.due(await self.reader.not_ready_nodes(deadline), now, after, skip)
+        if not due:
+            return []
+        silence = fallback.not_configured()
+        if self.alertmanager is not None:
+            try:
+                held_by_am = await held_nodes(
+                    self.alertmanager, self.policy.alerts.names, self.policy.alerts.node_labels
+                )
+            except AlertmanagerUnavailableError as exc:
+                await self._unreachable(exc)
+                held_by_am = set()
+            else:
+                self._answered()
+            due = [(node, since) for node, since in due if node not in held_by_am]
+            silence = self.reachability.silence() if self.reachability else fallback.holds_none()
+        return [fallback.event(node, since, silence, after) for node, since in due]
+
+    def _answered(self) -> None:
+        if self.reachability is not None:
+            self.reachability.answered()
+
+    async def _unreachable(self, exc: AlertmanagerUnavailableError) -> None:
+        if self.reachability is not None:
+            await self.reachability.failed(str(exc))
+        else:
+            log.warning("alertmanager_unavailable", error=str(exc))
 
     async def _active_alerts(self) -> list[AlertEvent]:
         """The node alerts Alertmanager still holds active: a fence refused for a passing reason
@@ -253,9 +313,11 @@ class Pipeline:
         if self.alertmanager is None:
             return []
         try:
-            return await active_alerts(
+            events = await active_alerts(
                 self.alertmanager, self.policy.alerts.names, self.policy.alerts.node_labels
             )
         except AlertmanagerUnavailableError as exc:
-            log.warning("alertmanager_unavailable", error=str(exc))
+            await self._unreachable(exc)
             return []
+        self._answered()
+        return events

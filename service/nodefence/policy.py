@@ -193,6 +193,11 @@ class ClusterPolicy(_Model):
     # this, on the API server's clock. It must outlast the slowest fence (request deadline plus
     # any power-off wait), or a slow fence could lose its slot while still at work.
     claim_timeout_seconds: int = Field(default=300, ge=30)
+    # A NotReady node that no alert brought to nodefence for this long, and that Alertmanager
+    # (where it can be asked) holds no alert for, is judged by the reconcile pass as if its
+    # alert had fired (``engine.fallback``); 0 turns this off. Never faster than the shipped
+    # alert path (5 minutes NotReady, then up to a reconcile period), never slower than 10.
+    fallback_after_seconds: int = Field(default=420, ge=0)
 
 
 class Policy(_Model):

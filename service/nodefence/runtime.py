@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from nodefence.actions.executor import Executor
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.config import AlertmanagerConfig
+from nodefence.alertmanager.reachability import Reachability
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
 from nodefence.kube.client import KubeClient, load_api_client
@@ -82,7 +83,8 @@ def assemble_pipeline(
     reader = FactsReader(kube, options.namespace)
     executor = Executor(kube, purge_concurrency=options.purge_concurrency)
     records = records or record_writer(kube, policy, options)
-    reporter = Reporter(metrics, EventRecorder(kube, options.identity), clock, notifier)
+    events = EventRecorder(kube, options.identity)
+    reporter = Reporter(metrics, events, clock, notifier)
     power_step = PowerStep(policy, inventory, records, reporter)
     commit = Commit(records, executor, power_step, approvals)
     loop = Loop(reader, commit, records, reporter, inventory)
@@ -99,6 +101,11 @@ def assemble_pipeline(
         proof=ExternalProof(reader, policy),
         refresh=BackgroundRefresh(reader, metrics),
         alertmanager=alertmanager,
+        reachability=(
+            Reachability(metrics, events, options.namespace, clock)
+            if alertmanager is not None
+            else None
+        ),
         approvals=approvals,
     )
 

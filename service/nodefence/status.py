@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodefence.alertmanager.client import AlertmanagerUnavailableError, held_nodes
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.engine.record import BmcReading, FenceRecord, Phase
-from nodefence.engine.wording import instant
+from nodefence.engine.wording import duration, instant
 from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.pipeline import Pipeline
 from nodefence.shell.volume_gauge import attached_volumes
@@ -135,7 +136,53 @@ async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
         **status,
         **await operator_view(pipeline, record, nodes, deadline),
         "fencingProbes": probes,
+        "alertmanager": await _alertmanager(pipeline),
     }
+
+
+async def _alertmanager(pipeline: Pipeline) -> dict[str, Any]:
+    """Whether Alertmanager's API answers, and which nodes it holds alerts for: the fallback
+    (``cluster.fallback_after_seconds``) leaves those alone, and without an answer it cannot
+    know of a silence."""
+    policy = pipeline.policy
+    view: dict[str, Any] = {
+        "url": None,
+        "reachable": None,
+        "error": "",
+        "nodesHeld": [],
+        "fallbackAfterSeconds": policy.cluster.fallback_after_seconds,
+    }
+    config = pipeline.alertmanager
+    if config is None:
+        return view
+    view["url"] = config.alerts_url
+    try:
+        held = await held_nodes(config, policy.alerts.names, policy.alerts.node_labels)
+    except AlertmanagerUnavailableError as exc:
+        view.update(reachable=False, error=str(exc))
+        return view
+    view.update(reachable=True, nodesHeld=sorted(held))
+    return view
+
+
+def _alertmanager_line(view: dict[str, Any]) -> str:
+    after = view["fallbackAfterSeconds"]
+    fallback = (
+        f"NotReady nodes no alert brings are judged after {duration(after)}"
+        if after
+        else "the fallback is off (cluster.fallback_after_seconds 0)"
+    )
+    if view["url"] is None:
+        return (
+            f"Alertmanager: not configured (NODEFENCE_ALERTMANAGER_URL); {fallback}, without "
+            "knowing of silences"
+        )
+    if not view["reachable"]:
+        return (
+            f"Alertmanager: UNREACHABLE: {view['error']}; {fallback}, without knowing of silences"
+        )
+    held = ", ".join(view["nodesHeld"]) or "none"
+    return f"Alertmanager: reachable at {view['url']}; node alerts held for: {held}; {fallback}"
 
 
 async def _volumes_of_fenced(
@@ -162,6 +209,8 @@ def as_text(status: dict[str, Any]) -> str:
     from nodefence.commands.held_back import held_back_lines, pause_line
 
     lines: list[str] = [pause_line(status)]
+    if "alertmanager" in status:
+        lines.append(_alertmanager_line(status["alertmanager"]))
     fenced = status["fenced"]
     lines.append(f"Fenced by nodefence: {len(fenced) or 'none'}")
     for f in fenced:

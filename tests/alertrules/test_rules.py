@@ -34,6 +34,7 @@ SELF_ALERTS = {
     "NodefenceFencingUnavailable",
     "NodefencePowerActionFailed",
     "NodefenceFenceRecordMissing",
+    "NodefenceAlertmanagerUnreachable",
 }
 
 
@@ -93,6 +94,11 @@ def test_unit_tests_fail_when_a_threshold_changes(tmp_path: Path) -> None:
     [
         ("NodefencePausedTooLong", "> 3600 * 4", "> 3600 * 5"),
         ("NodefenceReconcileStalled", "> 0) > 600", "> 0) > 1800"),
+        (
+            "NodefenceAlertmanagerUnreachable",
+            "max(nodefence_alertmanager_up) == 0\n        for: 10m",
+            "max(nodefence_alertmanager_up) == 0\n        for: 30m",
+        ),
         ("NodefenceWebhookRejected", "[10m])) > 0", "[10m])) > 5"),
         (
             "NodefenceVolumesUnreleased",
@@ -211,5 +217,6 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
         "nodefence_fencing_ready",
         "nodefence_power_actions_total",
         "nodefence_fences_without_record",
+        "nodefence_alertmanager_up",
     }
     assert used == documented

@@ -17,7 +17,7 @@ from engine_factories import LOCAL_CLOCK, NODE, NOW, ago, our_taint
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from nodefence.engine import mirror
+from nodefence.engine import fallback, mirror
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
@@ -296,13 +296,30 @@ def policies(draw: st.DrawFn, *, room: bool = False) -> Policy:
     return parse_policy(data, "<generated>")
 
 
-events = st.builds(
-    AlertEvent,
-    alertname=mostly("KubeNodeNotReady", "KubeNodeUnreachable", "Watchdog"),
-    status=st.sampled_from(list(AlertStatus)),
-    node=mostly(NODE, None),
-    fingerprint=st.sampled_from(["fp-0", "fp-1"]),
-    labels=mostly({"node": NODE}, {}),
+FALLBACK_WHY = (
+    "no alert arrived: Alertmanager holds no alert for it, firing, silenced or inhibited; the "
+    "node has been NotReady since 2026-11-30T08:00:00Z, longer than "
+    "cluster.fallback_after_seconds (7m0s), so it is judged as if its alert had fired"
+)
+
+
+def fallback_event(fingerprint: str) -> AlertEvent:
+    """What the reconcile pass judges a NotReady node on when no alert arrived."""
+    return AlertEvent(
+        fallback.ALERTNAME, AlertStatus.FIRING, NODE, fingerprint, fallback=FALLBACK_WHY
+    )
+
+
+events = st.one_of(
+    st.builds(
+        AlertEvent,
+        alertname=mostly("KubeNodeNotReady", "KubeNodeUnreachable", "Watchdog"),
+        status=st.sampled_from(list(AlertStatus)),
+        node=mostly(NODE, None),
+        fingerprint=st.sampled_from(["fp-0", "fp-1"]),
+        labels=mostly({"node": NODE}, {}),
+    ),
+    st.builds(fallback_event, st.sampled_from(["fp-0", "fp-1"])),
 )
 
 approvals = st.one_of(
@@ -466,6 +483,9 @@ def near_cases(draw: st.DrawFn) -> Case:
         node=NODE,
         fingerprint="fp-0",
     )
+    if firing and draw(st.integers(0, 3)) == 0:
+        # No alert arrived: the same facts, judged by the fallback, on every guard.
+        event = fallback_event("fp-0")
     approval = None
     if rule.approval == "slack":
         approval = Approval("alice", ago(60), ApprovalDecision.APPROVE, uid, "fp-0")

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from engine_factories import LOCAL_CLOCK, NODE, NOW, ago, our_taint
 from engine_strategies import (
+    FALLBACK_WHY,
     PROFILE,
     Case,
     all_decisions,
@@ -29,6 +30,7 @@ from engine_strategies import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodefence.engine import fallback
 from nodefence.engine import record as fence_record
 from nodefence.engine.alerts import match_rule, selector_matches
 from nodefence.engine.authorship import taint_authorship
@@ -76,7 +78,8 @@ def governing_rule(policy: Policy, decision: Decision, facts: Facts, held: Fence
     assert node is not None
     if decision.status == "reconcile":
         return next((r for r in policy.rules if selector_matches(r, node)), Rule())
-    event = AlertEvent(decision.alertname, AlertStatus(decision.status), NODE, "")
+    why = FALLBACK_WHY if decision.alertname == fallback.ALERTNAME else ""
+    event = AlertEvent(decision.alertname, AlertStatus(decision.status), NODE, "", fallback=why)
     return match_rule(policy, event, node) or Rule()
 
 

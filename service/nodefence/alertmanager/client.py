@@ -74,6 +74,29 @@ async def active_alerts(
     return [e for e in events if e.alertname in names and e.node is not None]
 
 
+async def held_nodes(
+    config: AlertmanagerConfig,
+    names: Sequence[str],
+    node_labels: Sequence[str],
+) -> set[str]:
+    """The nodes named by any alert called ``names`` that Alertmanager holds, whatever its
+    state: firing, silenced, inhibited or not processed yet. The fallback leaves these nodes
+    alone (``engine.fallback``): a firing one is judged as an alert, and a suppressed one is a
+    person's or a rule's word that nobody should act. Raises
+    :class:`AlertmanagerUnavailableError` as ``active_alerts`` does: an answer that cannot be
+    read never reads as "holds none"."""
+    if not names:
+        return set()
+    params = {"active": "true", "silenced": "true", "inhibited": "true", "unprocessed": "true"}
+    body = await _fetch(config, alertname_matcher(names), params)
+    try:
+        payload = _as_payload(json.loads(body), suppressed_too=True)
+    except (ValueError, TypeError) as exc:
+        raise _error(config, f"answered with a body that is not a list of alerts: {exc}") from None
+    events = extract_events(payload, alert_names=names, node_labels=node_labels)
+    return {e.node for e in events if e.alertname in names and e.node is not None}
+
+
 def is_active(alert: dict[str, Any]) -> bool:
     """The API's own word on one alert: ``status.state`` active, silenced and inhibited by
     nothing. The query asks for exactly that, but a proxy in front of Alertmanager or another
@@ -89,11 +112,12 @@ def is_active(alert: dict[str, Any]) -> bool:
     )
 
 
-def _as_payload(data: Any) -> WebhookPayload:
+def _as_payload(data: Any, *, suppressed_too: bool = False) -> WebhookPayload:
     """The API's alerts, shaped as a webhook delivery so that one parser judges both.
 
     Every alert returned for ``active=true`` is firing; the API's ``status`` object (its
-    suppression state) is not the webhook's status string and is replaced.
+    suppression state) is not the webhook's status string and is replaced. Only the active
+    ones are kept, unless ``suppressed_too``.
     """
     if not isinstance(data, list) or not all(isinstance(a, dict) for a in data):
         raise TypeError("expected a JSON array of alert objects")
@@ -103,7 +127,7 @@ def _as_payload(data: Any) -> WebhookPayload:
             {"version": "4", "status": "firing", "alerts": alerts}
         )
         active = [a for a, raw in zip(alerts, data, strict=True) if is_active(raw)]
-        if len(active) == len(alerts):
+        if suppressed_too or len(active) == len(alerts):
             return payload
         return WebhookPayload.model_validate({"version": "4", "status": "firing", "alerts": active})
     except ValidationError as exc:
@@ -113,13 +137,13 @@ def _as_payload(data: Any) -> WebhookPayload:
         raise ValueError(f"{location}: {first['msg']}") from None
 
 
-async def _fetch(config: AlertmanagerConfig, matcher: str) -> bytes:
-    params = {
-        "active": "true",
-        "silenced": "false",
-        "inhibited": "false",
-        "filter": matcher,
-    }
+ACTIVE_ONLY = {"active": "true", "silenced": "false", "inhibited": "false"}
+
+
+async def _fetch(
+    config: AlertmanagerConfig, matcher: str, states: dict[str, str] | None = None
+) -> bytes:
+    params = {**(states or ACTIVE_ONLY), "filter": matcher}
     headers = {"Accept": "application/json"}
     if config.bearer_token is not None:
         headers["Authorization"] = f"Bearer {config.bearer_token.get_secret_value()}"

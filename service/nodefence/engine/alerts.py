@@ -31,6 +31,11 @@ def node_from_labels(labels: Mapping[str, str], node_labels: Sequence[str]) -> s
 
 
 def rule_matches(rule: Rule, policy: Policy, event: AlertEvent, node: NodeFacts) -> bool:
+    """A fallback event (no alert arrived) has no alert name or labels of its own: it stands
+    for any handled alert, so ``alertnames`` is not judged, and a rule that asks for alert
+    labels never matches it, since what the labels were meant to select cannot be known."""
+    if event.fallback:
+        return not rule.match.alert_labels and selector_matches(rule, node)
     names = rule.match.alertnames or policy.alerts.names
     if event.alertname not in names:
         return False

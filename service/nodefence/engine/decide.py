@@ -32,6 +32,7 @@ from nodefence.engine import (
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.approval_ask import with_question
 from nodefence.engine.authorship import taint_authorship
+from nodefence.engine.fallback import NO_ALERT
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     EXCLUDE_LABEL,
@@ -252,7 +253,10 @@ def decide(
     clock (``engine.approval_ask``); with it, a decision that waits for a person nobody asked
     yet holds the question to ask. None: there is no approval channel, so nobody is asked."""
     draft = _Draft(policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock)
-    if event.alertname not in policy.alerts.names:
+    if event.fallback:
+        # First, so the log line and the Event say at once that no alert brought this.
+        draft.add(NO_ALERT, True, event.fallback)
+    elif event.alertname not in policy.alerts.names:
         draft.add(
             "alert",
             False,

@@ -42,6 +42,9 @@ class AlertEvent:
     labels: dict[str, str] = field(default_factory=dict)
     starts_at: datetime | None = None
     ends_at: datetime | None = None
+    # Set when no alert arrived and the reconcile pass judges a NotReady node as if it had
+    # fired (``engine.fallback``): why it did, in words that go into the decision and its Event.
+    fallback: str = ""
 
 
 @dataclass(frozen=True)

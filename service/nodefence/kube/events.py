@@ -43,6 +43,30 @@ class EventRecorder:
         self._recent[key] = now
         return False
 
+    async def namespace_event(
+        self,
+        *,
+        namespace: str,
+        involved: dict[str, str],
+        reason: str,
+        message: str,
+        warning: bool,
+        deadline: Deadline | None = None,
+    ) -> bool:
+        """An Event about nodefence itself, in its own namespace (``kubectl get events -n``),
+        on ``involved`` (apiVersion, kind, name). Best effort, as every Event."""
+        name = involved.get("name", COMPONENT)
+        return await self._create(
+            namespace,
+            name,
+            involved,
+            reason=reason,
+            message=message,
+            warning=warning,
+            deadline=deadline,
+            subject=name,
+        )
+
     async def node_event(
         self,
         *,
@@ -61,15 +85,39 @@ class EventRecorder:
         """
         if dedupe_key is not None and self._repeated((node, node_uid, reason, dedupe_key)):
             return False
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
+        return await self._create(
+            NODE_EVENT_NAMESPACE,
+            node,
+            involved,
+            reason=reason,
+            message=message,
+            warning=warning,
+            deadline=deadline,
+            subject=node,
+        )
+
+    async def _create(
+        self,
+        namespace: str,
+        prefix: str,
+        involved: dict[str, str],
+        *,
+        reason: str,
+        message: str,
+        warning: bool,
+        deadline: Deadline | None,
+        subject: str,
+    ) -> bool:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{node}.nodefence.{uuid.uuid4().hex[:12]}",
-                "namespace": NODE_EVENT_NAMESPACE,
+                "name": f"{prefix}.nodefence.{uuid.uuid4().hex[:12]}",
+                "namespace": namespace,
             },
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid},
+            "involvedObject": involved,
             "reason": reason,
             "message": message[:MAX_MESSAGE],
             "type": "Warning" if warning else "Normal",
@@ -81,8 +129,8 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            await self.kube.create_event(NODE_EVENT_NAMESPACE, event, deadline)
+            await self.kube.create_event(namespace, event, deadline)
         except (KubeError, ClusterUnavailableError) as exc:
-            log.warning("event_not_recorded", node=node, reason=reason, error=str(exc))
+            log.warning("event_not_recorded", subject=subject, reason=reason, error=str(exc))
             return False
         return True

@@ -191,6 +191,15 @@ class FactsReader:
             self._cluster = None
             raise
 
+    async def not_ready_nodes(self, deadline: Deadline | None = None) -> dict[str, datetime | None]:
+        """Each node that is not Ready and when it stopped being Ready: from the watch-fed
+        index while it is fresh (no request at all), otherwise from one paginated list."""
+        indexed = self.nodes.not_ready() if self.nodes is not None else None
+        if indexed is not None:
+            return indexed
+        nodes, _version = await list_summaries(self.kube, deadline)
+        return {name: n.not_ready_since for name, n in nodes.items() if not n.ready}
+
     async def _read_cluster(self, deadline: Deadline | None) -> ClusterFacts:
         nodes, _version = await list_summaries(self.kube, deadline)
         paused = await self.paused_reason(deadline)

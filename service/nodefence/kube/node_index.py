@@ -73,6 +73,9 @@ class NodeSummary:
     # The machine's systemUUID in one spelling (``engine.identity.canonical_identity``), so that
     # Nodes reporting the same machine (cloned VMs) are found without parsing every UUID again.
     machine: str = ""
+    # While not Ready: when the Ready condition last changed (the fallback's "NotReady since";
+    # ``engine.fallback``). Only a moment to start judging from: every guard reads it afresh.
+    not_ready_since: datetime | None = None
 
 
 def summarize(node: Json) -> NodeSummary:
@@ -91,6 +94,7 @@ def summarize(node: Json) -> NodeSummary:
         mirrored=out_of_service
         and (meta.get("annotations") or {}).get(FENCED_BY) == FENCED_BY_VALUE,
         machine=_machine(node),
+        not_ready_since=None if readiness.is_ready(cond) or cond is None else cond.last_transition,
     )
 
 
@@ -216,6 +220,14 @@ class NodeIndex:
         if self._counted is None:
             self._counted = count(self.nodes.values())
         return Counts(self._counted, age)
+
+    def not_ready(self) -> dict[str, datetime | None] | None:
+        """Each node that is not Ready, with when it stopped being Ready, if the index heard
+        from the API server within ``max_age``; else None."""
+        age = self.age
+        if age is None or age > self.max_age:
+            return None
+        return {name: n.not_ready_since for name, n in self.nodes.items() if not n.ready}
 
     # ------------------------------------------------------------ following
     def start(self) -> None:

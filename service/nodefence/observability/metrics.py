@@ -173,6 +173,18 @@ class Metrics:
             ["node"],
             registry=registry,
         )
+        self.alertmanager_up = Gauge(
+            "nodefence_alertmanager_up",
+            "1 when this receiver's last request to Alertmanager's API (the reconcile pass's) "
+            "was answered, 0 when it failed; absent when no Alertmanager API is configured. "
+            "While it is 0, the fallback judges NotReady nodes without knowing of silences.",
+            registry=registry,
+        )
+        self.alertmanager_last_success = Gauge(
+            "nodefence_alertmanager_last_success_timestamp_seconds",
+            "When this receiver last had an answer from Alertmanager's API, unix seconds.",
+            registry=registry,
+        )
         self.dry_run_decisions = Counter(
             "nodefence_dry_run_decisions_total",
             "Decisions made in dry-run, by the verdict they would have had and the first guard "

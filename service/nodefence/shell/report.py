@@ -15,6 +15,7 @@ from typing import Protocol
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import escalation, machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
+from nodefence.engine.fallback import NO_ALERT
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe_action
 from nodefence.engine.volumes import unreleased
@@ -100,6 +101,10 @@ class Reporter:
             return decision
         reason, message, warning = event
         message = machine.event_note(decision, message)
+        no_alert = next((r.message for r in decision.reasons if r.guard == NO_ALERT), None)
+        if no_alert is not None:
+            # Said first, and short, so that the Event keeps its verdict within its length.
+            message = f"{no_alert.split('; ', 1)[0][:200]}; {message}"
         refusal = reason in REFUSAL_REASONS
         blocking = next((r.guard for r in decision.reasons if not r.passed), "")
         await self.events.node_event(
