@@ -60,6 +60,22 @@ def bmc_inventory(settings: Settings) -> Inventory | None:
         raise ConfigError(str(exc)) from None
 
 
+def expect_power_actions(policy: Policy, metrics: Metrics) -> None:
+    """The power series the policy's rules can produce, exported from 0."""
+    for rule in policy.rules:
+        fencing = rule.fencing
+        if fencing is None or not fencing.powers:
+            continue
+        # Every rule reads (dry runs and ``verify`` only read); off and reboot power off; a
+        # reboot powers on again.
+        actions = {"status"}
+        if fencing.action in {"off", "reboot"}:
+            actions.add("off")
+        if fencing.action == "reboot":
+            actions.add("on")
+        metrics.power_actions_expected(fencing.driver, sorted(actions))
+
+
 def record_writer(kube: KubeClient, policy: Policy, options: PipelineOptions) -> FenceRecordWriter:
     keep = max((r.flap_window_seconds for r in policy.rules), default=0)
     return FenceRecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
@@ -80,6 +96,7 @@ def assemble_pipeline(
 ) -> Pipeline:
     """The shell's parts, each built once and given the parts it works with (``records``: the
     fence record's writer, when the approval requester shares it)."""
+    expect_power_actions(policy, metrics)
     reader = FactsReader(kube, options.namespace)
     executor = Executor(kube, purge_concurrency=options.purge_concurrency)
     records = records or record_writer(kube, policy, options)

@@ -7,6 +7,7 @@ process without duplicate-registration errors or counts leaking between them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -17,6 +18,8 @@ from nodefence.engine.model import Decision, Verdict
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
+# The states a power action or read can end in (``nodefence_power_actions_total{outcome}``).
+POWER_OUTCOMES = ("off", "on", "unknown", "not-sent")
 ACTING_VERDICTS = frozenset({Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE})
 
 
@@ -300,6 +303,13 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def power_actions_expected(self, driver: str, actions: Iterable[str]) -> None:
+        """Export every series a configured driver and action can produce from 0, so the first
+        failure after a start is an increase an alert sees (``NodefencePowerActionFailed``)."""
+        for action in actions:
+            for outcome in POWER_OUTCOMES:
+                self.power_actions.labels(driver, action, outcome)
 
     def power_action(self, driver: str, action: str, outcome: str) -> None:
         self.power_actions.labels(driver, action, outcome).inc()
