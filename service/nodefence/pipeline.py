@@ -284,7 +284,10 @@ class Pipeline:
         if self.alertmanager is not None:
             try:
                 held_by_am = await held_nodes(
-                    self.alertmanager, self.policy.alerts.names, self.policy.alerts.node_labels
+                    self.alertmanager,
+                    self.policy.alerts.names,
+                    self.policy.alerts.node_labels,
+                    observe=self.metrics.alertmanager_request,
                 )
             except AlertmanagerUnavailableError as exc:
                 await self._unreachable(exc)
@@ -314,7 +317,10 @@ class Pipeline:
             return []
         try:
             events = await active_alerts(
-                self.alertmanager, self.policy.alerts.names, self.policy.alerts.node_labels
+                self.alertmanager,
+                self.policy.alerts.names,
+                self.policy.alerts.node_labels,
+                observe=self.metrics.alertmanager_request,
             )
         except AlertmanagerUnavailableError as exc:
             await self._unreachable(exc)

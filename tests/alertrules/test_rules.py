@@ -206,14 +206,14 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
     documented = set(re.findall(r"`(nodefence_[a-z_]+)`", (RULES_DIR / "README.md").read_text()))
     assert used == {
         "nodefence_http_requests_total",
-        "nodefence_fenced_nodes",
+        "nodefence_fenced_timestamp_seconds",
         "nodefence_approval_pending_seconds",
         "nodefence_webhook_rejected_total",
-        "nodefence_paused_since_seconds",
+        "nodefence_paused_timestamp_seconds",
         "nodefence_reconcile_last_success_timestamp_seconds",
         "nodefence_reconcile_interval_seconds",
         "nodefence_volumes_unreleased",
-        "nodefence_proof_contradicted_nodes",
+        "nodefence_proof_contradicted_timestamp_seconds",
         "nodefence_fencing_ready",
         "nodefence_power_actions_total",
         "nodefence_fences_without_record",

@@ -40,7 +40,8 @@ LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 class Simulator:
     url: str
     kubeconfig: Path
-    process: Process
+    # None for a simulator served in the test's own process (``running_simulator``).
+    process: Process | None = None
 
     def control(self, node: str, action: str, body: Mapping[str, Any]) -> dict[str, Any]:
         status, raw = http("POST", f"{self.url}/sim/v1/nodes/{node}/{action}", dict(body))

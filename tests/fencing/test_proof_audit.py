@@ -90,7 +90,7 @@ async def test_back_with_the_fence_time_boot_id_holds_the_taint_and_raises_the_a
     assert not [e for e in node_events(cluster, NODE) if e["reason"] == "NodeUnfenced"]
     # Counted once per incident, however often it is judged again.
     assert contradicted_total(exposition) == 1.0
-    assert f'nodefence_proof_contradicted_nodes{{node="{NODE}"}}' in exposition
+    assert f'nodefence_proof_contradicted_timestamp_seconds{{node="{NODE}"}}' in exposition
 
 
 async def test_a_person_releases_the_held_taint(cluster: SimulatorHandle, tmp_path: Path) -> None:

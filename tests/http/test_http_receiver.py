@@ -383,7 +383,7 @@ async def test_metrics_count_alerts_decisions_and_requests(client: Client) -> No
 
     assert sample(text, "nodefence_alerts_received_total", status="firing") == 1
     assert sample(text, "nodefence_alerts_received_total", status="resolved") == 1
-    assert sample(text, "nodefence_decisions_total", verdict="noop", reason="node-ready") == 2
+    assert sample(text, "nodefence_decisions_total", verdict="noop", guard="node-ready") == 2
     assert sample(text, "nodefence_refusals_total", guard="node-ready") == 2
     assert (
         sample(text, "nodefence_http_requests_total", path="/alerts", method="POST", code="200")

@@ -71,7 +71,7 @@ async def test_each_outcome_is_counted_and_only_ok_moves_the_last_success() -> N
     assert seen["nodefence_reconcile_passes_total{'outcome': 'ok'}"] == 1
     assert seen["nodefence_reconcile_last_success_timestamp_seconds{}"] == 200.0
     assert seen["nodefence_reconcile_interval_seconds{}"] == 60
-    assert seen["nodefence_decisions_total{'reason': 'ok', 'verdict': 'noop'}"] == 1
+    assert seen["nodefence_decisions_total{'guard': 'ok', 'verdict': 'noop'}"] == 1
 
 
 async def test_a_pass_over_its_deadline_is_cut_and_counted_unavailable() -> None:

@@ -199,7 +199,7 @@ async def test_the_receiver_exports_the_pause_and_its_start(cluster: SimulatorHa
             return (await metrics())["nodefence_paused"] == 1
 
         await until(paused)
-        since = (await metrics())["nodefence_paused_since_seconds"]
+        since = (await metrics())["nodefence_paused_timestamp_seconds"]
         assert since == datetime(2026, 11, 30, 22, 10, tzinfo=UTC).timestamp()
         await kubectl(cluster, "-n", "nodefence", "delete", "configmap", CONTROL_CONFIGMAP)
 
@@ -207,7 +207,7 @@ async def test_the_receiver_exports_the_pause_and_its_start(cluster: SimulatorHa
             return (await metrics())["nodefence_paused"] == 0
 
         await until(resumed)
-        assert (await metrics())["nodefence_paused_since_seconds"] == 0
+        assert (await metrics())["nodefence_paused_timestamp_seconds"] == 0
 
 
 async def test_a_role_without_list_and_watch_falls_back_to_reading_the_switch(

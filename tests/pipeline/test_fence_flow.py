@@ -216,7 +216,7 @@ async def test_fenced_nodes_gauge_comes_from_the_fence_record_on_any_replica(
         async def gauge() -> bool:
             async with other.session.get(other.url + "/metrics") as response:
                 text = await response.text()
-            return f'nodefence_fenced_nodes{{node="{NODE}"}}' in text
+            return f'nodefence_fenced_timestamp_seconds{{node="{NODE}"}}' in text
 
         await eventually(gauge, within=30, interval=0.2)
 

@@ -68,7 +68,7 @@ async def test_volumes_left_attached_are_named_by_decision_event_and_metric(
     )
 
     assert attached_to(cluster, NODE) == stuck, "the simulator detached them after all"
-    assert metrics["nodefence_decisions_total{reason=ok,verdict=fence}"] == 1
+    assert metrics["nodefence_decisions_total{guard=ok,verdict=fence}"] == 1
     assert not [k for k in metrics if k.startswith("nodefence_refusals_total") and metrics[k]]
 
 

@@ -15,7 +15,8 @@ import base64
 import json
 import re
 import ssl
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -25,6 +26,9 @@ from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alerts.events import extract_events
 from nodefence.alerts.webhook import WebhookPayload
 from nodefence.engine.model import AlertEvent
+
+# Told how many seconds each request to the API took, answered or failed.
+Observer = Callable[[float], None]
 
 # The characters Go's regexp.QuoteMeta escapes; any other character is literal in RE2.
 _REGEX_SPECIAL = re.compile(r"[\\.+*?()|\[\]{}^$]")
@@ -55,17 +59,20 @@ async def active_alerts(
     config: AlertmanagerConfig,
     names: Sequence[str],
     node_labels: Sequence[str],
+    *,
+    observe: Observer | None = None,
 ) -> list[AlertEvent]:
     """The firing, unsilenced, uninhibited alerts named ``names`` that name a node.
 
     ``node_labels`` is the policy's ``alerts.node_labels``. ``config.timeout`` bounds the
     whole exchange; a caller whose own deadline is nearer wraps the call in ``asyncio.timeout``.
     Raises :class:`AlertmanagerUnavailableError` on any failure: a partial or unverified answer
-    is never returned, because an alert missing from it would look resolved.
+    is never returned, because an alert missing from it would look resolved. ``observe`` is
+    told how long the request took.
     """
     if not names:
         return []
-    body = await _fetch(config, alertname_matcher(names))
+    body = await _fetch(config, alertname_matcher(names), observe=observe)
     try:
         payload = _as_payload(json.loads(body))
     except (ValueError, TypeError) as exc:
@@ -78,6 +85,8 @@ async def held_nodes(
     config: AlertmanagerConfig,
     names: Sequence[str],
     node_labels: Sequence[str],
+    *,
+    observe: Observer | None = None,
 ) -> set[str]:
     """The nodes named by any alert called ``names`` that Alertmanager holds, whatever its
     state: firing, silenced, inhibited or not processed yet. The fallback leaves these nodes
@@ -88,7 +97,7 @@ async def held_nodes(
     if not names:
         return set()
     params = {"active": "true", "silenced": "true", "inhibited": "true", "unprocessed": "true"}
-    body = await _fetch(config, alertname_matcher(names), params)
+    body = await _fetch(config, alertname_matcher(names), params, observe=observe)
     try:
         payload = _as_payload(json.loads(body), suppressed_too=True)
     except (ValueError, TypeError) as exc:
@@ -141,7 +150,22 @@ ACTIVE_ONLY = {"active": "true", "silenced": "false", "inhibited": "false"}
 
 
 async def _fetch(
-    config: AlertmanagerConfig, matcher: str, states: dict[str, str] | None = None
+    config: AlertmanagerConfig,
+    matcher: str,
+    states: dict[str, str] | None = None,
+    *,
+    observe: Observer | None = None,
+) -> bytes:
+    sent = time.monotonic()
+    try:
+        return await _exchange(config, matcher, states)
+    finally:
+        if observe is not None:
+            observe(time.monotonic() - sent)
+
+
+async def _exchange(
+    config: AlertmanagerConfig, matcher: str, states: dict[str, str] | None
 ) -> bytes:
     params = {**(states or ACTIVE_ONLY), "filter": matcher}
     headers = {"Accept": "application/json"}

@@ -53,6 +53,7 @@ def build_app(
     app[METRICS] = metrics
     app[STATE] = ServiceState()
     app.router.add_post("/alerts", handlers.post_alerts)
+    metrics.http_errors_expected("/alerts", "POST")
     app.router.add_post("/reconcile", handlers.post_reconcile)
     app.router.add_get("/healthz", handlers.get_healthz)
     app.router.add_get("/readyz", handlers.get_readyz)

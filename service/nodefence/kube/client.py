@@ -40,7 +40,9 @@ from kubernetes_asyncio.client.api_client import ApiClient  # noqa: E402
 from kubernetes_asyncio.client.configuration import Configuration  # noqa: E402
 
 Json = dict[str, Any]
-RequestHook = Callable[[str, str], None]
+# Told of every request: its verb, its status code (or why it has none) and the seconds it
+# took (None for one never sent).
+RequestHook = Callable[[str, str, float | None], None]
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
@@ -146,7 +148,7 @@ class KubeClient:
         limiter: RateLimiter | None = None,
     ) -> None:
         self.api = api
-        self._on_request = on_request or (lambda _verb, _code: None)
+        self._on_request = on_request or (lambda _verb, _code, _seconds: None)
         self.call_timeout = call_timeout
         # The process's rate limit (``kube.ratelimit``); None: unlimited (one-shot commands).
         self.limiter = limiter
@@ -234,10 +236,11 @@ class KubeClient:
                     await self.limiter.acquire(priority, deadline.remaining)
                 except ClusterUnavailableError:
                     # Never sent: counted as nodefence_kube_api_requests_total{code=...}.
-                    self._on_request(verb, "rate-limited")
+                    self._on_request(verb, "rate-limited", None)
                     raise
             timeout = max(0.05, min(self.call_timeout, deadline.remaining))
             retry_after: float | None = None
+            sent = time.monotonic()
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
                 # races a reply, and a cancelled request must not go on retrying.
@@ -248,7 +251,7 @@ class KubeClient:
                     finally:
                         response.release()
                 status = int(response.status)
-                self._on_request(verb, str(status))
+                self._on_request(verb, str(status), time.monotonic() - sent)
                 self.server_clock.saw(response.headers.get("Date"))
                 body: Json = json.loads(raw) if raw else {}
                 if status < 400:
@@ -261,7 +264,7 @@ class KubeClient:
                 if header and header.isdigit():
                     retry_after = float(header)
             except (TimeoutError, aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
-                self._on_request(verb, "error")
+                self._on_request(verb, "error", time.monotonic() - sent)
                 last_problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             backoff = retry_after if retry_after is not None else min(2.0, 0.05 * 2**attempt)
             backoff *= 0.8 + 0.4 * random.random()  # noqa: S311 - jitter, not security
@@ -335,9 +338,10 @@ class KubeClient:
         )
         if self.limiter is not None:
             await self.limiter.acquire(Priority.LIVE)
+        sent = time.monotonic()
         response = await self._send("GET", path, query=query, timeout=timeout, **params)
         status = int(response.status)
-        self._on_request("watch", str(status))
+        self._on_request("watch", str(status), time.monotonic() - sent)
         if status == 200:
             return Stream(response)
         try:

@@ -86,7 +86,8 @@ class FactsReader:
         self.nodes: NodeIndex | None = None
         # Each Node as the index last saw it, for refusals from the cache (``kube.cached_facts``).
         self.node_facts = NodeFactsCache()
-        # The pause switch as last read, with when it began (``nodefence_paused_since_seconds``).
+        # The pause switch as last read, with when it began
+        # (``nodefence_paused_timestamp_seconds``).
         self.pause: PauseState = NOT_PAUSED
         self.pause_watch: PauseWatch | None = None
         self._closed = False

@@ -2,18 +2,32 @@
 
 Each ``Metrics`` owns a fresh ``CollectorRegistry`` instead of the process-global default, so
 several applications (tests, or the receiver next to the embedded simulator) can exist in one
-process without duplicate-registration errors or counts leaking between them.
+process without duplicate-registration errors or counts leaking between them. The process and
+platform collectors that prometheus_client puts on its default registry are put on this one too.
+
+Names follow Prometheus' conventions: a gauge holding a moment ends in ``_timestamp_seconds``,
+and one label name means one thing across metrics (``guard``: the guard that blocked a decision).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 
+from nodefence import __version__
 from nodefence.engine.model import Decision, Verdict
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -21,13 +35,42 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20,
 # The states a power action or read can end in (``nodefence_power_actions_total{outcome}``).
 POWER_OUTCOMES = ("off", "on", "unknown", "not-sent")
 ACTING_VERDICTS = frozenset({Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE})
+# The server errors a webhook route can answer (an unexpected failure; the Kubernetes API
+# stayed unavailable), which ``NodefenceWebhookErrors`` watches on ``/alerts``.
+SERVER_ERROR_CODES = ("500", "503")
+
+
+class WithoutCreated:
+    """A registry's metrics without the ``_created`` sample prometheus_client adds to every
+    counter and histogram series: Prometheus would store each as a series of its own, doubling
+    the counters' series, and no rule or panel reads them. prometheus_client's own switch
+    (``disable_created_metrics``) is process-wide; this one is the registry's alone."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            created = family.name + "_created"
+            family.samples = [s for s in family.samples if s.name != created]
+            yield family
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._exported = WithoutCreated(self.registry)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         registry = self.registry
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        self.build_info = Gauge(
+            "nodefence_build_info",
+            "Always 1; the version of nodefence this process runs, as a label.",
+            ["version"],
+            registry=registry,
+        )
+        self.build_info.labels(__version__).set(1)
         self.alerts_received = Counter(
             "nodefence_alerts_received_total",
             "Alerts received in webhooks, after deduplication within a payload.",
@@ -37,7 +80,7 @@ class Metrics:
         self.decisions = Counter(
             "nodefence_decisions_total",
             "Decisions made, by verdict and first blocking guard ('ok' when none blocked).",
-            ["verdict", "reason"],
+            ["verdict", "guard"],
             registry=registry,
         )
         self.actions = Counter(
@@ -70,6 +113,14 @@ class Metrics:
             ["verb", "code"],
             registry=registry,
         )
+        self.kube_api_duration = Histogram(
+            "nodefence_kube_api_request_duration_seconds",
+            "Time each request sent to the Kubernetes API took, answered or failed, by verb "
+            "(a watch: until it was opened).",
+            ["verb"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.power_actions = Counter(
             "nodefence_power_actions_total",
             "BMC power actions and reads, by driver, action (off, on, status) and the state "
@@ -79,8 +130,8 @@ class Metrics:
             registry=registry,
         )
         self.fenced_nodes = Gauge(
-            "nodefence_fenced_nodes",
-            "Nodes fenced by nodefence; the value is the fence time in unix seconds.",
+            "nodefence_fenced_timestamp_seconds",
+            "When each node nodefence holds fenced was fenced, unix seconds.",
             ["node"],
             registry=registry,
         )
@@ -92,9 +143,9 @@ class Metrics:
             registry=registry,
         )
         self.contradicted_nodes = Gauge(
-            "nodefence_proof_contradicted_nodes",
-            "Nodes whose power-off proof was found false and whose taint nodefence holds until "
-            "a person releases it; the value is when it was found, in unix seconds.",
+            "nodefence_proof_contradicted_timestamp_seconds",
+            "When the power-off proof of each node was found false, unix seconds, for the nodes "
+            "whose taint nodefence holds until a person releases it.",
             ["node"],
             registry=registry,
         )
@@ -149,7 +200,7 @@ class Metrics:
             registry=registry,
         )
         self.paused_since = Gauge(
-            "nodefence_paused_since_seconds",
+            "nodefence_paused_timestamp_seconds",
             "When the current pause began, unix seconds on the API server's clock (0: not paused).",
             registry=registry,
         )
@@ -186,6 +237,12 @@ class Metrics:
         self.alertmanager_last_success = Gauge(
             "nodefence_alertmanager_last_success_timestamp_seconds",
             "When this receiver last had an answer from Alertmanager's API, unix seconds.",
+            registry=registry,
+        )
+        self.alertmanager_duration = Histogram(
+            "nodefence_alertmanager_request_duration_seconds",
+            "Time each request to Alertmanager's API took, answered or failed.",
+            buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
         self.dry_run_decisions = Counter(
@@ -251,8 +308,20 @@ class Metrics:
         self._child(self.http_requests, path, method, str(code)).inc()
         self._child(self.http_duration, path).observe(seconds)
 
-    def kube_api_request(self, verb: str, code: int | str) -> None:
+    def http_errors_expected(self, path: str, method: str) -> None:
+        """Export the server-error series of a route from 0, so that the first one after a
+        start is an increase an alert sees (``NodefenceWebhookErrors``)."""
+        for code in SERVER_ERROR_CODES:
+            self._child(self.http_requests, path, method, code)
+
+    def kube_api_request(self, verb: str, code: int | str, seconds: float | None) -> None:
+        """One request to the Kubernetes API; ``seconds`` is None for one never sent."""
         self._child(self.kube_api_requests, verb, str(code)).inc()
+        if seconds is not None:
+            self._child(self.kube_api_duration, verb).observe(seconds)
+
+    def alertmanager_request(self, seconds: float) -> None:
+        self.alertmanager_duration.observe(seconds)
 
     def node_fenced(self, node: str, fenced_at_unix: float) -> None:
         self.fenced_nodes.labels(node=node).set(fenced_at_unix)
@@ -302,7 +371,7 @@ class Metrics:
             return
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exported)
 
     def power_actions_expected(self, driver: str, actions: Iterable[str]) -> None:
         """Export every series a configured driver and action can produce from 0, so the first
