@@ -16,6 +16,47 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# The commands that talk to a cluster: each takes kubectl's cluster flags.
+CLUSTER_COMMANDS = (
+    "serve",
+    "plan",
+    "reconcile",
+    "check-config",
+    "status",
+    "check-fencing",
+    "explain",
+    "release",
+    "pause",
+    "resume",
+)
+
+
+def cluster_flags() -> argparse.ArgumentParser:
+    """kubectl's flags for choosing a cluster and nodefence's namespace, on every command that
+    talks to one."""
+    flags = argparse.ArgumentParser(add_help=False)
+    group = flags.add_argument_group("cluster access (as kubectl)")
+    group.add_argument(
+        "--kubeconfig",
+        help="the kubeconfig file (default: KUBECONFIG, a list; else ~/.kube/config; else the "
+        "in-cluster service account)",
+    )
+    group.add_argument("--context", help="the kubeconfig context (default: its current-context)")
+    group.add_argument(
+        "-n",
+        "--namespace",
+        help="nodefence's namespace (default: NODEFENCE_NAMESPACE, else the service account's, "
+        "else nodefence)",
+    )
+    return flags
+
+
+def settings_epilog() -> str:
+    """The environment a command reads, generated from the settings model."""
+    from nodefence.settings import environment_names
+
+    return "settings read from the environment: " + ", ".join(environment_names())
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -26,8 +67,13 @@ def _parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    sub.add_parser("serve", help="run the Alertmanager webhook receiver on $PORT")
+    flags = cluster_flags()
+    sub.add_parser(
+        "serve",
+        help="run the Alertmanager webhook receiver on $PORT",
+        parents=[flags],
+        epilog=settings_epilog(),
+    )
 
     sim = sub.add_parser("simulate", help="run the simulated Kubernetes API server")
     sim.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
@@ -68,15 +114,23 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     plan = sub.add_parser(
-        "plan", help="print the decisions for a webhook payload; makes no write to the cluster"
+        "plan",
+        help="print the decisions for a webhook payload; makes no write to the cluster",
+        parents=[flags],
     )
     plan.add_argument("--payload", required=True, type=Path, help="Alertmanager webhook JSON")
 
-    sub.add_parser("reconcile", help="one reconcile pass: finish purges, unfence recovered nodes")
+    sub.add_parser(
+        "reconcile",
+        help="one reconcile pass: finish purges, unfence recovered nodes",
+        parents=[flags],
+        epilog=settings_epilog(),
+    )
     check = sub.add_parser(
         "check-config",
         help="print the effective settings and policy (secrets masked) and check that the "
         "cluster and Alertmanager they name answer; exit 1 if one cannot be reached",
+        parents=[flags],
     )
     check.add_argument(
         "--offline",
@@ -84,18 +138,21 @@ def _parser() -> argparse.ArgumentParser:
         help="check only the files (settings, policy, BMC inventory); reach nothing",
     )
     status = sub.add_parser(
-        "status", help="what nodefence holds now: fenced nodes, half-written fences, approvals"
+        "status",
+        help="what nodefence holds now: fenced nodes, half-written fences, approvals",
+        parents=[flags],
     )
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
     fencing = sub.add_parser(
         "check-fencing",
         help="read every inventory node's power state (read-only); exit 0 only if all answered",
+        parents=[flags],
     )
     fencing.add_argument("node", nargs="*", help="only these nodes (default: every one)")
     fencing.add_argument("-o", "--output", choices=("text", "json"), default="text")
     from nodefence.commands import entry as operator_commands
 
-    operator_commands.register(sub)
+    operator_commands.register(sub, flags)
     return parser
 
 
@@ -395,6 +452,23 @@ def _simulated_cluster(args: argparse.Namespace) -> int:
     return demo_main(args)
 
 
+def use_cluster_flags(args: argparse.Namespace) -> None:
+    """The flags override the environment they stand for, as kubectl's do: every part of the
+    command (the settings, the cluster loader, its error messages) then reads one source."""
+    import os
+
+    from nodefence.kube.access import CONTEXT_ENV, locate
+
+    if args.kubeconfig:
+        # kubectl's --kubeconfig names one file, which must exist: said as such.
+        locate(args.kubeconfig)
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    if args.context:
+        os.environ[CONTEXT_ENV] = args.context
+    if args.namespace:
+        os.environ["NODEFENCE_NAMESPACE"] = args.namespace
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from nodefence.commands.failures import run_command
 
@@ -406,6 +480,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command in CLUSTER_COMMANDS:
+        use_cluster_flags(args)
     if args.command == "simulate" and (conflict := _simulate_conflicts(args)):
         parser.error(conflict)
     if args.command in operator_commands.COMMANDS:

@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     cached_refusals: bool = True
 
     namespace: str = Field(default_factory=_default_namespace)
+    # The kubeconfig context (``--context``); unset: the kubeconfig's current-context. Read by
+    # the cluster loader (``kube.access``) from the environment, as KUBECONFIG is.
+    context: str | None = None
     identity: str = Field(default_factory=socket.gethostname)
 
     slack_bot_token: SecretStr | None = None
@@ -247,6 +250,19 @@ class Settings(BaseSettings):
             else:
                 shown[name] = value
         return shown
+
+
+def environment_names() -> list[str]:
+    """Each setting's environment variable, as the model reads it (``--help`` lists them)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    names = []
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.append(str(alias.choices[0]))
+        else:
+            names.append(f"{prefix}{name}".upper())
+    return names
 
 
 def load_settings(**overrides: Any) -> Settings:

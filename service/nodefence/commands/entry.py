@@ -12,10 +12,12 @@ from typing import Any
 COMMANDS = ("explain", "release", "pause", "resume")
 
 
-def register(sub: Any) -> None:
-    """Add the operator's subcommands to the ``nodefence`` parser's subparsers."""
+def register(sub: Any, flags: argparse.ArgumentParser) -> None:
+    """Add the operator's subcommands to the ``nodefence`` parser's subparsers, each with the
+    cluster flags (``flags``)."""
     explain = sub.add_parser(
         "explain",
+        parents=[flags],
         help="the decision a firing KubeNodeNotReady alert for NODE would get now, with every "
         "guard's reason; makes no write and no power action",
     )
@@ -36,6 +38,7 @@ def register(sub: Any) -> None:
 
     release = sub.add_parser(
         "release",
+        parents=[flags],
         help="let go of a fence nodefence applied: its taint, its nodefence.io/ annotations, "
         "its fence record entry; refuses a taint nodefence did not apply",
     )
@@ -50,13 +53,15 @@ def register(sub: Any) -> None:
     release.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
     pause = sub.add_parser(
-        "pause", help="pause nodefence cluster-wide: no fence, purge or unfence until resumed"
+        "pause",
+        parents=[flags],
+        help="pause nodefence cluster-wide: no fence, purge or unfence until resumed",
     )
     pause.add_argument("--reason", required=True, help="why (shown by status and in the Event)")
     pause.add_argument("--by", help="who pauses (default: user@host of this machine)")
     pause.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
-    resume = sub.add_parser("resume", help="lift the cluster-wide pause")
+    resume = sub.add_parser("resume", parents=[flags], help="lift the cluster-wide pause")
     resume.add_argument("--by", help="who resumes (default: user@host of this machine)")
     resume.add_argument("-o", "--output", choices=("text", "json"), default="text")
 

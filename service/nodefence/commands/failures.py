@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from nodefence.errors import ClusterUnavailableError, NodefenceError
+from nodefence.errors import ClusterUnavailableError, ConfigError, NodefenceError
 
 # What a shell reports for a process ended by SIGPIPE (128 + 13) or SIGINT (128 + 2).
 BROKEN_PIPE = 141
@@ -26,8 +26,12 @@ class CommandRefusedError(NodefenceError):
 
 
 def _where() -> str:
-    path = os.environ.get("KUBECONFIG")
-    return f" (KUBECONFIG={path})" if path else " (in-cluster service account)"
+    from nodefence.kube.access import locate
+
+    try:
+        return f" ({locate().named_by})"
+    except ConfigError as exc:
+        return f" ({exc})"
 
 
 def failure_line(exc: BaseException) -> str | None:
@@ -37,7 +41,8 @@ def failure_line(exc: BaseException) -> str | None:
 
     from nodefence.kube.client import KubeError
 
-    if isinstance(exc, CommandRefusedError):
+    if isinstance(exc, (CommandRefusedError, ConfigError)):
+        # A kubeconfig that cannot be used, a context it does not have: one line naming it.
         return f"nodefence: {exc}"
     if isinstance(exc, ClusterUnavailableError):
         return f"nodefence: cannot reach the Kubernetes API{_where()}: {exc}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
 from nodefence.engine import record as fence_record
-from nodefence.errors import ClusterUnavailableError
+from nodefence.errors import ClusterUnavailableError, ConfigError
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, KubeClient, KubeError, load_api_client
 from nodefence.kube.facts import CONTROL_CONFIGMAP
@@ -24,7 +24,7 @@ from nodefence.settings import Settings
 
 CONNECT_SECONDS = 5.0
 IN_CLUSTER = "KUBERNETES_SERVICE_HOST"
-NO_CLUSTER = "no KUBECONFIG, and not running in a cluster"
+NO_CLUSTER = "no KUBECONFIG, no ~/.kube/config, and not running in a cluster"
 OFFLINE: dict[str, Any] = {
     "checked": False,
     "why": "--offline: only the files (settings, policy, BMC inventory) were checked; the "
@@ -33,7 +33,15 @@ OFFLINE: dict[str, Any] = {
 
 
 def cluster_configured() -> bool:
-    return bool(os.environ.get("KUBECONFIG")) or bool(os.environ.get(IN_CLUSTER))
+    """A kubeconfig to read (as kubectl finds one), or a pod's service account."""
+    from nodefence.kube.access import locate
+
+    try:
+        source = locate()
+    except ConfigError:
+        # Named but unusable: the loader says what is wrong with it.
+        return True
+    return not source.in_cluster or bool(os.environ.get(IN_CLUSTER))
 
 
 async def _kubernetes(
@@ -49,7 +57,7 @@ async def _kubernetes(
         return {"checked": False, "reachable": False, "why": NO_CLUSTER}
     try:
         api = await load_api_client()
-    except (ConfigException, OSError) as exc:
+    except (ConfigException, ConfigError, OSError) as exc:
         problems.append(f"no usable cluster configuration: {exc}")
         return {"checked": True, "reachable": False, "error": str(exc)}
     kube = KubeClient(api)

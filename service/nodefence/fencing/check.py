@@ -216,7 +216,11 @@ async def _cluster_nodes(
     try:
         api = await load_api_client()
     except Exception as exc:
-        return None, [], f"no cluster access (KUBECONFIG or in-cluster): {type(exc).__name__}"
+        # A kubeconfig error is one line naming the file; anything else by its type alone.
+        from nodefence.errors import ConfigError
+
+        why = str(exc) if isinstance(exc, ConfigError) else type(exc).__name__
+        return None, [], f"no cluster access (kubeconfig or in-cluster): {why}"
     kube = KubeClient(api)
     try:
         items = await kube.list_nodes(Deadline(seconds))

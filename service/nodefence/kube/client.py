@@ -107,17 +107,43 @@ class Deadline:
         return self.remaining <= 0
 
 
-async def load_api_client(kubeconfig: str | None = None) -> ApiClient:
-    """KUBECONFIG (or an explicit file) first, in-cluster service account otherwise."""
+async def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> ApiClient:
+    """The cluster as kubectl finds it (``kube.access``): ``kubeconfig`` (``--kubeconfig``),
+    else ``KUBECONFIG``, else ``~/.kube/config``, else the in-cluster service account;
+    ``context`` (``--context``, else ``NODEFENCE_CONTEXT``) else the kubeconfig's
+    current-context. A kubeconfig that cannot be used raises ``KubeconfigError``, one line
+    naming the file."""
     import os
 
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        configuration = Configuration()
-        await config.load_kube_config(config_file=path, client_configuration=configuration)
-    else:
-        configuration = Configuration()
+    from nodefence.kube import access
+
+    context = context or os.environ.get(access.CONTEXT_ENV) or None
+    source = access.locate(kubeconfig)
+    configuration = Configuration()
+    if source.in_cluster:
+        if context:
+            raise access.KubeconfigError(
+                f"--context {context} names a kubeconfig context, but there is no kubeconfig "
+                "(no --kubeconfig, KUBECONFIG or ~/.kube/config)"
+            )
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return ApiClient(configuration=configuration)
+    access.check_files(source)
+    files = os.pathsep.join(str(path) for path in source.files or ())
+    try:
+        # Never written back: nodefence does not rewrite an operator's kubeconfig.
+        await config.load_kube_config(
+            config_file=files,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except config.ConfigException as exc:
+        raise access.KubeconfigError(f"{source.named_by}: {exc}") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise access.KubeconfigError(
+            f"{source.named_by}: not a usable kubeconfig ({type(exc).__name__}: {exc})"
+        ) from None
     return ApiClient(configuration=configuration)
 
 
