@@ -17,11 +17,14 @@ from nodefence_sim.store import Obj, Store, WatchEvent, utcnow
 from nodefence_sim.wakeup import significant
 
 NODE_OUT_OF_SERVICE_VOLUME_DETACH = "NodeOutOfServiceVolumeDetach"
+ORDERED_NAMESPACE_DELETION = "OrderedNamespaceDeletion"
 
 # Gate -> (first minor version where it is on by default, first minor where it is locked on).
 # NodeOutOfServiceVolumeDetach: alpha in 1.24, beta (on) in 1.26, GA (locked) in 1.28.
+# OrderedNamespaceDeletion: beta (off) in 1.30, on in 1.33, GA (locked) in 1.34.
 _GATE_DEFAULTS: dict[str, tuple[int, int]] = {
     NODE_OUT_OF_SERVICE_VOLUME_DETACH: (26, 28),
+    ORDERED_NAMESPACE_DELETION: (33, 34),
 }
 
 SETTLE_ROUNDS = 30

@@ -13,7 +13,11 @@ Verified with kubectl:
   would violate the pod's disruption budget."), ``node/NAME drained``
 - ``kubectl logs`` and ``kubectl exec``: refused with "the simulated cluster has no container
   runtime"
-- ``kubectl get pods --chunk-size=2`` (limit/continue paging)
+- ``kubectl get configmaps --chunk-size=2`` (limit/continue paging)
+
+The health endpoints and paging run on both backends; the rest on the simulator only: they
+apply the overlay's cluster-wide objects, drain a seed node, evict seed pods or read the
+simulator's own store and messages, none of which the shared real cluster may see.
 
 Verified with the ``kubernetes`` client: ``CoreV1Api.list_pod_for_all_namespaces(limit=,
 _continue=)``, ``create_namespaced_secret`` (stringData), ``create_namespaced_service``,
@@ -47,7 +51,7 @@ from kubernetes import client, watch
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
 
-from .support import api, kubectl, until
+from .support import Cluster, api, kubectl, until
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -101,12 +105,12 @@ async def test_get_columns_of_the_new_kinds(seed: SimulatorHandle) -> None:
     assert any(line.startswith("service/nodefence ClusterIP 10.96.") for line in lines)
 
 
-async def test_health_endpoints(seed: SimulatorHandle) -> None:
-    code, out = await kubectl(seed, "get", "--raw", "/readyz?verbose")
+async def test_health_endpoints(cluster: Cluster) -> None:
+    code, out = await kubectl(cluster, "get", "--raw", "/readyz?verbose")
     assert code == 0
     assert out.splitlines()[-1] == "readyz check passed"
     for path in ("/livez", "/healthz"):
-        assert await kubectl(seed, "get", "--raw", path) == (0, "ok")
+        assert await kubectl(cluster, "get", "--raw", path) == (0, "ok")
 
 
 async def test_scale_and_drain_with_a_disruption_budget(seed: SimulatorHandle) -> None:
@@ -160,11 +164,16 @@ async def test_logs_and_exec_say_there_is_no_runtime(seed: SimulatorHandle) -> N
         assert "the simulated cluster has no container runtime" in out
 
 
-async def test_chunked_get_pages_through_every_pod(seed: SimulatorHandle) -> None:
-    _, whole = await kubectl(seed, "get", "pods", "-A", "-o", "name")
-    _, chunked = await kubectl(seed, "get", "pods", "-A", "-o", "name", "--chunk-size=2")
+async def test_chunked_get_pages_through_every_object(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    for name in ("a", "b", "c", "d", "e"):
+        assert (await kubectl(cluster, "create", "-n", ns, "configmap", name))[0] == 0
+    _, whole = await kubectl(cluster, "get", "configmaps", "-n", ns, "-o", "name")
+    _, chunked = await kubectl(
+        cluster, "get", "configmaps", "-n", ns, "-o", "name", "--chunk-size=2"
+    )
     assert chunked.split() == whole.split()
-    assert len(whole.split()) > 2
+    assert {f"configmap/{name}" for name in "abcde"} <= set(whole.split())
 
 
 async def test_protobuf_of_an_undecodable_kind_is_a_clear_415(seed: SimulatorHandle) -> None:

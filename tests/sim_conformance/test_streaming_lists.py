@@ -1,7 +1,8 @@
 """Streaming lists (the WatchList feature, on in real servers from Kubernetes 1.34): a watch
 with ``sendInitialEvents=true&resourceVersionMatch=NotOlderThan`` sends the current state as
 ``ADDED`` events, then the bookmark annotated ``k8s.io/initial-events-end``, then changes; and
-the ``ListOptions`` combinations a real server refuses with its 422.
+the ``ListOptions`` combinations a real server refuses with its 422. Every test runs on both
+backends, over the test's own namespace and the pods it makes there.
 
 A watch from resourceVersion "" or "0" that names neither option is defaulted to a streaming
 list, as a real server does. kubectl 1.37's reflectors list this way and time out waiting for
@@ -21,21 +22,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from nodefence_sim.testing import SimulatorHandle
-
-from .support import DEADLINE, kubectl, until
+from .support import DEADLINE, Cluster, kubectl, until
 
 pytestmark = [
     pytest.mark.kubectl,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
 
-NS = "scratch"
-PODS = "/api/v1/namespaces/openstack/pods"
 MARIADB = "application=mariadb,component=server"
+SERVERS = {"mariadb-server-0", "mariadb-server-1", "mariadb-server-2"}
 STREAMING = {"watch": "true", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
 END = "k8s.io/initial-events-end"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -44,15 +41,41 @@ Event = dict[str, Any]
 NextEvent = Callable[[], Awaitable[Event]]
 
 
+def pods(cluster: Cluster) -> str:
+    return f"{cluster.url}/api/v1/namespaces/{cluster.namespace}/pods"
+
+
+@pytest.fixture
+async def servers(cluster: Cluster) -> Cluster:
+    """Three labelled pods of the test's own, Running, so that nothing but the test changes
+    them while it watches."""
+    async with cluster.session() as session:
+        for name in sorted(SERVERS):
+            pod = a_pod(name, cluster.namespace)
+            pod["metadata"]["labels"] = {"application": "mariadb", "component": "server"}
+            async with session.post(pods(cluster), json=pod) as response:
+                assert response.status == 201, await response.text()
+
+    async def running() -> bool:
+        async with cluster.session() as session, session.get(pods(cluster)) as response:
+            items = (await response.json())["items"]
+        return len(items) == len(SERVERS) and all(
+            item["status"].get("phase") == "Running" for item in items
+        )
+
+    await until(running, "the three pods Running")
+    return cluster
+
+
 @contextlib.asynccontextmanager
 async def watching(
-    handle: SimulatorHandle, params: dict[str, str], accept: str = "application/json"
+    cluster: Cluster, params: dict[str, str], accept: str = "application/json"
 ) -> AsyncIterator[NextEvent]:
-    """A watch of the openstack pods; yields a coroutine function returning its next event."""
+    """A watch of the namespace's pods; yields a coroutine function returning its next event."""
     query = {**params, "timeoutSeconds": str(int(DEADLINE))}
     async with (
-        aiohttp.ClientSession() as session,
-        session.get(handle.url + PODS, params=query, headers={"Accept": accept}) as response,
+        cluster.session() as session,
+        session.get(pods(cluster), params=query, headers={"Accept": accept}) as response,
     ):
         assert response.status == 200, await response.text()
 
@@ -65,10 +88,10 @@ async def watching(
         yield next_event
 
 
-async def listed(handle: SimulatorHandle, params: dict[str, str]) -> tuple[set[str], int]:
+async def listed(cluster: Cluster, params: dict[str, str]) -> tuple[set[str], int]:
     async with (
-        aiohttp.ClientSession() as session,
-        session.get(handle.url + PODS, params=params) as response,
+        cluster.session() as session,
+        session.get(pods(cluster), params=params) as response,
     ):
         assert response.status == 200, await response.text()
         body = await response.json()
@@ -76,8 +99,8 @@ async def listed(handle: SimulatorHandle, params: dict[str, str]) -> tuple[set[s
     return names, int(body["metadata"]["resourceVersion"])
 
 
-async def annotate(handle: SimulatorHandle, pod: str) -> None:
-    code, out = await kubectl(handle, "annotate", "pod", "-n", "openstack", pod, "probe=1")
+async def annotate(cluster: Cluster, pod: str) -> None:
+    code, out = await kubectl(cluster, "annotate", "pod", "-n", cluster.namespace, pod, "probe=1")
     assert code == 0, out
 
 
@@ -97,12 +120,12 @@ def rv(event: Event) -> int:
 
 
 async def test_streaming_list_sends_the_state_then_the_end_bookmark_then_changes(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
-    names, list_rv = await listed(seed, {"labelSelector": MARIADB})
-    assert names == {"mariadb-server-0", "mariadb-server-1", "mariadb-server-2"}
+    names, list_rv = await listed(servers, {"labelSelector": MARIADB})
+    assert names == SERVERS
     params = {**STREAMING, "allowWatchBookmarks": "true", "labelSelector": MARIADB}
-    async with watching(seed, params) as next_event:
+    async with watching(servers, params) as next_event:
         initial = [await next_event() for _ in names]
         assert [e["type"] for e in initial] == ["ADDED"] * len(names)
         assert {e["object"]["metadata"]["name"] for e in initial} == names
@@ -115,7 +138,7 @@ async def test_streaming_list_sends_the_state_then_the_end_bookmark_then_changes
         }
         assert rv(bookmark) >= list_rv
         assert all(rv(e) <= rv(bookmark) for e in initial)
-        await annotate(seed, "mariadb-server-1")
+        await annotate(servers, "mariadb-server-1")
         between, change = await change_of(next_event, "mariadb-server-1")
     assert change["type"] == "MODIFIED"
     assert all(e["type"] != "BOOKMARK" for e in between)
@@ -124,11 +147,11 @@ async def test_streaming_list_sends_the_state_then_the_end_bookmark_then_changes
 
 
 async def test_a_watch_from_no_resource_version_is_defaulted_to_a_streaming_list(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
-    names, _ = await listed(seed, {"labelSelector": MARIADB})
+    names, _ = await listed(servers, {"labelSelector": MARIADB})
     params = {"watch": "true", "allowWatchBookmarks": "true", "labelSelector": MARIADB}
-    async with watching(seed, params) as next_event:
+    async with watching(servers, params) as next_event:
         initial = [await next_event() for _ in names]
         bookmark = await next_event()
     assert {(e["type"], e["object"]["metadata"]["name"]) for e in initial} == {
@@ -139,39 +162,39 @@ async def test_a_watch_from_no_resource_version_is_defaulted_to_a_streaming_list
 
 
 async def test_a_watch_from_a_listed_resource_version_sends_only_changes(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
-    _, list_rv = await listed(seed, {"labelSelector": MARIADB})
+    _, list_rv = await listed(servers, {"labelSelector": MARIADB})
     params = {
         "watch": "true",
         "allowWatchBookmarks": "true",
         "labelSelector": MARIADB,
         "resourceVersion": str(list_rv),
     }
-    async with watching(seed, params) as next_event:
-        await annotate(seed, "mariadb-server-1")
+    async with watching(servers, params) as next_event:
+        await annotate(servers, "mariadb-server-1")
         between, change = await change_of(next_event, "mariadb-server-1")
     assert change["type"] == "MODIFIED"
     assert all(e["type"] == "MODIFIED" and rv(e) > list_rv for e in between)
 
 
 async def test_a_table_watch_ends_its_initial_rows_with_the_annotated_bookmark(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
     """kubectl reads Tables; the bookmark is a row too, carrying its metadata even when the
     rows of objects carry none (``includeObject=None``)."""
-    names, _ = await listed(seed, {"labelSelector": MARIADB})
+    names, _ = await listed(servers, {"labelSelector": MARIADB})
     params = {
         **STREAMING,
         "allowWatchBookmarks": "true",
         "labelSelector": MARIADB,
         "includeObject": "None",
     }
-    async with watching(seed, params, accept=TABLE) as next_event:
+    async with watching(servers, params, accept=TABLE) as next_event:
         initial = [await next_event() for _ in names]
         bookmark = await next_event()
     assert {e["object"]["rows"][0]["cells"][0] for e in initial} == names
-    assert all("object" not in e["object"]["rows"][0] for e in initial)
+    assert all(e["object"]["rows"][0]["object"] is None for e in initial)
     assert (bookmark["type"], bookmark["object"]["kind"]) == ("BOOKMARK", "Table")
     (row,) = bookmark["object"]["rows"]
     assert row["cells"][0] == ""
@@ -183,20 +206,20 @@ async def test_a_table_watch_ends_its_initial_rows_with_the_annotated_bookmark(
 
 
 async def test_a_field_selector_applies_and_without_bookmarks_none_is_sent(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
     params = {**STREAMING, "fieldSelector": "metadata.name=mariadb-server-2"}
-    async with watching(seed, params) as next_event:
+    async with watching(servers, params) as next_event:
         first = await next_event()
         assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "mariadb-server-2")
-        await annotate(seed, "mariadb-server-2")
+        await annotate(servers, "mariadb-server-2")
         between, change = await change_of(next_event, "mariadb-server-2")
     assert change["type"] == "MODIFIED"
     assert {e["type"] for e in between} <= {"MODIFIED"}
 
 
 async def test_without_initial_events_the_watch_starts_at_the_current_state(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
     params = {
         "watch": "true",
@@ -205,8 +228,8 @@ async def test_without_initial_events_the_watch_starts_at_the_current_state(
         "allowWatchBookmarks": "true",
         "fieldSelector": "metadata.name=mariadb-server-0",
     }
-    async with watching(seed, params) as next_event:
-        await annotate(seed, "mariadb-server-0")
+    async with watching(servers, params) as next_event:
+        await annotate(servers, "mariadb-server-0")
         between, change = await change_of(next_event, "mariadb-server-0")
     assert change["type"] == "MODIFIED"
     assert {e["type"] for e in between} <= {"MODIFIED"}
@@ -279,11 +302,11 @@ REFUSED = [
 
 @pytest.mark.parametrize(("params", "errors"), REFUSED)
 async def test_refused_list_options_are_the_real_422(
-    seed: SimulatorHandle, params: dict[str, str], errors: list[str]
+    cluster: Cluster, params: dict[str, str], errors: list[str]
 ) -> None:
     async with (
-        aiohttp.ClientSession() as session,
-        session.get(seed.url + PODS, params=params) as response,
+        cluster.session() as session,
+        session.get(pods(cluster), params=params) as response,
     ):
         assert response.status == 422
         status = await response.json()
@@ -300,13 +323,13 @@ async def test_refused_list_options_are_the_real_422(
 
 
 async def test_a_collection_delete_checks_its_list_options_before_deleting(
-    seed: SimulatorHandle,
+    servers: Cluster,
 ) -> None:
-    names, _ = await listed(seed, {"labelSelector": MARIADB})
+    names, _ = await listed(servers, {"labelSelector": MARIADB})
     params = {"labelSelector": MARIADB, "sendInitialEvents": "true"}
     async with (
-        aiohttp.ClientSession() as session,
-        session.delete(seed.url + PODS, params=params) as response,
+        servers.session() as session,
+        session.delete(pods(servers), params=params) as response,
     ):
         assert response.status == 422
         status = await response.json()
@@ -317,12 +340,12 @@ async def test_a_collection_delete_checks_its_list_options_before_deleting(
             "field": "sendInitialEvents",
         }
     ]
-    assert (await listed(seed, {"labelSelector": MARIADB}))[0] == names
+    assert (await listed(servers, {"labelSelector": MARIADB}))[0] == names
 
 
-async def test_a_list_with_a_valid_match_is_served(seed: SimulatorHandle) -> None:
+async def test_a_list_with_a_valid_match_is_served(servers: Cluster) -> None:
     names, _ = await listed(
-        seed, {"resourceVersionMatch": "NotOlderThan", "resourceVersion": "0", "limit": "500"}
+        servers, {"resourceVersionMatch": "NotOlderThan", "resourceVersion": "0", "limit": "500"}
     )
     assert "mariadb-server-0" in names
 
@@ -334,78 +357,82 @@ def write(tmp_path: Path, *objects: dict[str, Any]) -> str:
     return str(path)
 
 
-def a_pod(name: str) -> dict[str, Any]:
+def a_pod(name: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"containers": [{"name": "main", "image": "docker.io/library/busybox:1.36"}]},
     }
 
 
-async def in_scratch(handle: SimulatorHandle, tmp_path: Path, *objects: dict[str, Any]) -> None:
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-    code, out = await kubectl(handle, "create", "-f", write(tmp_path, namespace, *objects))
+async def create(cluster: Cluster, tmp_path: Path, *objects: dict[str, Any]) -> None:
+    code, out = await kubectl(cluster, "create", "-f", write(tmp_path, *objects))
     assert code == 0, out
 
 
-async def running_pod_in_scratch(handle: SimulatorHandle, tmp_path: Path, name: str) -> None:
-    """A scratch namespace with pod ``name`` Running on a kubelet: deleting either takes a
+async def running_pod(cluster: Cluster, tmp_path: Path, name: str) -> None:
+    """Pod ``name`` Running on a kubelet in the test's namespace: deleting either takes a
     graceful termination, so kubectl has to watch for the end."""
-    await in_scratch(handle, tmp_path, a_pod(name))
+    await create(cluster, tmp_path, a_pod(name, cluster.namespace))
 
     async def running() -> bool:
-        _, got = await kubectl(handle, "get", "pod", "-n", NS, name, "-o", "json")
+        _, got = await kubectl(cluster, "get", "pod", "-n", cluster.namespace, name, "-o", "json")
         return bool(json.loads(got)["status"].get("phase") == "Running")
 
     await until(running, f"{name} running")
 
 
-async def test_kubectl_delete_pod_waits_until_it_is_gone(
-    seed: SimulatorHandle, tmp_path: Path
-) -> None:
-    await running_pod_in_scratch(seed, tmp_path, "p1")
-    code, out = await kubectl(seed, "delete", "pod", "-n", NS, "p1", "--timeout=45s")
+async def test_kubectl_delete_pod_waits_until_it_is_gone(cluster: Cluster, tmp_path: Path) -> None:
+    await running_pod(cluster, tmp_path, "p1")
+    code, out = await kubectl(
+        cluster, "delete", "pod", "-n", cluster.namespace, "p1", "--timeout=45s"
+    )
     assert code == 0, out
     assert 'pod "p1" deleted' in out, out
-    code, out = await kubectl(seed, "get", "pod", "-n", NS, "p1")
+    code, out = await kubectl(cluster, "get", "pod", "-n", cluster.namespace, "p1")
     assert code == 1
     assert 'pods "p1" not found' in out, out
 
 
 async def test_kubectl_rollout_status_of_a_statefulset_completes(
-    seed: SimulatorHandle, tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
     labels = {"app": "db"}
     statefulset = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": NS},
+        "metadata": {"name": "db", "namespace": cluster.namespace},
         "spec": {
             "replicas": 2,
             "serviceName": "db",
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": a_pod("x")["spec"]},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": a_pod("x", cluster.namespace)["spec"],
+            },
         },
     }
-    await in_scratch(seed, tmp_path, statefulset)
+    await create(cluster, tmp_path, statefulset)
     code, out = await kubectl(
-        seed, "rollout", "status", "statefulset/db", "-n", NS, "--timeout=45s"
+        cluster, "rollout", "status", "statefulset/db", "-n", cluster.namespace, "--timeout=45s"
     )
     assert code == 0, out
     assert "roll out complete" in out, out
-    code, out = await kubectl(seed, "get", "statefulset", "-n", NS, "db", "-o", "json")
+    code, out = await kubectl(
+        cluster, "get", "statefulset", "-n", cluster.namespace, "db", "-o", "json"
+    )
     assert code == 0, out
     assert json.loads(out)["status"]["readyReplicas"] == 2
 
 
 async def test_kubectl_delete_namespace_waits_until_it_is_gone(
-    seed: SimulatorHandle, tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    await running_pod_in_scratch(seed, tmp_path, "p1")
-    code, out = await kubectl(seed, "delete", "namespace", NS, "--timeout=45s")
+    await running_pod(cluster, tmp_path, "p1")
+    code, out = await kubectl(cluster, "delete", "namespace", cluster.namespace, "--timeout=45s")
     assert code == 0, out
-    assert f'namespace "{NS}" deleted' in out, out
-    code, out = await kubectl(seed, "get", "namespace", NS)
+    assert f'namespace "{cluster.namespace}" deleted' in out, out
+    code, out = await kubectl(cluster, "get", "namespace", cluster.namespace)
     assert code == 1
-    assert f'namespaces "{NS}" not found' in out, out
+    assert f'namespaces "{cluster.namespace}" not found' in out, out

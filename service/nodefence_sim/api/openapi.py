@@ -128,7 +128,8 @@ def add_openapi_routes(app: web.Application) -> None:
     index = _index()
 
     async def root(_request: web.Request) -> web.Response:
-        return web.Response(body=index, content_type="application/json")
+        # The real index handler sets no Content-Type, so Go sniffs the JSON as plain text.
+        return web.Response(body=index, content_type="text/plain", charset="utf-8")
 
     async def document(request: web.Request) -> web.Response:
         key = request.match_info["path"].strip("/")

@@ -805,11 +805,9 @@ def table(
     ]
     rows = []
     for obj in objects:
-        row: Obj = {"cells": printer(obj, now)}
-        embedded = _row_object(obj, include_object)
-        if embedded is not None:
-            row["object"] = embedded
-        rows.append(row)
+        # includeObject=None leaves the row's RawExtension empty, which a real server writes as
+        # "object": null.
+        rows.append({"cells": printer(obj, now), "object": _row_object(obj, include_object)})
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

@@ -7,6 +7,9 @@ and its kubelet, an object with finalizers waits for whoever owns them. While it
 namespace's conditions say what is left, with the real deleter's reasons and messages
 (``pkg/controller/namespace/deletion``); once nothing is left the controller removes its
 finalizer, as the ``namespaces/{name}/finalize`` subresource does, and the namespace is gone.
+With ``OrderedNamespaceDeletion`` (on from Kubernetes 1.33, always from 1.34) the pods go first:
+while any pod is left nothing else is deleted, and that pass reports no totals, so every
+condition is in its "all is well" variant until the pods are gone.
 Meanwhile nothing new may be created in it (403), which is what stops a workload controller from
 recreating the pods the deletion removes.
 """
@@ -20,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from nodefence_sim.errors import ApiError
 from nodefence_sim.managed import CONTROLLER_MANAGER
-from nodefence_sim.resources import NAMESPACES, RESOURCE_TYPES, REVIEWS, ResourceType
+from nodefence_sim.resources import NAMESPACES, PODS, RESOURCE_TYPES, REVIEWS, ResourceType
+from nodefence_sim.simulation import ORDERED_NAMESPACE_DELETION
 from nodefence_sim.store import DeleteOptions, Obj, rfc3339
 
 if TYPE_CHECKING:
@@ -105,11 +109,18 @@ class NamespaceController:
         name = str(namespace["metadata"]["name"])
         if FINALIZER not in ((namespace.get("spec") or {}).get("finalizers") or []):
             return
-        remaining, by_finalizer = self._delete_content(name)
+        failing: list[Obj] = []
+        remaining: dict[str, int] = {}
+        if self.sim.settings.gate_enabled(ORDERED_NAMESPACE_DELETION):
+            # The pods first; while any is left the pass ends without counting the content.
+            remaining, _ = self._delete_content(name, (PODS,))
+        if not remaining:
+            remaining, by_finalizer = self._delete_content(name, _NAMESPACED)
+            failing = _conditions(remaining, by_finalizer)
         new = copy.deepcopy(namespace)
         status = new.setdefault("status", {})
         status["phase"] = TERMINATING
-        _set_conditions(status, _conditions(remaining, by_finalizer), now)
+        _set_conditions(status, failing, now)
         if not remaining:
             new["spec"]["finalizers"] = [f for f in new["spec"]["finalizers"] if f != FINALIZER]
         if new == namespace:
@@ -127,13 +138,15 @@ class NamespaceController:
         except ApiError:
             return
 
-    def _delete_content(self, namespace: str) -> tuple[dict[str, int], dict[str, int]]:
-        """Delete what is left (each as a plain DELETE would) and count what is still there:
-        objects by resource and the finalizers holding them."""
+    def _delete_content(
+        self, namespace: str, types: tuple[ResourceType, ...]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Delete what is left of ``types`` (each as a plain DELETE would) and count what is
+        still there: objects by resource and the finalizers holding them."""
         store = self.sim.store
         remaining: dict[str, int] = {}
         by_finalizer: dict[str, int] = {}
-        for rt in _NAMESPACED:
+        for rt in types:
             for obj in list(store.items(rt, namespace)):
                 meta = obj["metadata"]
                 current: Obj | None = obj
