@@ -53,6 +53,12 @@ def force_offs(cluster: SimulatorHandle) -> int:
     )
 
 
+def alertmanager_requests_timed(receiver: Receiver) -> float:
+    """How many of the receiver's requests to Alertmanager's API its latency histogram holds."""
+    name = "nodefence_alertmanager_request_duration_seconds_count"
+    return receiver.metrics.registry.get_sample_value(name) or 0
+
+
 def assert_fenced_without_alert(decision: dict[str, Any], why: str) -> None:
     assert decision["verdict"] == "fence", decision
     first = decision["reasons"][0]
@@ -87,6 +93,7 @@ async def test_alertmanager_unreachable_by_address_then_back_fences_once(
             assert [e["reason"] for e in warned] == ["AlertmanagerUnreachable"], warned
             assert warned[0]["type"] == "Warning"
             assert receiver.metrics.alertmanager_up._value.get() == 0
+            assert alertmanager_requests_timed(receiver) > 0, "failed requests are timed too"
         # Alertmanager back, holding the alert that finally fired: no second fence.
         am = start_alertmanager()
         await am.post_alerts(alert("KubeNodeNotReady", node=NODE))
@@ -96,6 +103,7 @@ async def test_alertmanager_unreachable_by_address_then_back_fences_once(
             again = await reconcile(receiver)
             assert all(d["verdict"] != "fence" for d in again), again
             assert receiver.metrics.alertmanager_up._value.get() == 1
+            assert alertmanager_requests_timed(receiver) > 0
         assert len(oos_taints(cluster, NODE)) == 1
         assert force_offs(cluster) == 1
 
