@@ -28,16 +28,35 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def kustomize(path: Path) -> list[Obj]:
-    """Render a kustomization directory with kubectl and parse the documents."""
+class _Loader(yaml.SafeLoader):
+    """YAML as Kubernetes reads it: a plain `=` (an AlertmanagerConfig matcher's matchType, which
+    kubectl prints unquoted) is the string "=", not YAML 1.1's value tag."""
+
+
+_Loader.add_constructor(
+    "tag:yaml.org,2002:value",
+    lambda loader, node: loader.construct_scalar(node),  # type: ignore[arg-type]
+)
+
+
+def parse(text: str) -> list[Obj]:
+    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc]
+
+
+def kustomize_run(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.fail("kubectl is required to render the manifests (.ci/run checks for it)")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(path)], capture_output=True, text=True, check=False
+    return subprocess.run(
+        [kubectl, "kustomize", *args, str(path)], capture_output=True, text=True, check=False
     )
+
+
+def kustomize(path: Path, *args: str) -> list[Obj]:
+    """Render a kustomization directory with kubectl and parse the documents."""
+    out = kustomize_run(path, *args)
     assert out.returncode == 0, f"kubectl kustomize {path} failed:\n{out.stderr}"
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    return parse(out.stdout)
 
 
 _cache: dict[str, list[Obj]] = {}
