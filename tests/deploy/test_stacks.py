@@ -9,6 +9,7 @@ import copy
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,7 @@ def test_a_reordered_rules_file_fails_the_build_instead_of_dropping_a_group(
         )
         out = kustomize_run(top, "--load-restrictor", "LoadRestrictionsNone")
         assert out.returncode != 0, stack
-        assert "nodefence-node-alerts" in out.stderr or "test" in out.stderr, out.stderr
+        assert "testing value /spec/groups/0/name failed" in out.stderr, out.stderr
 
 
 def test_the_kube_prometheus_stack_component_wires_the_knative_overlay_too(
@@ -305,3 +306,77 @@ def test_the_kube_prometheus_stack_component_wires_the_knative_overlay_too(
         one(objs, "PodMonitor", "nodefence")["metadata"]["labels"]["release"]
         == (stack_values()["release"])
     )
+
+
+def readme_section(title: str) -> str:
+    text = (DEPLOY / "README.md").read_text()
+    return text.split(f"\n### {title}\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+
+
+def joined(block: str) -> str:
+    """Shell lines with their backslash continuations joined, as the shell reads them."""
+    return re.sub(r"\s*\\\n\s*", " ", block)
+
+
+def shell_blocks(section: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+
+
+@pytest.mark.parametrize("stack", ["kube-prometheus", "kube-prometheus-stack"])
+def test_each_stack_section_is_a_sequence_that_applies_its_kustomization(stack: str) -> None:
+    first = shell_blocks(readme_section(stack))[0]
+    lines = [line for line in joined(first).splitlines() if line.strip()]
+    # The Secrets before the manifests (the pods need nodefence-secrets), then the stack.
+    applies = [i for i, line in enumerate(lines) if "kubectl apply -k" in line]
+    (apply_at,) = applies
+    assert lines[apply_at].split("kubectl apply -k ", 1)[1].strip() == f"deploy/stacks/{stack}"
+    secrets = [i for i, line in enumerate(lines) if "create secret generic" in line]
+    assert secrets
+    assert max(secrets) < apply_at
+    text = "\n".join(lines)
+    objs = render(stack)
+    (template,) = [t for label, t in pod_templates(objs) if label == "Deployment/nodefence"]
+    (env_from,) = template["spec"]["containers"][0]["envFrom"]
+    assert (
+        f"-n nodefence create secret generic {env_from['secretRef']['name']} "
+        '--from-literal=NODEFENCE_ALERT_TOKEN="$TOKEN"' in text
+    )
+    token_secret = "kubectl -n monitoring create secret generic nodefence-alert-token"
+    assert f'{token_secret} --from-literal=token="$TOKEN"' in text
+    for amcfg in find(objs, "AlertmanagerConfig"):
+        ref = amcfg["spec"]["receivers"][0]["webhookConfigs"][0]["httpConfig"]["authorization"]
+        assert ref["credentials"] == {"name": "nodefence-alert-token", "key": "token"}
+        assert amcfg["metadata"]["namespace"] == "monitoring"
+
+
+def test_the_copy_for_another_release_renders_for_that_release(tmp_path: Path) -> None:
+    """The README's commands that copy and edit the stack directory, run as written on a copy
+    of the repository's manifests; the Service name is what `kubectl get service` would print."""
+    (block,) = [b for b in shell_blocks(readme_section("kube-prometheus-stack")) if "RELEASE=" in b]
+    commands = joined(block)
+    edits = [line for line in commands.splitlines() if line.startswith(("cp ", "sed "))]
+    assert len(edits) == 2, edits
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    shutil.copytree(RULES, tmp_path / "alertrules")
+    release, service = "prometheus", "prometheus-kube-prometheus-alertmanager"
+    script = tmp_path / "edit.sh"
+    script.write_text("set -eu\n" + "\n".join(edits) + "\n")
+    out = subprocess.run(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "RELEASE": release, "SERVICE": service},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^RELEASE=\S+", block, flags=re.M)
+    assert "SERVICE=$(kubectl -n monitoring get service" in commands
+    assert 'kubectl apply -k "deploy/stacks/release-$RELEASE"' in commands
+    objs = kustomize(tmp_path / "deploy" / "stacks" / f"release-{release}")
+    for obj in custom(objs):
+        assert obj["metadata"]["labels"]["release"] == release, obj["kind"]
+    (template,) = [t for label, t in pod_templates(objs) if label == "Deployment/nodefence"]
+    assert alertmanager_url(template) == f"http://{service}.monitoring.svc:9093"
+    # The shipped directory is left as it was.
+    assert stack_values()["release"] == "kube-prometheus-stack"
