@@ -42,6 +42,23 @@ def may(backend: RealBackend, verb: str, resource: str, **attrs: Any) -> bool:
     return allowed
 
 
+# The receivers tolerate a dead node's NoExecute taints for 30 s, and no other taint.
+TOLERATED = {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
+
+
+def schedulable(node: client.V1Node) -> bool:
+    """Whether the scheduler counts the node as a domain of the chart's spread (nodeTaintsPolicy
+    Honor: a node whose taints the pod does not tolerate is none)."""
+    ready = {c.type: c.status for c in node.status.conditions or []}.get("Ready") == "True"
+    blocking = [
+        t
+        for t in node.spec.taints or []
+        if t.effect in {"NoSchedule", "NoExecute"}
+        and not (t.effect == "NoExecute" and t.key in TOLERATED)
+    ]
+    return ready and not node.spec.unschedulable and not blocking
+
+
 def absent(read: Any, *args: str) -> bool:
     try:
         read(*args)
@@ -120,8 +137,10 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
         ).items
         running = [p for p in pods if p.status.phase == "Running"]
         assert len(running) == 2, [(p.metadata.name, p.status.phase) for p in pods]
-        # Two nodes, as the hard spread asks where two schedulable nodes exist.
-        assert len({p.spec.node_name for p in running}) == 2
+        # Two nodes, as the hard spread asks, wherever two nodes can take a replica (earlier
+        # tests of the session may have left a node fenced or down).
+        eligible = [n.metadata.name for n in core.list_node().items if schedulable(n)]
+        assert len({p.spec.node_name for p in running}) == min(2, len(eligible)), eligible
         for pod in running:
             assert pod.spec.priority_class_name == f"{NAME}-critical"
             assert pod.spec.priority == 1_000_000_000
