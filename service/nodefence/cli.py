@@ -318,6 +318,7 @@ def _reconcile() -> int:
 
 
 def _status(output: str) -> int:
+    from nodefence.commands import install
     from nodefence.commands.common import connected_pipeline
     from nodefence.kube.client import Deadline
     from nodefence.observability.logging import configure_logging
@@ -330,7 +331,9 @@ def _status(output: str) -> int:
 
     async def main() -> int:
         async with connected_pipeline(settings, policy) as pipeline:
-            status = await gather(pipeline, Deadline(settings.request_deadline_seconds))
+            deadline = Deadline(settings.request_deadline_seconds)
+            await install.require(pipeline.kube, settings.namespace, deadline)
+            status = await gather(pipeline, deadline)
         print(json.dumps(status, indent=2) if output == "json" else as_text(status))
         return 0
 

@@ -95,6 +95,29 @@ def test_context_and_namespace_select(cluster: Cluster, tmp_path: Path) -> None:
     assert "cannot reach the Kubernetes API" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert cluster.kubectl("create", "namespace", "ops").returncode == 0
+    # Nothing of nodefence's in ops yet: refused, naming the namespace and how to choose one.
+    elsewhere = ("pause", "--reason", "maintenance", "--kubeconfig", str(config))
+    refused = run(*elsewhere, "--context", good, "-n", "ops", home=home)
+    assert refused.returncode == 1
+    assert "nodefence is not installed in namespace ops" in refused.stderr
+    assert "-n NAMESPACE" in refused.stderr
+    assert cluster.kubectl("get", "configmap", "-n", "ops", "nodefence-control").returncode != 0
+    policy = cluster.workdir / "policy-cm.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": "nodefence-policy-abc",
+                    "namespace": "ops",
+                    "labels": {"app.kubernetes.io/part-of": "nodefence"},
+                },
+                "data": {"policy.yaml": ""},
+            }
+        )
+    )
+    assert cluster.kubectl("apply", "-f", str(policy)).returncode == 0
     paused = run(
         "pause",
         "--reason",

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +31,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield start_cluster(procs, tmp_path)
 
 
+# A home without ~/.kube/config, so "no cluster" means none whatever this machine's user has.
+EMPTY_HOME = tempfile.mkdtemp(prefix="nodefence-no-kubeconfig-")
+
+
 def _env(**extra: str) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("NODEFENCE_", "KUBE"))}
-    return {**base, "NODEFENCE_AUTH_DISABLED": "true", **extra}
+    return {**base, "HOME": EMPTY_HOME, "NODEFENCE_AUTH_DISABLED": "true", **extra}
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -124,8 +129,8 @@ def test_check_config_without_any_cluster_fails_saying_what_it_could_not_reach()
     assert result.returncode == 1, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [
-        f"nodefence: check-config: {UNREACHABLE}: no KUBECONFIG, and not running in a cluster "
-        "(set KUBECONFIG, or pass --offline to check the files only)"
+        f"nodefence: check-config: {UNREACHABLE}: no KUBECONFIG, no ~/.kube/config, and not "
+        "running in a cluster (set KUBECONFIG, or pass --offline to check the files only)"
     ]
     kubernetes = json.loads(result.stdout)["reachability"]["kubernetes"]
     assert kubernetes["checked"] is False

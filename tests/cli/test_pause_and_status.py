@@ -22,6 +22,9 @@ pytestmark = [
 
 CONTROL = "nodefence-control"
 READS = {"get", "list", "watch"}
+# Asking the API server who the operator is (a SelfSubjectReview) is a POST that persists
+# nothing: not a write.
+WHO_AM_I = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 ENV = {"NODEFENCE_AUTH_DISABLED": "true"}
 
 
@@ -53,7 +56,7 @@ def _writes(cluster: Cluster, since: int) -> list[tuple[str, str, int]]:
     return [
         (r["verb"], r["path"], r["status"])
         for r in cluster.requests(since)
-        if r["verb"] not in READS
+        if r["verb"] not in READS and r["path"] != WHO_AM_I
     ]
 
 
@@ -94,7 +97,7 @@ def test_pause_records_who_when_and_why_and_status_shows_it(cluster: Cluster) ->
     )
 
 
-def test_pausing_twice_updates_the_reason_and_the_same_pause_writes_nothing(
+def test_a_second_pause_needs_force_and_the_same_pause_writes_nothing(
     cluster: Cluster,
 ) -> None:
     _ok(cluster, "pause", "--reason", "storage maintenance", "--by", "alice")
@@ -105,8 +108,27 @@ def test_pausing_twice_updates_the_reason_and_the_same_pause_writes_nothing(
     assert again.startswith("already paused by alice")
     assert _writes(cluster, cursor) == []
 
+    # Another pause over alice's would lose her who, when and why: refused, nothing written.
+    refused = cluster.nodefence(
+        "pause", "--reason", "storage maintenance, day 2", "--by", "bob", env=ENV
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("nodefence: nodefence is already paused by alice at ")
+    assert "--force" in refused.stderr
+    assert _writes(cluster, cursor) == []
+
     updated = json.loads(
-        _ok(cluster, "pause", "--reason", "storage maintenance, day 2", "--by", "bob", "-o", "json")
+        _ok(
+            cluster,
+            "pause",
+            "--reason",
+            "storage maintenance, day 2",
+            "--by",
+            "bob",
+            "--force",
+            "-o",
+            "json",
+        )
     )
 
     assert updated["changed"] is True
@@ -196,7 +218,7 @@ def test_concurrent_writes_to_the_switch_are_read_again_and_retried(cluster: Clu
     assert status == 201, body
     cursor = cluster.cursor()
 
-    _ok(cluster, "pause", "--reason", "second", "--by", "bob")
+    _ok(cluster, "pause", "--reason", "second", "--by", "bob", "--force")
 
     updates = [s for verb, path, s in _writes(cluster, cursor) if path.endswith(CONTROL)]
     assert updates == [409, 200]

@@ -37,6 +37,24 @@ def operator_identity() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+async def who_runs(kube: KubeClient, given: str | None, deadline: Deadline) -> tuple[str, str]:
+    """Who the record and the Event name: ``--by`` as given, else the user the API server
+    authenticated (a SelfSubjectReview), else this machine's ``user@host`` with a note saying
+    so (the second value), since that name is only what this machine calls its user."""
+    from nodefence.kube.operator_reads import OperatorReads
+
+    if given:
+        return given, ""
+    user = await OperatorReads(kube.api).who_am_i(deadline)
+    if user:
+        return user, ""
+    local = operator_identity()
+    return local, (
+        f"the API server did not say who you are (no SelfSubjectReview), so this is recorded "
+        f"as {local}, this machine's user; pass --by to name yourself"
+    )
+
+
 async def check_reachable(pipeline: Pipeline, settings: Settings) -> str:
     """The API server's version, asked with a short deadline: an unreachable cluster is one
     clear error within seconds. The reader keeps the answer, so it costs no extra request."""

@@ -10,6 +10,10 @@ import sys
 from typing import Any
 
 COMMANDS = ("explain", "release", "pause", "resume")
+BY_DEFAULT = (
+    "the user the API server authenticates, by a SelfSubjectReview; else user@host of this "
+    "machine, with a note"
+)
 
 
 def register(sub: Any, flags: argparse.ArgumentParser) -> None:
@@ -44,7 +48,7 @@ def register(sub: Any, flags: argparse.ArgumentParser) -> None:
     )
     release.add_argument("node", help="the fenced node's name")
     release.add_argument("--reason", required=True, help="why (kept in the record and Event)")
-    release.add_argument("--by", help="who releases it (default: user@host of this machine)")
+    release.add_argument("--by", help=f"who releases it (default: {BY_DEFAULT})")
     release.add_argument(
         "--yes",
         action="store_true",
@@ -58,11 +62,16 @@ def register(sub: Any, flags: argparse.ArgumentParser) -> None:
         help="pause nodefence cluster-wide: no fence, purge or unfence until resumed",
     )
     pause.add_argument("--reason", required=True, help="why (shown by status and in the Event)")
-    pause.add_argument("--by", help="who pauses (default: user@host of this machine)")
+    pause.add_argument("--by", help=f"who pauses (default: {BY_DEFAULT})")
+    pause.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a pause already in place (its who, when and why are then lost)",
+    )
     pause.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
     resume = sub.add_parser("resume", parents=[flags], help="lift the cluster-wide pause")
-    resume.add_argument("--by", help="who resumes (default: user@host of this machine)")
+    resume.add_argument("--by", help=f"who resumes (default: {BY_DEFAULT})")
     resume.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
 
@@ -123,60 +132,76 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from nodefence.commands import release
-    from nodefence.commands.common import connected_pipeline, operator_identity
+    from nodefence.commands import install, release
+    from nodefence.commands.common import connected_pipeline, who_runs
     from nodefence.kube.client import Deadline
 
     settings, policy = _configured()
 
     async def main() -> dict[str, Any]:
         async with connected_pipeline(settings, policy) as pipeline:
-            return await release.release(
+            deadline = Deadline(settings.request_deadline_seconds)
+            await install.require(pipeline.kube, settings.namespace, deadline)
+            by, note = await who_runs(pipeline.kube, args.by, deadline)
+            report = await release.release(
                 pipeline.kube,
                 policy,
                 namespace=settings.namespace,
                 identity=settings.identity,
                 name=args.node,
                 reason=args.reason,
-                by=args.by or operator_identity(),
+                by=by,
                 confirmed=args.yes,
-                deadline=Deadline(settings.request_deadline_seconds),
+                deadline=deadline,
             )
+            return {**report, "byNote": note} if note else report
 
     report = asyncio.run(main())
+    _note(report)
     print(json.dumps(report, indent=2) if args.output == "json" else release.as_text(report))
     return 0
 
 
+def _note(report: dict[str, Any]) -> None:
+    """A caveat on who the command recorded, on stderr: stdout stays the command's answer."""
+    if report.get("byNote"):
+        print(f"nodefence: note: {report['byNote']}", file=sys.stderr)
+
+
 def _switch(args: argparse.Namespace) -> int:
-    from nodefence.commands import pause
-    from nodefence.commands.common import connected_pipeline, operator_identity
+    from nodefence.commands import install, pause
+    from nodefence.commands.common import connected_pipeline, who_runs
     from nodefence.kube.client import Deadline
 
     settings, policy = _configured()
-    by = args.by or operator_identity()
 
     async def main() -> dict[str, Any]:
         async with connected_pipeline(settings, policy) as pipeline:
             deadline = Deadline(settings.request_deadline_seconds)
+            await install.require(pipeline.kube, settings.namespace, deadline)
+            by, note = await who_runs(pipeline.kube, args.by, deadline)
             if args.command == "pause":
-                return await pause.pause(
+                report = await pause.pause(
                     pipeline.kube,
                     namespace=settings.namespace,
                     reason=args.reason,
                     by=by,
                     identity=settings.identity,
                     deadline=deadline,
+                    force=args.force,
                 )
-            return await pause.resume(
-                pipeline.kube,
-                namespace=settings.namespace,
-                by=by,
-                identity=settings.identity,
-                deadline=deadline,
-            )
+            else:
+                report = await pause.resume(
+                    pipeline.kube,
+                    namespace=settings.namespace,
+                    by=by,
+                    identity=settings.identity,
+                    deadline=deadline,
+                )
+            return {**report, "byNote": note} if note else report
 
     report = asyncio.run(main())
+    _note(report)
     if args.output == "json":
         print(json.dumps(report, indent=2))
     elif args.command == "pause":

@@ -132,7 +132,10 @@ async def pause(
     by: str,
     identity: str,
     deadline: Deadline,
+    force: bool = False,
 ) -> dict[str, Any]:
+    """Pause, or refuse to replace another pause (its who, when and why would be lost, and the
+    alert on a long pause would start again) unless ``force``."""
     reason = reason.strip()
     if not reason:
         raise CommandRefusedError("--reason must say why nodefence is paused")
@@ -141,6 +144,11 @@ async def pause(
         state = pause_state(current or {}, namespace)
         if state.paused and state.reason == reason and state.by == by:
             return {"changed": False, **state.as_dict()}
+        if state.paused and not force:
+            raise CommandRefusedError(
+                f"nodefence is already {describe(state.as_dict())}; --force replaces that "
+                "pause (who, when and why) with yours, or `nodefence resume` lifts it"
+            )
         notes = {
             str(k): str(v)
             for k, v in ((current or {}).get("metadata", {}).get("annotations") or {}).items()
