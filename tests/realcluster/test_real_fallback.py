@@ -1,0 +1,137 @@
+"""The fallback on real controllers: Alertmanager is stopped, or unreachable by address, so no
+alert ever reaches nodefence; a kwok node goes silent, the real node-lifecycle controller marks
+it NotReady, and ``nodefence serve``'s own reconcile pass fences it once it has been NotReady for
+``cluster.fallback_after_seconds``, through its Redfish BMC (ForceOff, Off read back), saying in
+its decision and Event that no alert arrived and why.
+
+How long after the window the fence came depends on the reconcile period and on a busy
+machine's scheduling, so it is printed, never asserted; what is asserted is the safety side:
+never before the window, on the API server's clock.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime
+from typing import Any
+
+import pytest
+import yaml
+from bench.processes import Processes, eventually, free_port
+from kubernetes import client
+
+from .conftest import RealBackend
+from .safety_support import nodefence_events, restore, wait_not_ready
+from .test_seed_story import POLICY, STEP_WITHIN, oos_taints, serve
+
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(900)]
+
+NODE = "compute01"
+FALLBACK_SECONDS = 20
+RECONCILE_SECONDS = 3
+
+
+def fallback_policy() -> dict[str, Any]:
+    policy = copy.deepcopy(POLICY)
+    policy["cluster"]["fallback_after_seconds"] = FALLBACK_SECONDS
+    return policy
+
+
+def entry(backend: RealBackend) -> dict[str, Any] | None:
+    try:
+        held = backend.core.read_namespaced_config_map("nodefence-fences", "nodefence")
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    text = (held.data or {}).get(f"fence.{NODE}")
+    return json.loads(text) if text else None
+
+
+def not_ready_since(backend: RealBackend) -> datetime:
+    node = backend.core.read_node(NODE)
+    (ready,) = [c for c in node.status.conditions or [] if c.type == "Ready"]
+    assert ready.status != "True"
+    moment: datetime = ready.last_transition_time
+    return moment
+
+
+def fenced_without_alert(backend: RealBackend, alertmanager_url: str, procs: Processes) -> None:
+    fenced_before = nodefence_events(backend, NODE, "NodeFenced")
+    nodefence = serve(
+        procs,
+        backend,
+        fallback_policy(),
+        extra_env={
+            "NODEFENCE_RECONCILE_INTERVAL": str(RECONCILE_SECONDS),
+            "NODEFENCE_ALERTMANAGER_URL": alertmanager_url,
+        },
+    )
+    try:
+        eventually(lambda: backend.ready(NODE) == "True", within=STEP_WITHIN, what="Ready")
+        assert backend.control(NODE, "down")["kubelet"] == "down"
+        wait_not_ready(backend, NODE)
+        since = not_ready_since(backend)
+        held = eventually(
+            lambda: (e := entry(backend)) is not None and e.get("phase") == "fenced" and e,
+            within=STEP_WITHIN + FALLBACK_SECONDS,
+            interval=1.0,
+            what="the fallback's fence",
+        )
+        assert held["alertname"] == "no alert (fallback)", held
+        assert "reported Off" in held["proof"], held
+        assert oos_taints(backend.core.read_node(NODE))
+        # Never before the window, both ends stamped on the API server's clock.
+        claimed = datetime.fromisoformat(held["claimedAt"].replace("Z", "+00:00"))
+        late = (claimed - since).total_seconds() - FALLBACK_SECONDS
+        print(f"fallback fence {late:.1f}s after its window (reconcile every {RECONCILE_SECONDS}s)")
+        assert late >= 0, (since, claimed)
+        # The Event follows the record's confirmation: waited for, not assumed.
+        eventually(
+            lambda: nodefence_events(backend, NODE, "NodeFenced") == fenced_before + 1,
+            within=STEP_WITHIN,
+            what="the NodeFenced Event",
+        )
+        events = backend.core.list_event_for_all_namespaces(
+            field_selector=f"involvedObject.name={NODE},reason=NodeFenced"
+        )
+        newest = max(events.items, key=lambda e: e.last_timestamp or e.event_time)
+        assert newest.message.startswith("no alert arrived: Alertmanager is unreachable"), (
+            newest.message
+        )
+    finally:
+        restore(backend, NODE, nodefence)
+
+
+def test_fenced_by_the_fallback_with_alertmanager_stopped(
+    procs: Processes, real_backend: RealBackend
+) -> None:
+    # A real Alertmanager, stopped before nodefence ever asks it (it died with its node).
+    workdir = procs.workdir / "alertmanager"
+    workdir.mkdir()
+    config = workdir / "alertmanager.yml"
+    config.write_text(
+        yaml.safe_dump({"route": {"receiver": "null"}, "receivers": [{"name": "null"}]})
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    process = procs.start(
+        "alertmanager",
+        [
+            "prometheus-alertmanager",
+            f"--config.file={config}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+            "--cluster.listen-address=",
+        ],
+        cwd=workdir,
+    )
+    procs.wait_ready(process, f"{url}/-/ready")
+    process.stop()
+    fenced_without_alert(real_backend, url, procs)
+
+
+def test_fenced_by_the_fallback_with_alertmanager_unreachable_by_address(
+    procs: Processes, real_backend: RealBackend
+) -> None:
+    fenced_without_alert(real_backend, f"http://127.0.0.1:{free_port()}", procs)
