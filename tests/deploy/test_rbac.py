@@ -98,6 +98,7 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
         ("namespace", "", "configmaps", "update", "nodefence-fencing-probes"),
     },
     "create_event": {("cluster", "", "events", "create", "*")},
+    "patch_event": {("cluster", "", "events", "patch", "*")},
     "list_volume_attachments": {("cluster", "storage.k8s.io", "volumeattachments", "list", "*")},
     "delete_volume_attachment": {("cluster", "storage.k8s.io", "volumeattachments", "delete", "*")},
 }

@@ -564,6 +564,25 @@ class KubeClient:
             Priority.REFUSAL,
         )
 
+    async def patch_event(
+        self, namespace: str, name: str, patch: Json, deadline: Deadline | None = None
+    ) -> Json:
+        """A repeat counted onto the Event its first occurrence created (merge patch)."""
+        path = "/api/v1/namespaces/{namespace}/events/{name}"
+        return await self._call(
+            "patch",
+            lambda: self._send(
+                "PATCH",
+                path,
+                body=patch,
+                content_type="application/merge-patch+json",
+                namespace=namespace,
+                name=name,
+            ),
+            deadline,
+            Priority.REFUSAL,
+        )
+
     async def delete_volume_attachment(
         self, name: str, uid: str, deadline: Deadline | None = None
     ) -> Json:

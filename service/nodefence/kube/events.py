@@ -1,9 +1,19 @@
-"""Kubernetes Events on the Node, so ``kubectl describe node`` tells what nodefence did and why."""
+"""Kubernetes Events on the Node, so ``kubectl describe node`` tells what nodefence did and why.
+
+A refusal or a wait said again on every pass of every replica would bury a node's history in
+identical lines, and Event exporters page on each new object. So, as client-go's event
+correlator does, a repeat is the same Event object whose ``count`` and ``lastTimestamp`` grow:
+within ``REPEAT_SUPPRESSION_SECONDS`` a repeat is only counted here, after that the count is
+written onto the Event the first occurrence created (a patch), with the latest message.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
@@ -15,33 +25,50 @@ COMPONENT = "nodefence"
 # Node events live in the default namespace, where the kubelet and node controller put theirs.
 NODE_EVENT_NAMESPACE = "default"
 MAX_MESSAGE = 1024
-# The same refusal for the same node is recorded at most this often by one replica: retried or
-# duplicated deliveries would otherwise bury the node's history in identical lines.
+# A repeat within this long is counted without a write; later ones are written onto the Event.
 REPEAT_SUPPRESSION_SECONDS = 60.0
+# A repeat after this long without one starts a new Event (the API server keeps Events an hour).
+AGGREGATION_SECONDS = 1800.0
 
 log = structlog.get_logger(__name__)
 
+Key = tuple[str, str, str, str]
+
+
+@dataclass
+class _Recorded:
+    """The Event object a repeated refusal is counted on, as this replica wrote it."""
+
+    name: str
+    # Occurrences so far, and when the Event was last written and the repeat last seen.
+    count: int
+    written_at: float
+    seen_at: float
+
 
 class EventRecorder:
-    def __init__(self, kube: KubeClient, identity: str) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        identity: str,
+        *,
+        suppression_seconds: float = REPEAT_SUPPRESSION_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube
         self.identity = identity
-        self._recent: dict[tuple[str, str, str, str], float] = {}
+        self.suppression_seconds = suppression_seconds
+        self.clock = clock
+        # Oldest repeat first, so the expired entries are dropped from the front without a
+        # pass over every node refused in the window (a thousand in a storm).
+        self._recent: OrderedDict[Key, _Recorded] = OrderedDict()
 
-    def _repeated(self, key: tuple[str, str, str, str]) -> bool:
-        now = time.monotonic()
-        # Entries are added in time order and never moved, so the expired ones are at the
-        # front: dropped from there, without a pass over every node refused within the window
-        # (a thousand in a storm) on each refusal.
+    def _expire(self, now: float) -> None:
         while self._recent:
-            oldest = next(iter(self._recent))
-            if now - self._recent[oldest] < REPEAT_SUPPRESSION_SECONDS:
+            oldest = next(iter(self._recent.values()))
+            if now - oldest.seen_at < AGGREGATION_SECONDS:
                 break
-            del self._recent[oldest]
-        if key in self._recent:
-            return True
-        self._recent[key] = now
-        return False
+            self._recent.popitem(last=False)
 
     async def namespace_event(
         self,
@@ -56,7 +83,7 @@ class EventRecorder:
         """An Event about nodefence itself, in its own namespace (``kubectl get events -n``),
         on ``involved`` (apiVersion, kind, name). Best effort, as every Event."""
         name = involved.get("name", COMPONENT)
-        return await self._create(
+        created = await self._create(
             namespace,
             name,
             involved,
@@ -66,6 +93,7 @@ class EventRecorder:
             deadline=deadline,
             subject=name,
         )
+        return bool(created)
 
     async def node_event(
         self,
@@ -80,13 +108,36 @@ class EventRecorder:
     ) -> bool:
         """Best effort: a lost Event must not undo or block the action it describes.
 
-        ``dedupe_key`` marks a refusal: the same one for the same node object is recorded once
-        per ``REPEAT_SUPPRESSION_SECONDS``.
+        ``dedupe_key`` marks a refusal or a wait: repeated for the same node object, it is
+        counted on one Event (see the module's docstring) instead of creating another.
         """
-        if dedupe_key is not None and self._repeated((node, node_uid, reason, dedupe_key)):
-            return False
         involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
-        return await self._create(
+        if dedupe_key is None:
+            created = await self._create(
+                NODE_EVENT_NAMESPACE,
+                node,
+                involved,
+                reason=reason,
+                message=message,
+                warning=warning,
+                deadline=deadline,
+                subject=node,
+            )
+            return bool(created)
+        now = self.clock()
+        self._expire(now)
+        key = (node, node_uid, reason, dedupe_key)
+        held = self._recent.get(key)
+        if held is not None:
+            held.count += 1
+            held.seen_at = now
+            self._recent.move_to_end(key)
+            if now - held.written_at < self.suppression_seconds:
+                return False
+            if await self._count(held, message, deadline):
+                return True
+            del self._recent[key]
+        name = await self._create(
             NODE_EVENT_NAMESPACE,
             node,
             involved,
@@ -96,6 +147,26 @@ class EventRecorder:
             deadline=deadline,
             subject=node,
         )
+        if name:
+            self._recent[key] = _Recorded(name, 1, now, now)
+        return bool(name)
+
+    async def _count(self, held: _Recorded, message: str, deadline: Deadline | None) -> bool:
+        """Write the repeats onto the Event; False when it is gone (expired or deleted), and a
+        new one is then created."""
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = {"count": held.count, "lastTimestamp": stamp, "message": message[:MAX_MESSAGE]}
+        try:
+            await self.kube.patch_event(NODE_EVENT_NAMESPACE, held.name, patch, deadline)
+        except KubeError as exc:
+            if exc.status != 404:
+                log.warning("event_not_counted", name=held.name, error=str(exc))
+            return exc.status != 404
+        except ClusterUnavailableError as exc:
+            log.warning("event_not_counted", name=held.name, error=str(exc))
+            return True
+        held.written_at = self.clock()
+        return True
 
     async def _create(
         self,
@@ -108,15 +179,14 @@ class EventRecorder:
         warning: bool,
         deadline: Deadline | None,
         subject: str,
-    ) -> bool:
+    ) -> str:
+        """The new Event's name; empty when it could not be written."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        name = f"{prefix}.nodefence.{uuid.uuid4().hex[:12]}"
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {
-                "name": f"{prefix}.nodefence.{uuid.uuid4().hex[:12]}",
-                "namespace": namespace,
-            },
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved,
             "reason": reason,
             "message": message[:MAX_MESSAGE],
@@ -132,5 +202,5 @@ class EventRecorder:
             await self.kube.create_event(namespace, event, deadline)
         except (KubeError, ClusterUnavailableError) as exc:
             log.warning("event_not_recorded", subject=subject, reason=reason, error=str(exc))
-            return False
-        return True
+            return ""
+        return name

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine import escalation, machine, orphans, reboot
+from nodefence.engine import escalation, guards, machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.fallback import NO_ALERT
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
@@ -29,6 +29,27 @@ from nodefence.observability.metrics import Metrics
 log = get_logger(__name__)
 
 NODE_FOUND = "node-found"
+# Guards whose refusal is a wait that ends on its own, or a choice someone made (a pause, an
+# exclusion, a rule that does not match): said as Normal Events. Any other (budget, quorum,
+# storm, no proof, a machine that is not the node's) is a Warning.
+WAITS = frozenset(
+    {
+        guards.READY,
+        guards.NOT_READY_DURATION,
+        guards.LEASE,
+        guards.LEASE_FRESH,
+        guards.HEALTHY_DELAY,
+        guards.STORM_COOLDOWN,
+        guards.FLAP,
+        guards.BOOT_ID,
+        guards.TERMINATING_PODS,
+        guards.ATTACHMENTS,
+        "paused",
+        "exclusion",
+        "rule",
+        "dry-run",
+    }
+)
 REFUSAL_REASONS = frozenset(
     {
         "FenceRefused",
@@ -190,10 +211,12 @@ def node_event(
     if fenced:
         volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
         verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
+        # The verdict, the proof and the identity first: an Event's message is cut at 1,024
+        # characters, and what follows matters less (the record and status keep it whole).
         return (
             "NodeFenced",
-            f"out-of-service taint applied; {purged} pods purged{volumes}{rebooted}.{kept} "
-            f"{verdict}",
+            f"out-of-service taint applied: {verdict}. {_purged(purged, results)}{volumes}"
+            f"{rebooted}.{kept}",
             True,
         )
     if powered_on:
@@ -224,6 +247,20 @@ def node_event(
     if decision.verdict in (Verdict.NOOP, Verdict.SKIP, Verdict.AWAIT_APPROVAL) and blocked:
         reason = "FenceRefused" if decision.status == AlertStatus.FIRING.value else "UnfenceRefused"
         if decision.verdict is Verdict.AWAIT_APPROVAL:
-            reason = "FenceAwaitingApproval"
-        return (reason, decision.summary, True)
+            return ("FenceAwaitingApproval", decision.summary, True)
+        # A wait that passes on its own is Normal; Warning is for what a person should see.
+        attention = any(r.guard not in WAITS for r in blocked)
+        return (reason, decision.summary, attention)
     return None
+
+
+def _purged(purged: int, results: list[ActionResult]) -> str:
+    """How many pods went, and by whose hand: since Kubernetes 1.28 the pod garbage collector
+    force-deletes the pods of an out-of-service node itself, and often first."""
+    gone = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.ALREADY)
+    if gone:
+        return (
+            f"{purged} pods purged by nodefence, {gone} already deleted by Kubernetes' pod "
+            "garbage collector"
+        )
+    return f"{purged} pods purged"
