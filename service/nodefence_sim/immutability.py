@@ -30,6 +30,7 @@ from nodefence_sim.resources import (
     JOBS,
     NAMESPACES,
     PODS,
+    PRIORITY_CLASSES,
     PVCS,
     REPLICASETS,
     SECRETS,
@@ -180,6 +181,8 @@ def check_update(
         errors += _immutable_data(rt, old, new)
     elif rt.key == PVCS.key:
         errors += _claim_update(old, new)
+    elif rt.key == PRIORITY_CLASSES.key and old.get("value") != new.get("value"):
+        errors.append(_error("value", "Forbidden", "may not be changed in an update."))
     if (
         rt.key in _SELECTOR_IMMUTABLE
         and not errors
@@ -373,8 +376,31 @@ def check_create(rt: ResourceType, obj: Mapping[str, Any]) -> None:
         if rt.key in _SELECTOR_REQUIRED:
             errors += _selector_errors(spec.get("selector"), template)
         errors += _pod_spec_errors((template or {}).get("spec"), f"{path}.spec")
+    elif rt.key == PRIORITY_CLASSES.key:
+        errors += _priority_class_errors(obj)
     if errors:
         raise refuse(rt, str((obj.get("metadata") or {}).get("name", "")), errors)
+
+
+# pkg/apis/scheduling: the highest priority a class other than the system ones may have.
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+
+
+def _priority_class_errors(obj: Mapping[str, Any]) -> list[FieldError]:
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    value = obj.get("value", 0)
+    if name.startswith("system-") or not isinstance(value, int):
+        return []
+    if value > HIGHEST_USER_DEFINABLE_PRIORITY:
+        return [
+            _error(
+                "value",
+                "Forbidden",
+                "maximum allowed value of a user defined priority is "
+                f"{HIGHEST_USER_DEFINABLE_PRIORITY}",
+            )
+        ]
+    return []
 
 
 def _selector_errors(selector: Any, template: Any) -> list[FieldError]:

@@ -178,6 +178,9 @@ PDBS = ResourceType(
     ("pdb",),
     ("status",),
 )
+PRIORITY_CLASSES = ResourceType(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, "priorityclass", ("pc",)
+)
 _AUTHZ = "authorization.k8s.io"
 SELF_SUBJECT_ACCESS_REVIEWS = ResourceType(
     _AUTHZ,
@@ -245,6 +248,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     CRONJOBS,
     NETWORK_POLICIES,
     PDBS,
+    PRIORITY_CLASSES,
     SELF_SUBJECT_ACCESS_REVIEWS,
     SUBJECT_ACCESS_REVIEWS,
     LOCAL_SUBJECT_ACCESS_REVIEWS,

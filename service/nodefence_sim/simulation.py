@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from nodefence_sim.controllers.kubelet import NOT_READY_REASON, KubeletFleet
 from nodefence_sim.controllers.taint_eviction import default_toleration_seconds
 from nodefence_sim.managed import CONTROLLER_MANAGER, KUBELET, SCENARIO_LOADER
+from nodefence_sim.priority import bootstrap_system_priority_classes, priority_admission
 from nodefence_sim.resources import LEASES, NAMESPACES, NODES, PODS, ResourceType
 from nodefence_sim.store import Obj, Store, WatchEvent, utcnow
 from nodefence_sim.wakeup import significant
@@ -141,6 +142,7 @@ class Simulation:
         self.settings = settings or SimSettings()
         self.store = Store(now=clock or utcnow)
         self.store.add_admission(default_toleration_seconds(self.settings))
+        self.store.add_admission(priority_admission(self.store))
         self.kubelets = KubeletFleet(self)
         self.controllers: list[Controller] = []
         self._wake = asyncio.Event()
@@ -166,6 +168,7 @@ class Simulation:
             values["k8s_version"] = k8s_version
         sim = cls(SimSettings.from_mapping(values), clock=clock)
         sim.controllers.extend(all_controllers(sim))
+        bootstrap_system_priority_classes(sim.store)
         sim.load_objects(scenario.objects)
         sim.settle()
         if sim.settings.initial_uptime_seconds > 0:

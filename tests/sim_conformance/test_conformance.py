@@ -4,7 +4,7 @@ cluster, each step asserting what a real cluster answers.
 Verified with kubectl:
 - ``kubectl apply -k deploy/overlays/deployment`` (client-side), then ``get`` of every object
   it made: namespace, serviceaccount, role, clusterrole, rolebinding, clusterrolebinding,
-  configmap, service, deployment, poddisruptionbudget, networkpolicies
+  configmap, service, deployment, poddisruptionbudget, networkpolicies, priorityclass
 - ``kubectl get svc,sa,pdb,netpol,cronjob,rolebinding`` columns as the real printers
 - ``kubectl get --raw /readyz?verbose``, ``/livez``, ``/healthz``
 - ``kubectl scale deployment --replicas=N`` and ``kubectl get deployment`` reporting it
@@ -70,7 +70,7 @@ async def test_apply_kustomize_overlay_creates_every_object(seed: SimulatorHandl
         "-n",
         "nodefence",
         "namespace,serviceaccount,role,clusterrole,rolebinding,clusterrolebinding,configmap,"
-        "service,deployment,cronjob,poddisruptionbudget,networkpolicy",
+        "service,deployment,cronjob,poddisruptionbudget,networkpolicy,priorityclass",
         "-o",
         "json",
     )

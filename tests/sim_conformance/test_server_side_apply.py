@@ -52,7 +52,7 @@ APPLY = "application/apply-patch+yaml"
 OVERLAY = "deploy/overlays/deployment"
 KINDS = (
     "namespace,serviceaccount,role,clusterrole,rolebinding,clusterrolebinding,configmap,"
-    "service,deployment,cronjob,poddisruptionbudget,networkpolicy"
+    "service,deployment,cronjob,poddisruptionbudget,networkpolicy,priorityclass"
 )
 # Kinds whose status a controller of the simulator writes: their resourceVersion may move
 # between two reads for reasons of its own.

@@ -21,6 +21,7 @@ from nodefence_sim.resources import (
     JOBS,
     PDBS,
     PODS,
+    PRIORITY_CLASSES,
     REPLICASETS,
     SECRETS,
     SERVICES,
@@ -203,6 +204,8 @@ def defaults_on_create(rt: ResourceType, obj: Obj, existing: Iterable[Obj]) -> N
             "desiredHealthy": 0,
             "expectedPods": 0,
         }
+    elif rt.key == PRIORITY_CLASSES.key:
+        obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
 def service_update(old: Obj, new: Obj) -> None:

@@ -609,7 +609,6 @@ def _prepare_for_create(rt: ResourceType, body: Obj, uid: str, existing: list[Ob
     obj.setdefault("metadata", {})["uid"] = uid
     defaults_on_create(rt, obj, existing)
     if rt.key == PODS.key:
-        obj["spec"].setdefault("priority", 0)
         obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
     elif rt.key == NAMESPACES.key:
         obj["spec"] = {"finalizers": ["kubernetes"]}

@@ -247,6 +247,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "batch.v1.JobCondition": ("type", "status"),
     "batch.v1.CronJobSpec": ("schedule", "jobTemplate"),
     "networking.v1.IPBlock": ("cidr",),
+    "scheduling.v1.PriorityClass": ("value",),
     "autoscaling.v1.ScaleStatus": ("replicas",),
     "authorization.v1.SelfSubjectAccessReview": ("spec",),
     "authorization.v1.SubjectAccessReview": ("spec",),

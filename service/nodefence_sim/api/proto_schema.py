@@ -1700,6 +1700,13 @@ MESSAGES: dict[str, dict[int, Field]] = {
         6: Field("expectedPods", "int32", always=True),
         7: Field("conditions", "meta.v1.Condition", shape="list"),
     },
+    "scheduling.v1.PriorityClass": {
+        1: Field("metadata", "meta.v1.ObjectMeta"),
+        2: Field("value", "int32", always=True),
+        3: Field("globalDefault", "bool"),
+        4: Field("description", "string"),
+        5: Field("preemptionPolicy", "string", pointer=True, go_type="v1.PreemptionPolicy"),
+    },
     "policy.v1.Eviction": {
         1: Field("metadata", "meta.v1.ObjectMeta"),
         2: Field("deleteOptions", "meta.v1.DeleteOptions"),
@@ -1844,6 +1851,7 @@ KINDS: dict[tuple[str, str], str] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): "networking.v1.NetworkPolicy",
     ("policy/v1", "PodDisruptionBudget"): "policy.v1.PodDisruptionBudget",
     ("policy/v1", "Eviction"): "policy.v1.Eviction",
+    ("scheduling.k8s.io/v1", "PriorityClass"): "scheduling.v1.PriorityClass",
     ("autoscaling/v1", "Scale"): "autoscaling.v1.Scale",
     (
         "authorization.k8s.io/v1",

@@ -25,6 +25,7 @@ from nodefence_sim.resources import (
     NODES,
     PDBS,
     PODS,
+    PRIORITY_CLASSES,
     PVCS,
     PVS,
     REPLICASETS,
@@ -552,6 +553,16 @@ def _pdb_row(obj: Obj, now: datetime) -> list[Any]:
     ]
 
 
+def _priority_class_row(obj: Obj, now: datetime) -> list[Any]:
+    return [
+        _meta(obj)["name"],
+        int(obj.get("value", 0)),
+        bool(obj.get("globalDefault", False)),
+        _created(obj, now),
+        str(obj.get("preemptionPolicy") or ""),
+    ]
+
+
 def _generic_row(obj: Obj, now: datetime) -> list[Any]:
     return [_meta(obj)["name"], _created(obj, now)]
 
@@ -765,6 +776,16 @@ PRINTERS: dict[tuple[str, str], tuple[list[Column], Printer]] = {
             ("Age", _S, 0),
         ],
         _pdb_row,
+    ),
+    PRIORITY_CLASSES.key: (
+        [
+            ("Name", _S, 0),
+            ("Value", _I, 0),
+            ("Global-Default", _B, 0),
+            ("Age", _S, 0),
+            ("PreemptionPolicy", _S, 0),
+        ],
+        _priority_class_row,
     ),
 }
 
