@@ -150,10 +150,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     fencing.add_argument("node", nargs="*", help="only these nodes (default: every one)")
     fencing.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    fencing.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds each node's BMC or agent may take to answer (default 30)",
+    )
+    fencing.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=8,
+        help="nodes read at once (default 8)",
+    )
     from nodefence.commands import entry as operator_commands
 
     operator_commands.register(sub, flags)
     return parser
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds <= 600:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 600 seconds")
+    return seconds
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 256:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number from 1 to 256")
+    return int(value)
 
 
 def _go_duration(value: str) -> str:
@@ -500,7 +528,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if args.command == "check-fencing":
         from nodefence.fencing.check import main as check_fencing
 
-        return check_fencing(args.node, args.output)
+        return check_fencing(
+            args.node, args.output, timeout=args.timeout, concurrency=args.concurrency
+        )
     if args.command == "reconcile":
         return _reconcile()
     return _check_config(args.offline)

@@ -235,3 +235,54 @@ async def test_an_agent_exiting_2_without_status_off_is_unknown_not_off(
     assert "without printing Status: OFF" in report["error"]
     assert "can't open file" in report["error"]
     assert AGENT_PASSWORD not in out + err
+
+
+async def test_a_silent_bmc_costs_the_timeout_given_and_the_table_shows_identity_and_time(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """A BMC that accepts the connection and never answers is cut at ``--timeout``, named, and
+    the others still answer; the text table shows each target's identity and the run's time."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    inventory = sim_inventory(tmp_path, cluster)
+    inventory["nodes"]["compute02"]["address"] = f"http://127.0.0.1:{port}"
+    try:
+        code, out, err = await nodefence(
+            tmp_path,
+            "check-fencing",
+            "--timeout",
+            "1",
+            "--concurrency",
+            "2",
+            inventory=inventory,
+            kubeconfig=cluster.kubeconfig,
+        )
+    finally:
+        server.close()
+        for writer in accepted:
+            writer.close()
+    assert code == 1, out + err
+    header, *rows = out.splitlines()
+    assert header.split()[:6] == ["NODE", "DRIVER", "STATE", "SECONDS", "IDENTITY", "TARGET"]
+    (silent_row,) = [r for r in rows if r.startswith("compute02 ")]
+    assert " unknown " in silent_row
+    (answered,) = [r for r in rows if r.startswith("compute01 ")]
+    assert " on " in answered
+    assert " ok " in answered, answered
+    assert accepted, "the silent BMC was asked"
+    summary = out.splitlines()[-1]
+    assert summary.startswith("NOT OK: ")
+    assert " nodes answered in " in summary
+    assert summary.endswith("s")
+
+
+async def test_check_fencing_refuses_a_timeout_or_concurrency_out_of_range(tmp_path: Path) -> None:
+    for args in (("--timeout", "0"), ("--timeout", "x"), ("--concurrency", "0")):
+        code, _out, err = await nodefence(tmp_path, "check-fencing", *args, inventory=None)
+        assert code == 2, (args, err)
+        assert "check-fencing" in err

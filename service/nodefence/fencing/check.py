@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_TIMEOUT_SECONDS = 30.0
+CLOSE_GRACE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class FencingCheck:
     cluster: str = "not checked"
     # Per inventory node, with the cluster: whether its target reports the Node's machine.
     identities: list[IdentityCheck] = field(default_factory=list)
+    # How long the whole check took, for the operator timing a fleet's BMCs.
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -76,6 +79,7 @@ class FencingCheck:
             "conflicts": self.conflicts,
             "cluster": self.cluster,
             "identities": [asdict(c) for c in self.identities],
+            "seconds": self.seconds,
         }
 
 
@@ -89,9 +93,18 @@ async def read_node(inventory: Inventory, node: str, timeout: float) -> NodeChec
     if driver is None:
         return NodeCheck(node, driver_name, "", "unknown", 0.0, "no driver for this entry")
     try:
-        reading = await driver.status(timeout)
-    finally:
-        await driver.close()
+        # The driver bounds each exchange; this bounds the node's whole read (its retries
+        # and a close that hangs included), so one dead BMC costs the operator ``timeout``.
+        async with asyncio.timeout(timeout + CLOSE_GRACE_SECONDS):
+            try:
+                reading = await driver.status(timeout)
+            finally:
+                await driver.close()
+    except TimeoutError:
+        seconds = round(time.monotonic() - started, 3)
+        return NodeCheck(
+            node, driver_name, "", "unknown", seconds, f"no answer within {timeout:g}s"
+        )
     seconds = round(time.monotonic() - started, 3)
     target = _target(reading.source, driver_name)
     return NodeCheck(node, driver_name, target, reading.state, seconds, reading.detail)
@@ -178,18 +191,38 @@ async def check_fencing(
     return result
 
 
+def _identity(checks: Mapping[str, IdentityCheck], node: str) -> str:
+    """The identity column: which machine the target reported, and whether it is the Node's."""
+    check = checks.get(node)
+    if check is None:
+        return "-"
+    if not check.bound:
+        return "NOT THIS NODE'S"
+    return f"ok ({check.reported})" if check.reported else "ok"
+
+
 def as_text(result: FencingCheck) -> str:
     lines = []
-    header = ("NODE", "DRIVER", "STATE", "SECONDS", "TARGET", "ERROR")
+    checks = {c.node: c for c in result.identities}
+    header = ("NODE", "DRIVER", "STATE", "SECONDS", "IDENTITY", "TARGET", "ERROR")
     rows = [
-        (n.node, n.driver or "-", n.state, f"{n.seconds:.2f}", n.target or "-", n.error or "")
+        (
+            n.node,
+            n.driver or "-",
+            n.state,
+            f"{n.seconds:.2f}",
+            _identity(checks, n.node),
+            n.target or "-",
+            n.error or "",
+        )
         for n in result.nodes
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    shown = len(header) - 1
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(shown)]
     for row in [header, *rows]:
         lines.append(
-            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5]))
-            + (f"  {row[5]}" if row[5] else "")
+            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:shown]))
+            + (f"  {row[shown]}" if row[shown] else "")
         )
     for node in result.uncovered:
         lines.append(f"MISSING  {node}: a fencing rule matches it but the BMC inventory lacks it")
@@ -201,7 +234,9 @@ def as_text(result: FencingCheck) -> str:
     lines.append(f"cluster: {result.cluster}")
     answered = sum(1 for n in result.nodes if n.answered)
     verdict = "ok" if result.ok else "NOT OK"
-    lines.append(f"{verdict}: {answered} of {len(result.nodes)} nodes answered")
+    lines.append(
+        f"{verdict}: {answered} of {len(result.nodes)} nodes answered in {result.seconds:.2f}s"
+    )
     return "\n".join(lines)
 
 
@@ -240,7 +275,13 @@ async def _cluster_nodes(
     return nodes, identities, ""
 
 
-def main(nodes: Sequence[str], output: str) -> int:
+def main(
+    nodes: Sequence[str],
+    output: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> int:
     """The ``check-fencing`` command: 0 only if every node answered (and, with the cluster,
     every node a powering rule matches is in the inventory with the rule's driver)."""
     import json
@@ -267,10 +308,20 @@ def main(nodes: Sequence[str], output: str) -> int:
         return 2
 
     async def run() -> FencingCheck:
+        started = time.monotonic()
         cluster, identities, note = await _cluster_nodes(settings.request_deadline_seconds)
-        return await check_fencing(
-            policy, inventory, nodes, cluster, cluster_note=note, identities=identities
+        result = await check_fencing(
+            policy,
+            inventory,
+            nodes,
+            cluster,
+            cluster_note=note,
+            identities=identities,
+            timeout=timeout,
+            concurrency=concurrency,
         )
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
 
     result = asyncio.run(run())
     print(json.dumps(result.as_dict(), indent=2) if output == "json" else as_text(result))
