@@ -55,14 +55,30 @@ def test_both_overlays_exist() -> None:
     assert OVERLAYS == ["deployment", "knative"]
 
 
+# The grants that live where their objects do: Node Events in default, node Leases in
+# kube-node-lease (deploy/base/rbac.yaml).
+ELSEWHERE = {
+    ("Role", "nodefence-node-events"): "default",
+    ("RoleBinding", "nodefence-node-events"): "default",
+    ("Role", "nodefence-node-leases"): "kube-node-lease",
+    ("RoleBinding", "nodefence-node-leases"): "kube-node-lease",
+}
+
+
 def test_overlay_renders_into_the_nodefence_namespace(objs: list[Obj]) -> None:
     assert objs
+    seen = set()
     for o in objs:
         assert o["metadata"]["name"]
+        key = (o["kind"], o["metadata"]["name"])
         if o["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in o["metadata"]
+        elif key in ELSEWHERE:
+            assert o["metadata"]["namespace"] == ELSEWHERE[key], o["metadata"]
+            seen.add(key)
         else:
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
+    assert seen == set(ELSEWHERE)
 
 
 def test_builtin_objects_validate_against_kubernetes_schemas(objs: list[Obj]) -> None:

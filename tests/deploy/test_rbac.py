@@ -1,8 +1,13 @@
-"""RBAC grants exactly the API calls listed in deploy/base/api-calls.yaml: no more, no less."""
+"""RBAC grants exactly the API calls listed in deploy/base/api-calls.yaml: no more, no less.
+
+The base grants the calls of the base's features; each optional feature's component adds
+exactly the calls listed for it (``component:``), and nothing else grants them."""
 
 from __future__ import annotations
 
 import inspect
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,11 +15,10 @@ import yaml
 
 from nodefence.kube.client import KubeClient
 
-from .conftest import DEPLOY, NAMESPACE, Obj, one, rendered
+from .conftest import DEPLOY, NAMESPACE, Obj, find, kustomize, one, rendered
 
 Grant = tuple[str, ...]
-
-SCOPE_OF_KIND = {"ClusterRole": "cluster", "Role": "namespace"}
+ACCOUNT = {"kind": "ServiceAccount", "name": "nodefence", "namespace": NAMESPACE}
 
 
 def listed_calls() -> list[dict[str, Any]]:
@@ -24,10 +28,19 @@ def listed_calls() -> list[dict[str, Any]]:
     return calls
 
 
-def expand_calls(calls: list[dict[str, Any]]) -> set[Grant]:
+def call_scope(call: dict[str, Any]) -> str:
+    """cluster; namespace (nodefence's own); namespace:NAME (a fixed namespace)."""
+    scope: str = call["scope"]
+    return f"namespace:{call['namespace']}" if "namespace" in call else scope
+
+
+def expand_calls(calls: list[dict[str, Any]], components: set[str] | None = None) -> set[Grant]:
+    """The grants the calls need: the base's, and those of ``components`` (None: every one)."""
     grants: set[Grant] = set()
     for call in calls:
-        scope = call["scope"]
+        if "component" in call and components is not None and call["component"] not in components:
+            continue
+        scope = call_scope(call)
         for verb in call["verbs"]:
             if "nonResourceURL" in call:
                 grants.add((scope, "url", call["nonResourceURL"], verb))
@@ -37,8 +50,15 @@ def expand_calls(calls: list[dict[str, Any]]) -> set[Grant]:
     return grants
 
 
+def role_scope(role: Obj) -> str:
+    if role["kind"] == "ClusterRole":
+        return "cluster"
+    namespace = role["metadata"]["namespace"]
+    return "namespace" if namespace == NAMESPACE else f"namespace:{namespace}"
+
+
 def expand_rules(role: Obj) -> set[Grant]:
-    scope = SCOPE_OF_KIND[role["kind"]]
+    scope = role_scope(role)
     grants: set[Grant] = set()
     for rule in role["rules"]:
         for verb in rule["verbs"]:
@@ -51,18 +71,76 @@ def expand_rules(role: Obj) -> set[Grant]:
     return grants
 
 
+def granted(objs: list[Obj]) -> set[Grant]:
+    grants: set[Grant] = set()
+    for role in find(objs, "ClusterRole") + find(objs, "Role"):
+        grants |= expand_rules(role)
+    return grants
+
+
 @pytest.fixture(params=["deployment", "knative"])
-def roles(request: pytest.FixtureRequest) -> tuple[Obj, Obj, list[Obj]]:
+def roles(request: pytest.FixtureRequest) -> tuple[Obj, list[Obj], list[Obj]]:
     objs = rendered(request.param)
-    return one(objs, "ClusterRole"), one(objs, "Role"), objs
+    return one(objs, "ClusterRole"), find(objs, "Role"), objs
 
 
-def test_roles_grant_exactly_the_listed_calls(roles: tuple[Obj, Obj, list[Obj]]) -> None:
-    cluster_role, role, _ = roles
-    granted = expand_rules(cluster_role) | expand_rules(role)
-    listed = expand_calls(listed_calls())
-    assert granted - listed == set(), "granted but not listed"
-    assert listed - granted == set(), "listed but not granted"
+def test_roles_grant_exactly_the_base_calls(roles: tuple[Obj, list[Obj], list[Obj]]) -> None:
+    _, _, objs = roles
+    listed = expand_calls(listed_calls(), components=set())
+    assert granted(objs) - listed == set(), "granted but not listed"
+    assert listed - granted(objs) == set(), "listed but not granted"
+
+
+FEATURE_COMPONENTS = sorted({c["component"] for c in listed_calls() if "component" in c})
+
+
+def test_the_optional_calls_are_off_in_the_base() -> None:
+    assert FEATURE_COMPONENTS == ["finalizer-stripping", "volume-attachment-cleanup"]
+    base = expand_calls(listed_calls(), components=set())
+    assert ("cluster", "", "pods", "patch", "*") not in base
+    assert ("cluster", "storage.k8s.io", "volumeattachments", "delete", "*") not in base
+
+
+def with_components(tmp_path: Path, overlay: str, components: list[str]) -> list[Obj]:
+    """An operator's overlay: a shipped overlay and some of the shipped components."""
+    up = Path(os.path.relpath(DEPLOY, tmp_path))
+    lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization"]
+    lines += ["resources:", f"  - {up / 'overlays' / overlay}", "components:"]
+    lines += [f"  - {up / 'components' / c}" for c in components]
+    (tmp_path / "kustomization.yaml").write_text("\n".join(lines) + "\n")
+    return kustomize(tmp_path)
+
+
+@pytest.mark.parametrize("overlay", ["deployment", "knative"])
+@pytest.mark.parametrize(
+    "components", [[c] for c in FEATURE_COMPONENTS] + [FEATURE_COMPONENTS], ids=str
+)
+def test_each_feature_component_adds_exactly_its_calls(
+    tmp_path: Path, overlay: str, components: list[str]
+) -> None:
+    objs = with_components(tmp_path, overlay, components)
+    listed = expand_calls(listed_calls(), components=set(components))
+    assert granted(objs) - listed == set(), "granted but not listed"
+    assert listed - granted(objs) == set(), "listed but not granted"
+    assert len(find(objs, "ClusterRole")) == 1
+
+
+def test_namespaced_grants_are_roles_in_their_namespace(
+    roles: tuple[Obj, list[Obj], list[Obj]],
+) -> None:
+    """Node Events and node Leases: a Role where they live, no cluster-wide rule."""
+    cluster_role, namespaced, _ = roles
+    where = {r["metadata"]["name"]: r["metadata"]["namespace"] for r in namespaced}
+    assert where == {
+        "nodefence": NAMESPACE,
+        "nodefence-node-events": "default",
+        "nodefence-node-leases": "kube-node-lease",
+    }
+    resources = {res for rule in cluster_role["rules"] for res in rule.get("resources", [])}
+    assert not {"events", "leases", "configmaps"} & resources
+    for call in listed_calls():
+        if call["scope"] == "namespace" and "namespace" in call:
+            assert call["namespace"] in where.values(), call
 
 
 # Each KubeClient method (the only way the service reaches the API) and the calls it makes.
@@ -79,7 +157,7 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "delete_pod": {("cluster", "", "pods", "delete", "*")},
     "patch_pod_json": {("cluster", "", "pods", "patch", "*")},
     # Node heartbeats in kube-node-lease.
-    "get_lease": {("cluster", "coordination.k8s.io", "leases", "get", "*")},
+    "get_lease": {("namespace:kube-node-lease", "coordination.k8s.io", "leases", "get", "*")},
     # The pause switch and external fencing's written proofs (nodefence-power.<node>, names
     # that follow the nodes), all in nodefence's namespace.
     "get_configmap": {("namespace", "", "configmaps", "get", "*")},
@@ -97,8 +175,13 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
         ("namespace", "", "configmaps", "update", "nodefence-fences"),
         ("namespace", "", "configmaps", "update", "nodefence-fencing-probes"),
     },
-    "create_event": {("cluster", "", "events", "create", "*")},
-    "patch_event": {("cluster", "", "events", "patch", "*")},
+    # Events on Nodes (in default) and on nodefence itself (in its namespace).
+    "create_event": {
+        ("namespace:default", "", "events", "create", "*"),
+        ("namespace", "", "events", "create", "*"),
+    },
+    # A repeat counted onto a Node's Event.
+    "patch_event": {("namespace:default", "", "events", "patch", "*")},
     "list_volume_attachments": {("cluster", "storage.k8s.io", "volumeattachments", "list", "*")},
     "delete_volume_attachment": {("cluster", "storage.k8s.io", "volumeattachments", "delete", "*")},
 }
@@ -121,8 +204,8 @@ def test_the_roles_grant_exactly_the_calls_the_code_makes() -> None:
     assert from_code - listed == set(), "called but not granted"
 
 
-def test_an_extra_grant_is_detected(roles: tuple[Obj, Obj, list[Obj]]) -> None:
-    cluster_role, role, _ = roles
+def test_an_extra_grant_is_detected(roles: tuple[Obj, list[Obj], list[Obj]]) -> None:
+    cluster_role, namespaced, objs = roles
     widened = {
         **cluster_role,
         "rules": [
@@ -130,11 +213,16 @@ def test_an_extra_grant_is_detected(roles: tuple[Obj, Obj, list[Obj]]) -> None:
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
         ],
     }
-    assert expand_rules(widened) | expand_rules(role) != expand_calls(listed_calls())
+    others = [o for o in objs if o is not cluster_role]
+    base = expand_calls(listed_calls(), components=set())
+    assert granted([*others, widened]) != base
+    # A Role moved to another namespace is another grant.
+    moved = [{**r, "metadata": {**r["metadata"], "namespace": NAMESPACE}} for r in namespaced]
+    assert granted([cluster_role, *moved]) != base
 
 
-def test_no_wildcards_secrets_or_escalation(roles: tuple[Obj, Obj, list[Obj]]) -> None:
-    for role in roles[:2]:
+def test_no_wildcards_secrets_or_escalation(roles: tuple[Obj, list[Obj], list[Obj]]) -> None:
+    for role in [roles[0], *roles[1]]:
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
                 assert "*" not in rule.get(field, []), (role["kind"], rule)
@@ -142,22 +230,25 @@ def test_no_wildcards_secrets_or_escalation(roles: tuple[Obj, Obj, list[Obj]]) -
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
 
 
-def test_bindings_bind_the_service_account(roles: tuple[Obj, Obj, list[Obj]]) -> None:
-    cluster_role, role, objs = roles
-    subject = {"kind": "ServiceAccount", "name": "nodefence", "namespace": NAMESPACE}
+def test_bindings_bind_the_service_account(roles: tuple[Obj, list[Obj], list[Obj]]) -> None:
+    cluster_role, namespaced, objs = roles
     crb = one(objs, "ClusterRoleBinding")
     assert crb["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
         "name": cluster_role["metadata"]["name"],
     }
-    assert crb["subjects"] == [subject]
-    rb = one(objs, "RoleBinding")
-    assert rb["metadata"]["namespace"] == NAMESPACE == role["metadata"]["namespace"]
-    assert rb["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": role["metadata"]["name"],
-    }
-    assert rb["subjects"] == [subject]
+    assert crb["subjects"] == [ACCOUNT]
+    bindings = find(objs, "RoleBinding")
+    assert len(bindings) == len(namespaced)
+    for role in namespaced:
+        [rb] = [
+            b
+            for b in bindings
+            if b["metadata"]["namespace"] == role["metadata"]["namespace"]
+            and b["roleRef"]["name"] == role["metadata"]["name"]
+        ]
+        assert rb["roleRef"]["kind"] == "Role"
+        assert rb["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io"
+        assert rb["subjects"] == [ACCOUNT]
     one(objs, "ServiceAccount", "nodefence")
