@@ -46,6 +46,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from kubernetes import client, watch
 
 from nodefence_sim.resources import CONFIGMAPS
@@ -67,19 +68,21 @@ async def test_apply_kustomize_overlay_creates_every_object(seed: SimulatorHandl
     code, listing = await kubectl(
         seed,
         "get",
-        "-n",
-        "nodefence",
+        "--all-namespaces",
         "namespace,serviceaccount,role,clusterrole,rolebinding,clusterrolebinding,configmap,"
         "service,deployment,cronjob,poddisruptionbudget,networkpolicy,priorityclass",
         "-o",
         "json",
     )
     assert code == 0, listing
-    found = {(o["kind"], o["metadata"]["name"]) for o in json.loads(listing)["items"]}
-    for line in rendered.split("\n---\n"):
-        kind = next(ln.split(": ", 1)[1] for ln in line.splitlines() if ln.startswith("kind:"))
-        name = next(ln.split(": ", 1)[1] for ln in line.splitlines() if ln.startswith("  name:"))
-        assert (kind, name) in found, (kind, name)
+    found = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        for o in json.loads(listing)["items"]
+    }
+    for doc in yaml.safe_load_all(rendered):
+        if doc:
+            key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+            assert key in found, key
     # Applying again changes nothing, as on a real cluster.
     code, again = await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
     assert code == 0, again

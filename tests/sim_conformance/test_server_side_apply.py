@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -76,6 +77,25 @@ async def get(handle: SimulatorHandle, *args: str) -> Any:
     return json.loads(out)
 
 
+Key = tuple[str, str, str]  # kind, namespace ("" when cluster-wide), name
+
+
+def rendered_keys(rendered: str) -> list[Key]:
+    """The objects ``kubectl kustomize`` rendered."""
+    return [
+        (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+        for doc in yaml.safe_load_all(rendered)
+        if doc
+    ]
+
+
+def keyed(listing: Any) -> dict[Key, Any]:
+    return {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+        for o in listing["items"]
+    }
+
+
 def entries(obj: Any) -> dict[tuple[str, str], Any]:
     """managedFields by (manager, operation)."""
     return {(e["manager"], e["operation"]): e for e in obj["metadata"]["managedFields"]}
@@ -93,16 +113,14 @@ async def test_overlay_server_side_apply_creates_everything_once(seed: Simulator
     assert "deployment.apps/nodefence serverside-applied" in out
     code, rendered = await kubectl(seed, "kustomize", OVERLAY)
     assert code == 0, rendered
-    listing = await get(seed, "-n", "nodefence", KINDS)
-    found = {(o["kind"], o["metadata"]["name"]): o for o in listing["items"]}
-    for doc in rendered.split("\n---\n"):
-        kind = next(ln.split(": ", 1)[1] for ln in doc.splitlines() if ln.startswith("kind:"))
-        name = next(ln.split(": ", 1)[1] for ln in doc.splitlines() if ln.startswith("  name:"))
-        obj = found[(kind, name)]
+    made = rendered_keys(rendered)
+    found = keyed(await get(seed, "--all-namespaces", KINDS))
+    for key in made:
+        obj = found[key]
         apply_entry = entries(obj)[("kubectl", "Apply")]
         assert apply_entry["fieldsType"] == "FieldsV1"
         assert apply_entry["apiVersion"] == obj["apiVersion"]
-    deployment = found[("Deployment", "nodefence")]
+    deployment = found[("Deployment", "nodefence", "nodefence")]
     owned = entries(deployment)[("kubectl", "Apply")]["fieldsV1"]
     container = owned["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"nodefence"}']
     assert container["."] == {}
@@ -113,9 +131,9 @@ async def test_overlay_server_side_apply_creates_everything_once(seed: Simulator
 
     code, again = await kubectl(seed, "apply", "--server-side", "-k", OVERLAY)
     assert code == 0, again
-    after = await get(seed, "-n", "nodefence", KINDS)
-    for obj in after["items"]:
-        before = found[(obj["kind"], obj["metadata"]["name"])]
+    after = keyed(await get(seed, "--all-namespaces", KINDS))
+    for key in made:
+        obj, before = after[key], found[key]
         if obj["kind"] in STATUS_WRITTEN:
             assert obj["metadata"]["generation"] == before["metadata"]["generation"]
             assert entries(obj)[("kubectl", "Apply")] == entries(before)[("kubectl", "Apply")]
