@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.errors import ConfigError
+from nodefence.http.tls import TlsPairError, load_pair
 from nodefence.http.tokens import TokenFileError, read_token_file, split_tokens
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -72,6 +73,20 @@ class Settings(BaseSettings):
         default=8080, ge=0, le=65535, validation_alias=AliasChoices("PORT", "NODEFENCE_PORT")
     )
     host: str = "0.0.0.0"
+    # The webhook over TLS: a certificate chain and its private key (PEM), mounted from a
+    # Secret (cert-manager's tls.crt and tls.key) and re-read when they change, so a renewal
+    # needs no restart. Unset: plain HTTP.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # Read limits on every connection, as production HTTP servers have, so a client that opens
+    # connections and drips bytes (slowloris) cannot hold them open: the request line and
+    # headers (and, with TLS, the handshake) must arrive within header_timeout_seconds of the
+    # connection or of the request's first byte, the body within body_timeout_seconds of the
+    # headers, and a kept-alive connection may wait idle idle_timeout_seconds for its next
+    # request. Alertmanager sends a whole webhook at once, in milliseconds.
+    header_timeout_seconds: float = Field(default=10, gt=0, le=600)
+    body_timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    idle_timeout_seconds: float = Field(default=75, gt=0, le=3600)
     max_body_bytes: int = Field(default=1048576, gt=0)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -139,6 +154,8 @@ class Settings(BaseSettings):
         "alertmanager_user",
         "alertmanager_password",
         "alertmanager_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
         mode="before",
     )
     @classmethod
@@ -177,6 +194,21 @@ class Settings(BaseSettings):
             try:
                 read_token_file(self.alert_token_file)
             except TokenFileError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _loadable_tls_pair(self) -> Settings:
+        # Loaded once here so that a missing file or a key that does not match its certificate
+        # fails at start (and in check-config), naming the files, never their content.
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError(
+                "NODEFENCE_TLS_CERT_FILE and NODEFENCE_TLS_KEY_FILE must be set together"
+            )
+        if self.tls_cert_file is not None and self.tls_key_file is not None:
+            try:
+                load_pair(self.tls_cert_file, self.tls_key_file)
+            except TlsPairError as exc:
                 raise ValueError(str(exc)) from None
         return self
 

@@ -12,8 +12,15 @@ from nodefence.fencing.probe import fencing_probe_for
 from nodefence.http import handlers, openapi
 from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
 from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
+from nodefence.http.limits import (
+    ConnectionGuards,
+    GuardedSite,
+    ReadLimits,
+    read_limits_middleware,
+)
 from nodefence.http.middleware import observe_middleware
 from nodefence.http.problems import problem_middleware
+from nodefence.http.tls import TlsCertificates
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline_api import PipelineApi
@@ -21,9 +28,12 @@ from nodefence.reconcile_loop import reconcile_loop_for
 from nodefence.settings import Settings
 from nodefence.slack.routes import NO_SLACK, SlackIntegration, add_slack_routes
 
-__all__ = ["PROTECTED_PATHS", "build_app", "run"]
+__all__ = ["GUARDS", "PROTECTED_PATHS", "build_app", "run"]
 
 PROTECTED_PATHS = frozenset({"/alerts", "/reconcile", "/decisions"})
+# The read deadlines of the open connections (``http.limits``), shared by the middleware that
+# ends a request's header deadline and the site that arms it.
+GUARDS = web.AppKey("read_guards", ConnectionGuards)
 
 log = get_logger("nodefence.http")
 
@@ -39,15 +49,24 @@ def build_app(
     and ``slack`` (from ``runtime.build_service``) to answer Slack's approval buttons."""
     warn_if_disabled(settings)
     metrics = metrics if metrics is not None else Metrics()
+    guards = ConnectionGuards(
+        ReadLimits(
+            header_seconds=settings.header_timeout_seconds,
+            body_seconds=settings.body_timeout_seconds,
+            idle_seconds=settings.idle_timeout_seconds,
+        )
+    )
     app = web.Application(
         # Also bounds bodies of routes that read them with aiohttp's own helpers.
         client_max_size=settings.max_body_bytes,
         middlewares=[
             observe_middleware(metrics),
             problem_middleware,
+            read_limits_middleware(guards),
             auth_middleware(Authenticator(settings), PROTECTED_PATHS, metrics),
         ],
     )
+    app[GUARDS] = guards
     app[SETTINGS] = settings
     app[PIPELINE] = pipeline
     app[METRICS] = metrics
@@ -77,7 +96,16 @@ async def run(
     On the signal the listener closes at once, ``/readyz`` turns 503, requests in flight get up
     to ``request_deadline_seconds`` to finish, and only then is the pipeline closed, so no
     decision is cut off between its write to the cluster and its answer to Alertmanager.
+
+    With ``tls_cert_file`` and ``tls_key_file`` the listener speaks HTTPS only, and the pair is
+    re-read when the files change (``http.tls``); every connection has the read deadlines of
+    ``http.limits``.
     """
+    tls = (
+        TlsCertificates(settings.tls_cert_file, settings.tls_key_file)
+        if settings.tls_cert_file is not None and settings.tls_key_file is not None
+        else None
+    )
     app = build_app(settings, pipeline, metrics=metrics, slack=slack)
     reconciler = reconcile_loop_for(settings, pipeline, app[METRICS], app[DECISIONS])
     prober = fencing_probe_for(settings, app[METRICS].registry, pipeline)
@@ -86,6 +114,8 @@ async def run(
         access_log=None,
         handle_signals=False,
         shutdown_timeout=settings.request_deadline_seconds,
+        # How long a kept-alive connection may wait idle for its next request.
+        keepalive_timeout=settings.idle_timeout_seconds,
     )
     stopping = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -98,7 +128,13 @@ async def run(
         installed.append(signum)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port)
+        site = GuardedSite(
+            runner,
+            settings.host,
+            settings.port,
+            guards=app[GUARDS],
+            ssl_context=tls.listener if tls is not None else None,
+        )
         await site.start()
         reconciler.start()
         prober.start()
@@ -108,6 +144,9 @@ async def run(
             identity=settings.identity,
             namespace=settings.namespace,
             dry_run=settings.dry_run,
+            tls=tls is not None,
+            header_timeout_seconds=settings.header_timeout_seconds,
+            body_timeout_seconds=settings.body_timeout_seconds,
         )
         await stopping.wait()
         log.info("shutting_down", grace_seconds=settings.request_deadline_seconds)
