@@ -2,8 +2,8 @@
 returns only once the Deployment's replicas are available (kwok runs them on its nodes and marks
 them Running and Ready), the restricted Pod Security profile admits the pods, the scheduler
 places the two replicas on two nodes at the chart's own priority, the ServiceAccount may make
-exactly nodefence's calls, and ``helm uninstall`` takes every object away again, the
-cluster-scoped ones included.
+exactly nodefence's calls, a new policy given to ``helm upgrade`` replaces the pods, and
+``helm uninstall`` takes every object away again, the cluster-scoped ones included.
 """
 
 from __future__ import annotations
@@ -147,6 +147,41 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
             ready = {c.type: c.status for c in pod.status.conditions}
             assert ready["Ready"] == "True", pod.metadata.name
             assert pod.spec.containers[0].env_from[0].secret_ref.name == "nodefence-secrets"
+
+        # A new policy rolls the receivers (the checksum on the pod template): helm upgrade
+        # --wait returns with both replicas replaced and serving the new ConfigMap.
+        before = {p.metadata.name for p in running}
+        policy = tmp_path / "policy.yaml"
+        policy.write_text("rules:\n  - name: default\n    approval: slack\n")
+        helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            "--set-file",
+            f"policy={policy}",
+            "--wait",
+            "--timeout",
+            "5m",
+            home=home,
+            timeout=420,
+            KUBECONFIG=kubeconfig,
+        )
+        configmap = core.read_namespaced_config_map(f"{NAME}-policy", NAMESPACE)
+        assert configmap.data["policy.yaml"] == policy.read_text()
+        rolled = apps.read_namespaced_deployment(NAME, NAMESPACE).status
+        assert rolled.updated_replicas == rolled.available_replicas == 2
+        serving = [
+            p
+            for p in core.list_namespaced_pod(
+                NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+            ).items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        ]
+        assert {p.metadata.name for p in serving}.isdisjoint(before)
+        assert len(serving) == 2
 
         # The API server's authorizer grants the account exactly what nodefence does.
         assert may(real_backend, "update", "nodes")
