@@ -101,6 +101,11 @@ SETUPS = {
         ["overlays/deployment"],
         ["components/bmc-inventory"],
     ),
+    "deployment-optional-grants": (
+        ["--set", "rbac.finalizerStripping=true,rbac.volumeAttachmentCleanup=true"],
+        ["overlays/deployment"],
+        ["components/finalizer-stripping", "components/volume-attachment-cleanup"],
+    ),
     "knative": (["--set", "mode=knative"], ["overlays/knative"], []),
     "knative-placement-bmc-inventory": (
         [

@@ -189,6 +189,16 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
         assert may(
             real_backend, "update", "configmaps", namespace=NAMESPACE, name="nodefence-fences"
         )
+        assert may(
+            real_backend, "get", "leases", group="coordination.k8s.io", namespace="kube-node-lease"
+        )
+        assert may(real_backend, "create", "events", namespace="default")
+        assert not may(
+            real_backend, "get", "leases", group="coordination.k8s.io", namespace="default"
+        )
+        # The optional features' grants are off with the features.
+        assert not may(real_backend, "patch", "pods", namespace="openstack")
+        assert not may(real_backend, "delete", "volumeattachments", group="storage.k8s.io")
         assert not may(real_backend, "delete", "nodes")
         assert not may(real_backend, "get", "secrets", namespace=NAMESPACE)
         assert not may(
