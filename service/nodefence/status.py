@@ -9,6 +9,7 @@ what the machines' BMCs or fence agents last answered to nodefence's power steps
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from nodefence.alertmanager.client import AlertmanagerUnavailableError, held_nodes
@@ -16,9 +17,10 @@ from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.engine.record import BmcReading, FenceRecord, Phase
-from nodefence.engine.wording import duration, instant
+from nodefence.engine.wording import duration, instant, parse_instant
 from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.pipeline import Pipeline
+from nodefence.policy import Policy, Rule
 from nodefence.shell.volume_gauge import attached_volumes
 
 
@@ -132,6 +134,7 @@ async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
     probes = await probe_view(
         pipeline.kube, pipeline.reader.namespace, pipeline.loop.inventory, deadline
     )
+    _earliest_unfences(status, pipeline.policy)
     return {
         **status,
         **await operator_view(pipeline, record, nodes, deadline),
@@ -185,6 +188,17 @@ def _alertmanager_line(view: dict[str, Any]) -> str:
     return f"Alertmanager: reachable at {view['url']}; node alerts held for: {held}; {fallback}"
 
 
+def _earliest_unfences(status: dict[str, Any], policy: Policy) -> None:
+    """Each fenced node seen Ready again: the earliest unfence, when its rule's healthy delay
+    has run from that moment (the other checks, pods and volumes, may hold it longer)."""
+    for fenced in status["fenced"]:
+        seen = parse_instant(fenced.get("readySeenAt"))
+        rule = policy.rule_named(fenced.get("rule")) or Rule()
+        fenced["earliestUnfence"] = (
+            instant(seen + timedelta(seconds=rule.healthy_delay_seconds)) if seen else None
+        )
+
+
 async def _volumes_of_fenced(
     status: dict[str, Any], pipeline: Pipeline, deadline: Deadline
 ) -> None:
@@ -221,7 +235,10 @@ def as_text(status: dict[str, Any]) -> str:
         proof = f["proof"] if unproven else f"proof: {f['proof']}"
         lines.append(f"      {proof}; approval: {f['approval']}")
         if f["readySeenAt"]:
-            lines.append(f"      seen Ready again since {f['readySeenAt']}")
+            lines.append(
+                f"      seen Ready again since {f['readySeenAt']}; earliest unfence "
+                f"{f['earliestUnfence']}"
+            )
         if f.get("volumesAttached"):
             names = ", ".join(
                 f"{va['name']} ({va['persistentVolume']})" for va in f["volumesAttached"]

@@ -48,12 +48,15 @@ def test_explains_why_a_dead_node_without_proof_is_not_fenced(cluster: Cluster) 
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "A firing KubeNodeNotReady alert for node control02" in out
-    assert "nodefence would not fence it" in out
+    # The headline says the verdict and, in plain words, the one guard that decides it.
+    assert "nodefence would not fence it now: there is no proof that its machine is off" in out
     # Every guard is listed with its reason, the blocking one marked.
     for guard in ("ready", "not-ready-duration", "lease", "storm", "fence-budget", "flap"):
         assert f"ok  {guard}:" in out, out
     assert "NO  power-off: rule 'default' has no fencing section" in out
-    assert "Held back by: power-off" in out
+    assert "Held back because there is no proof that its machine is off: rule 'default'" in out
+    # Internal guard names are the text's only in the per-guard listing, never its headline.
+    assert "Held back by" not in out
     _only_reads(cluster, cursor)
     assert cluster.node("control02")["metadata"]["resourceVersion"] == before
     assert cluster.oos_taints("control02") == []
@@ -70,7 +73,9 @@ def test_json_names_the_alert_the_verdict_and_each_guard(cluster: Cluster) -> No
     assert report["alert"]["alertname"] == "KubeNodeNotReady"
     assert report["alert"]["labels"]["node"] == "compute01"
     assert "no Alertmanager is configured" in report["alert"]["source"]
-    assert report["outcome"] == "would not fence it"
+    assert report["outcome"] == "would not fence it now: the node is Ready"
+    # No wait with a known end: a Ready node may stay Ready.
+    assert report["earliest"] is None
     # A Ready node with a live Lease: S1 and S2 hold it back.
     assert {"ready", "lease"} <= set(report["heldBackBy"])
     guards = {r["guard"]: r for r in report["decision"]["reasons"]}
@@ -275,3 +280,25 @@ def test_a_node_nodefence_fenced_is_said_to_be_fenced_not_refused(cluster: Clust
     assert report["outcome"].startswith("has fenced it already")
     assert report["heldBackBy"] == []
     _only_reads(cluster, cursor)
+
+
+def test_a_wait_headlines_its_guard_and_the_earliest_fence(cluster: Cluster) -> None:
+    """A node NotReady for a minute: the headline says why not now, and when at the earliest
+    (the NotReady minimum counted from its last sign of life, on the API server's clock)."""
+    cluster.down("compute02", since_seconds=60)
+    policy = cluster.policy(INFERENCE_POLICY)
+    env = {"NODEFENCE_AUTH_DISABLED": "true", "NODEFENCE_POLICY_FILE": str(policy)}
+    text = cluster.nodefence("explain", "compute02", env=env)
+    assert text.returncode == 0, text.stderr
+    assert "nodefence would not fence it now: it has not been NotReady long enough yet" in (
+        text.stdout
+    )
+    assert "Earliest it can happen: " in text.stdout
+    report = json.loads(cluster.nodefence("explain", "compute02", "-o", "json", env=env).stdout)
+    assert report["heldBackBy"][0] == "not-ready-duration"
+    earliest = datetime.fromisoformat(report["earliest"].replace("Z", "+00:00"))
+    (reason,) = [r for r in report["decision"]["reasons"] if r["guard"] == "not-ready-duration"]
+    assert not reason["passed"]
+    # At least the 5-minute default minus the minute already waited, after the decision.
+    now = datetime.fromisoformat(report["decision"]["decided_at"].replace("Z", "+00:00"))
+    assert timedelta(minutes=3) < earliest - now <= timedelta(minutes=5)

@@ -245,5 +245,6 @@ def test_status_lists_not_ready_nodes_nodefence_holds_back_and_writes_nothing(
     assert held["control02"]["notReadySince"] is not None
     assert "NotReady, not fenced: 1" in text
     assert "control02  NotReady since" in text
-    assert "held back by fence-budget" in text
+    assert "held back: the fence budget is spent" in text
+    assert "fence-budget" not in text.split("NotReady, not fenced")[1].split("\n")[1]
     assert _writes(cluster, cursor) == []

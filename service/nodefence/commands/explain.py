@@ -11,7 +11,6 @@ Alertmanager is configured and holds the alert firing, its real labels are used.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_a
 from nodefence.alerts.events import extract_events
 from nodefence.alerts.webhook import WebhookPayload
 from nodefence.commands.failures import CommandRefusedError
+from nodefence.engine import plain
 from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
 from nodefence.engine.render import decision_to_dict, describe
 from nodefence.engine.wording import instant
@@ -51,10 +51,17 @@ HELD = "has fenced it already"
 
 
 def outcome(decision: Decision, held: bool) -> str:
-    """What nodefence would do, in words. ``held``: its fence record holds the node, where
-    "would not fence it" would read as a refusal of a node that is fenced."""
+    """What nodefence would do, in words, and the one guard that decides it. ``held``: its
+    fence record holds the node, where "would not fence it" would read as a refusal of a node
+    that is fenced. A fence that a guard still holds back (a dry run's BMC read that gave no
+    proof) is a fence that would not happen now, and is said so."""
+    deciding = plain.blocking(decision)
     if not held:
-        return WOULD[decision.verdict]
+        if deciding is None:
+            return WOULD[decision.verdict]
+        if decision.verdict in (Verdict.FENCE, Verdict.NOOP, Verdict.SKIP):
+            return f"would not fence it now: {plain.words(deciding)}"
+        return f"{WOULD[decision.verdict]}: {plain.words(deciding)}"
     if decision.verdict is Verdict.PURGE:
         return f"{HELD} and would purge the pods left on it"
     if decision.verdict in (Verdict.NOOP, Verdict.SKIP):
@@ -160,6 +167,7 @@ async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool)
         "outcome": outcome(decision, held),
         "fencedByNodefence": held,
         "heldBackBy": blocked,
+        "earliest": instant(decision.not_before) if decision.not_before is not None else None,
         "policyDryRun": configured_dry_run,
         "wrote": "nothing: explain only reads",
         "decision": decision_to_dict(decision),
@@ -182,8 +190,10 @@ def as_text(explanation: Explanation) -> str:
     lines.append("")
     lines.append(describe(decision))
     lines.append("")
-    held: Sequence[str] = report["heldBackBy"]
-    if held:
-        lines.append("Held back by: " + ", ".join(dict.fromkeys(held)))
+    deciding = plain.blocking(decision)
+    if deciding is not None:
+        lines.append(f"Held back because {plain.words(deciding)}: {deciding.message}")
+        if decision.not_before is not None:
+            lines.append(f"Earliest it can happen: {instant(decision.not_before)}")
     lines.append("Nothing was written: explain only reads (no power action, no Event).")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodefence.commands import explain, pause
+from nodefence.engine import plain
 from nodefence.engine.model import Decision
 from nodefence.engine.readiness import is_ready
 from nodefence.engine.record import FenceRecord
@@ -37,16 +38,20 @@ def _since(node: Json) -> str | None:
 
 def _held(decision: Decision, node: Json) -> dict[str, Any]:
     blocking = [r for r in decision.reasons if not r.passed]
+    earliest = decision.not_before
     return {
         "node": node["metadata"]["name"],
         "notReadySince": _since(node),
         "outcome": explain.outcome(decision, held=False),
         "heldBackBy": blocking[0].guard if blocking else None,
+        "heldBecause": plain.words(blocking[0]) if blocking else None,
         "reason": blocking[0].message
         if blocking
         else "nothing holds it back: a firing alert would fence it now (is the alert reaching "
         "nodefence?)",
         "allBlocking": [r.guard for r in blocking],
+        # When the fence can happen at the earliest, if everything holding it back is a wait.
+        "earliestFence": instant(earliest) if earliest is not None else None,
     }
 
 
@@ -99,8 +104,9 @@ def held_back_lines(status: dict[str, Any]) -> list[str]:
     lines = [f"NotReady, not fenced: {len(held) + len(status['notReadyNotJudged']) or 'none'}"]
     for h in held:
         since = f" since {h['notReadySince']}" if h["notReadySince"] else ""
-        guard = h["heldBackBy"] or "nothing"
-        lines.append(f"  {h['node']}  NotReady{since}  held back by {guard}")
+        because = h["heldBecause"] or "nothing holds it back"
+        earliest = f"; earliest fence {h['earliestFence']}" if h["earliestFence"] else ""
+        lines.append(f"  {h['node']}  NotReady{since}  held back: {because}{earliest}")
         lines.append(f"      {h['reason']}")
     if status["notReadyNotJudged"]:
         lines.append(

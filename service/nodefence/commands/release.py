@@ -331,7 +331,28 @@ async def _finish(
         "stillNotReady": bool(plan.not_ready),
         "event": EVENT_REASON if recorded else None,
         "notes": list(plan.notes),
+        "machine": machine_state(name, plan.entry),
     }
+
+
+def machine_state(name: str, entry: FenceEntry) -> str:
+    """What nodefence left the node's machine in: a release takes the taint away, never the
+    power, so a machine nodefence powered off stays off until someone powers it on."""
+    off, on = entry.power_off_sent_at, entry.power_on_sent_at
+    if off is not None and (on is None or on < off):
+        return (
+            f"nodefence powered the machine off at {instant(off)} and did not power it on: it "
+            "stays off until someone does, through its BMC (Redfish ComputerSystem.Reset "
+            "with ResetType On, `ipmitool ... chassis power on`, or its fence agent with "
+            f"action=on); `nodefence check-fencing {name}` reads its power state now"
+        )
+    if off is not None and on is not None:
+        return (
+            f"nodefence powered the machine off at {instant(off)} and on again at "
+            f"{instant(on)} (a reboot); `nodefence check-fencing {name}` reads its power "
+            "state now"
+        )
+    return "nodefence sent no power action to the machine: its power is as nodefence found it"
 
 
 def as_text(report: dict[str, Any]) -> str:
@@ -344,6 +365,7 @@ def as_text(report: dict[str, Any]) -> str:
     for key in report["annotationsRemoved"]:
         lines.append(f"  removed annotation {key}")
     lines.append(f"  fence record entry: {report['recordEntry']}")
+    lines.append(f"  machine: {report['machine']}")
     lines.extend(f"  note: {n}" for n in report["notes"])
     if report["event"]:
         lines.append(f"  Event {report['event']} recorded on the node")

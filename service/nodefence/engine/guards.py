@@ -50,8 +50,8 @@ def _pass(guard: str, message: str) -> Reason:
     return Reason(guard, True, message)
 
 
-def _block(guard: str, message: str) -> Reason:
-    return Reason(guard, False, message)
+def _block(guard: str, message: str, until: datetime | None = None) -> Reason:
+    return Reason(guard, False, message, until)
 
 
 def _listing(names: list[str]) -> str:
@@ -122,6 +122,7 @@ def not_ready_long_enough(
             NOT_READY_DURATION,
             f"Ready has been {status} for {duration(age)} on the API server's clock ({detail}), "
             f"less than the {required} required",
+            now - age + timedelta(seconds=rule.min_not_ready_seconds),
         )
     return _pass(
         NOT_READY_DURATION,
@@ -169,6 +170,7 @@ def lease_is_stale(node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: d
             f"the API server saw kubelet Lease {where} renewed {duration(max(age, timedelta()))} "
             f"ago (at {renewed}), within the {window} staleness window: the kubelet may still "
             f"be running{kubelet}",
+            stamped + timedelta(seconds=rule.lease_staleness_seconds),
         )
     return _pass(
         LEASE,
@@ -442,6 +444,7 @@ def not_flapping(release: Release | None, rule: Rule, now: datetime) -> Reason:
             FLAP,
             f"nodefence let go of this node {duration(age)} ago (at {when}{why}), within the "
             f"{window} flap window: it may be flapping",
+            release.at + timedelta(seconds=rule.flap_window_seconds),
         )
     return _pass(
         FLAP, f"last released {duration(age)} ago (at {when}), outside the {window} flap window"
@@ -479,6 +482,7 @@ def healthy_long_enough(node: NodeFacts, entry: FenceEntry, rule: Rule, now: dat
             HEALTHY_DELAY,
             f"Node {node.name} is Ready; nodefence first sees it so now ({instant(now)}), and "
             f"the {required} healthy delay counts from here",
+            now + timedelta(seconds=rule.healthy_delay_seconds),
         )
     age = now - seen
     detail = f"first seen Ready at {instant(seen)}"
@@ -490,6 +494,7 @@ def healthy_long_enough(node: NodeFacts, entry: FenceEntry, rule: Rule, now: dat
             HEALTHY_DELAY,
             f"Ready for only {duration(age)} on the API server's clock ({detail}), less than "
             f"the {required} healthy delay",
+            now - age + timedelta(seconds=rule.healthy_delay_seconds),
         )
     return _pass(
         HEALTHY_DELAY,

@@ -233,6 +233,9 @@ class Reason:
     guard: str
     passed: bool
     message: str
+    # For a wait that ends on its own: the earliest moment, on the API server's clock, at
+    # which this guard can pass (``nodefence status`` shows it). None: no known end.
+    until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -422,6 +425,16 @@ class Decision:
     # For a decision waiting on an escalation's answer: the failure the question is about
     # (``escalation.Failure.subject``), which the question records and an approval must match.
     asks_about: str = ""
+
+    @property
+    def not_before(self) -> datetime | None:
+        """The earliest moment every guard blocking this decision can pass, when each of them
+        is a wait with a known end; None when any is not (or none blocks)."""
+        blocking = [r for r in self.reasons if not r.passed]
+        ends = [r.until for r in blocking]
+        if not blocking or any(end is None for end in ends):
+            return None
+        return max(end for end in ends if end is not None)
 
     @property
     def summary(self) -> str:
