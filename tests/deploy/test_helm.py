@@ -28,6 +28,8 @@ RELEASE = "nodefence"
 NAMESPACE = "nodefence"
 K8S_VERSION = "1.32"
 CUSTOM_GROUPS = {"serving.knative.dev", "monitoring.coreos.com"}
+# Custom kinds without a CRD in tests/deploy/crds: the tests check them field by field.
+UNSCHEMED = {("cert-manager.io", "Issuer")}
 RULES = REPO / "alertrules" / "nodefence.rules.yaml"
 UID = 10001
 
@@ -111,8 +113,10 @@ def validate(objs: list[Obj]) -> set[str]:
     tests/deploy/crds); the kinds checked."""
     checked: set[str] = set()
     for o in objs:
-        if group_of(o) in CUSTOM_GROUPS:
+        if group_of(o) in CUSTOM_GROUPS or crd_schema.has_schema(o):
             crd_schema.validate(o)
+        elif (group_of(o), o["kind"]) in UNSCHEMED:
+            continue
         else:
             kubernetes_validate.validate(o, K8S_VERSION, strict=True)
         checked.add(o["kind"])
@@ -469,3 +473,80 @@ def test_a_release_of_another_name_keeps_its_objects_apart(helm_home: Path) -> N
     assert service["spec"]["selector"].items() <= labels.items()
     assert labels["app.kubernetes.io/instance"] == "site-a"
     assert labels["app.kubernetes.io/name"] == "nodefence", "the scrape job's name"
+
+
+def test_tls_serves_https_with_a_certificate_from_cert_manager(helm_home: Path) -> None:
+    objs = chart(helm_home, "--set", "tls.enabled=true,monitoring.stack=kube-prometheus")
+    # The reduced PodMonitor CRD in tests/deploy/crds leaves out an endpoint's scheme and
+    # tlsConfig: the PodMonitor is checked field by field below.
+    checked = validate([o for o in objs if o["kind"] != "PodMonitor"])
+    assert {"Certificate", "Deployment", "Service"} <= checked
+    certificate = one(objs, "Certificate", "nodefence-tls")
+    assert certificate["spec"]["secretName"] == "nodefence-tls"
+    assert f"nodefence.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    # Signed by the release's own CA, which a self-signed issuer signs.
+    assert certificate["spec"]["issuerRef"]["name"] == "nodefence-ca"
+    ca = one(objs, "Issuer", "nodefence-ca")
+    assert (
+        one(objs, "Certificate", "nodefence-ca")["spec"]["secretName"]
+        == ca["spec"]["ca"]["secretName"]
+    )
+    one(objs, "Issuer", "nodefence-selfsigned")
+    spec = pod_spec(objs, "Deployment")
+    container = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+    volume = next(v for v in spec["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == "nodefence-tls"
+    assert volume["secret"]["defaultMode"] == 0o440
+    assert Path(env["NODEFENCE_TLS_CERT_FILE"]).parent == Path(mount["mountPath"])
+    assert Path(env["NODEFENCE_TLS_KEY_FILE"]).parent == Path(mount["mountPath"])
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (port,) = one(objs, "Service", "nodefence")["spec"]["ports"]
+    assert (port["name"], port["port"], port["targetPort"]) == ("https", 443, "http")
+    endpoint = monitoring_objects(objs)["PodMonitor"]["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "nodefence-tls", "key": "ca.crt"}
+
+
+def test_tls_from_an_issuer_or_a_secret_of_ones_own(helm_home: Path) -> None:
+    issued = chart(
+        helm_home,
+        "--set",
+        "tls.enabled=true,tls.issuerRef.name=corp-ca,tls.issuerRef.kind=ClusterIssuer",
+    )
+    assert find(issued, "Issuer") == []
+    assert one(issued, "Certificate")["spec"]["issuerRef"] == {
+        "name": "corp-ca",
+        "kind": "ClusterIssuer",
+    }
+    provided = chart(helm_home, "--set", "tls.enabled=true,tls.existingSecret=my-tls")
+    assert find(provided, "Certificate") == []
+    assert find(provided, "Issuer") == []
+    volume = next(v for v in pod_spec(provided, "Deployment")["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == "my-tls"
+    # Knative encrypts in its own layer: its Service is left alone.
+    knative = chart(helm_home, "--set", "mode=knative,tls.enabled=true")
+    assert find(knative, "Certificate") == []
+    ksvc = next(o for o in knative if group_of(o) == "serving.knative.dev")
+    container = ksvc["spec"]["template"]["spec"]["containers"][0]
+    assert "NODEFENCE_TLS_CERT_FILE" not in {e["name"] for e in container["env"]}
+
+
+def test_kube_prometheus_stack_posts_over_https_when_tls_is_on(helm_home: Path) -> None:
+    objs = chart(
+        helm_home,
+        "--set",
+        "tls.enabled=true,monitoring.stack=kube-prometheus-stack,monitoring.release=kps",
+    )
+    config = monitoring_objects(objs)["AlertmanagerConfig"]
+    (webhook,) = config["spec"]["receivers"][0]["webhookConfigs"]
+    (port,) = one(objs, "Service", "nodefence")["spec"]["ports"]
+    assert webhook["url"] == f"https://nodefence.{NAMESPACE}.svc/alerts"
+    assert port["port"] == 443
+    tls = webhook["httpConfig"]["tlsConfig"]
+    assert tls["ca"]["secret"] == {"name": "nodefence-tls-ca", "key": "ca.crt"}
+    assert tls["serverName"] == f"nodefence.{NAMESPACE}.svc"
+    # The token is still sent.
+    assert webhook["httpConfig"]["authorization"]["credentials"]["name"] == "nodefence-alert-token"

@@ -106,6 +106,12 @@ SETUPS = {
         ["overlays/deployment"],
         ["components/finalizer-stripping", "components/volume-attachment-cleanup"],
     ),
+    "deployment-tls": (["--set", "tls.enabled=true"], ["overlays/deployment"], ["components/tls"]),
+    "kube-prometheus-tls": (
+        ["-f", str(EXAMPLE["kube-prometheus"]), "--set", "tls.enabled=true"],
+        ["stacks/kube-prometheus"],
+        ["components/tls"],
+    ),
     "knative": (["--set", "mode=knative"], ["overlays/knative"], []),
     "knative-placement-bmc-inventory": (
         [

@@ -165,3 +165,12 @@ release: {{ required "monitoring.release: kube-prometheus-stack's release name" 
     matchLabels:
       {{- include "nodefence.receiverLabels" . | nindent 6 }}
 {{- end -}}
+
+{{/* The webhook over TLS (mode deployment): the Secret with tls.crt, tls.key and ca.crt. */}}
+{{- define "nodefence.tls" -}}
+{{- and .Values.tls.enabled (not (eq (include "nodefence.knative" .) "true")) -}}
+{{- end -}}
+
+{{- define "nodefence.tlsSecret" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "nodefence.fullname" .)) -}}
+{{- end -}}
