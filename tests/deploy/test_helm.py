@@ -550,3 +550,21 @@ def test_kube_prometheus_stack_posts_over_https_when_tls_is_on(helm_home: Path) 
     assert tls["serverName"] == f"nodefence.{NAMESPACE}.svc"
     # The token is still sent.
     assert webhook["httpConfig"]["authorization"]["credentials"]["name"] == "nodefence-alert-token"
+
+
+def test_admission_policies_bind_this_releases_account(helm_home: Path) -> None:
+    objs = template(helm_home, "--set", "admissionPolicies.enabled=true", release="site-a")
+    validate(objs)
+    policies = find(objs, "ValidatingAdmissionPolicy")
+    bindings = find(objs, "ValidatingAdmissionPolicyBinding")
+    assert {p["metadata"]["name"] for p in policies} == {
+        "site-a-nodefence-node-writes",
+        "site-a-nodefence-pod-deletes",
+    }
+    assert {b["spec"]["policyName"] for b in bindings} == {p["metadata"]["name"] for p in policies}
+    for policy in policies:
+        (condition,) = policy["spec"]["matchConditions"]
+        account = f"system:serviceaccount:{NAMESPACE}:site-a-nodefence"
+        assert condition["expression"] == f"request.userInfo.username == '{account}'"
+        assert policy["spec"]["failurePolicy"] == "Fail"
+    assert find(chart(helm_home), "ValidatingAdmissionPolicy") == []

@@ -76,6 +76,7 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
     apps = client.AppsV1Api(real_backend.api)
     rbac = client.RbacAuthorizationV1Api(real_backend.api)
     scheduling = client.SchedulingV1Api(real_backend.api)
+    admission = client.AdmissionregistrationV1Api(real_backend.api)
     kubeconfig = str(real_backend.kubeconfig)
     home = tmp_path / "helm"
 
@@ -106,6 +107,8 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
             str(CHART),
             "--namespace",
             NAMESPACE,
+            "--set",
+            "admissionPolicies.enabled=true",
             "--wait",
             "--timeout",
             "5m",
@@ -183,6 +186,12 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
         assert {p.metadata.name for p in serving}.isdisjoint(before)
         assert len(serving) == 2
 
+        # The admission policies the API server enforces on this release's account.
+        for policy in ("node-writes", "pod-deletes"):
+            found = admission.read_validating_admission_policy(f"{NAME}-{policy}")
+            (condition,) = found.spec.match_conditions
+            assert ACCOUNT in condition.expression
+
         # The API server's authorizer grants the account exactly what nodefence does.
         assert may(real_backend, "update", "nodes")
         assert may(real_backend, "delete", "pods", namespace="openstack")
@@ -224,6 +233,7 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
             (scheduling.read_priority_class, (f"{NAME}-critical",)),
             (apps.read_namespaced_deployment, (NAME, NAMESPACE)),
             (core.read_namespaced_config_map, (f"{NAME}-policy", NAMESPACE)),
+            (admission.read_validating_admission_policy, (f"{NAME}-node-writes",)),
         ):
             assert absent(read, *args), args
         eventually(
