@@ -371,9 +371,15 @@ def test_s6_purge_only_pods_of_this_node_and_only_while_it_is_down(case: Case) -
             assert held is not None
             assert exact(node.out_of_service_taint, held)
             rule = governing_rule(policy, decision, facts, held)
-        known = {(p.namespace, p.name, p.uid): p for p in facts.pods}
         for action in purges:
-            pod = known[(action.namespace, action.name, action.uid)]
+            # The generated list may hold the same pod identity on two nodes (a stale read):
+            # the action must be for the one on this node.
+            (pod,) = [
+                p
+                for p in facts.pods
+                if (p.namespace, p.name, p.uid) == (action.namespace, action.name, action.uid)
+                and p.node_name == node.name
+            ][:1]
             assert pod.node_name == node.name == action.node
             assert set(action.strip_finalizers) <= set(pod.finalizers)
             assert set(action.strip_finalizers) <= set(rule.purge.strip_finalizers)

@@ -24,6 +24,9 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 PREFIX = "nodefence.io/"
 EXCLUDE_LABEL = PREFIX + "exclude"
 API_SERVER_CLOCK = "api-server"
+# Reasons that do not pass beside an action: a warning about its result (volumes the cluster
+# will not release after a fence), not a refusal of it (``engine.volumes``).
+AFTERMATH = frozenset({"volumes"})
 
 
 class AlertStatus(StrEnum):
@@ -438,8 +441,16 @@ class Decision:
 
     @property
     def summary(self) -> str:
-        """The first blocking reason, or the last passing one: the headline for an Event."""
-        blocking = [r for r in self.reasons if not r.passed]
+        """The headline for an Event and the log: the first blocking reason (why not), else
+        the verdict's own words (what happens and why), else the last reason; never the text
+        of whichever guard happened to be judged last."""
+        acted = self.verdict in (Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE)
+        blocking = [
+            r for r in self.reasons if not r.passed and not (acted and r.guard in AFTERMATH)
+        ]
         if blocking:
             return blocking[0].message
+        verdict = next((r.message for r in reversed(self.reasons) if r.guard == "verdict"), None)
+        if verdict is not None:
+            return verdict
         return self.reasons[-1].message if self.reasons else self.verdict.value
