@@ -32,6 +32,13 @@ CUSTOM_GROUPS = {"serving.knative.dev", "monitoring.coreos.com"}
 UNSCHEMED = {("cert-manager.io", "Issuer")}
 RULES = REPO / "alertrules" / "nodefence.rules.yaml"
 UID = 10001
+# The networks the BMC inventory requires (networkPolicy.bmcNetworks, apiServerCIDRs).
+BMC_NETWORKS = ["10.20.30.0/24", "10.20.40.0/24"]
+API_SERVER = ["192.168.10.0/28", "10.96.0.1/32"]
+NETWORKS = (
+    f"networkPolicy.bmcNetworks={{{','.join(BMC_NETWORKS)}}},"
+    f"networkPolicy.apiServerCIDRs={{{','.join(API_SERVER)}}}"
+)
 
 
 def helm_binary() -> str | None:
@@ -191,6 +198,8 @@ def test_strict_validation_catches_an_unknown_field(helm_home: Path) -> None:
         (["--set", "existingSecret="], "existingSecret"),
         (["--set", "reconcileCronJob.enabled=sometimes"], "enabled"),
         (["--set", "alertmanager.url=alertmanager:9093"], "url"),
+        (["--set", "networkPolicy.bmcNetworks={bmc.example.internal}"], "bmcNetworks"),
+        (["--set", "networkPolicy.apiServerCIDRs={10.0.0.1}"], "apiServerCIDRs"),
     ],
 )
 def test_values_schema_refuses_mistakes(helm_home: Path, args: list[str], complaint: str) -> None:
@@ -242,8 +251,10 @@ def test_bmc_inventory_comes_from_the_existing_secret_read_only(helm_home: Path)
         "mode=knative,reconcileCronJob.enabled=true,bmcInventory.enabled=true",
         "--set",
         "bmcInventory.existingSecret=bmcs,bmcInventory.key=site-a.yaml",
+        "--set",
+        NETWORKS,
     )
-    deployment = chart(helm_home, "--set", "bmcInventory.enabled=true")
+    deployment = chart(helm_home, "--set", "bmcInventory.enabled=true", "--set", NETWORKS)
     specs = {
         "Deployment": pod_spec(deployment, "Deployment"),
         "Service": next(o for o in objs if group_of(o) == "serving.knative.dev")["spec"][
@@ -455,6 +466,109 @@ def test_network_policy_follows_the_monitoring_namespace(helm_home: Path) -> Non
     }
     assert namespaces == {"observability"}
     assert find(chart(helm_home, "--set", "networkPolicy.enabled=false"), "NetworkPolicy") == []
+
+
+@pytest.mark.parametrize(
+    ("listed", "missing"),
+    [
+        ("networkPolicy.apiServerCIDRs={10.96.0.1/32}", "networkPolicy.bmcNetworks"),
+        ("networkPolicy.bmcNetworks={10.20.30.0/24}", "networkPolicy.apiServerCIDRs"),
+    ],
+)
+def test_bmc_inventory_does_not_render_without_the_networks(
+    helm_home: Path, listed: str, missing: str
+) -> None:
+    """With the inventory, a chart that would open the BMC ports or the API server's ports to
+    any address fails with a message naming the value to set."""
+    for args in (["--set", "bmcInventory.enabled=true"], ["--set", listed]):
+        out = helm(
+            "template",
+            RELEASE,
+            str(CHART),
+            "--set",
+            "bmcInventory.enabled=true",
+            *args,
+            home=helm_home,
+            check=False,
+        )
+        assert out.returncode != 0, out.stdout
+        assert "networkPolicy." in out.stderr, out.stderr
+    out = helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--set",
+        f"bmcInventory.enabled=true,{listed}",
+        home=helm_home,
+        check=False,
+    )
+    assert out.returncode != 0, out.stdout
+    assert f"{missing}: list" in out.stderr, out.stderr
+
+
+def _reach(objs: list[Obj]) -> dict[tuple[int, str], list[str] | None]:
+    """Per port, what the receivers may reach (None: any address)."""
+    labels = pod_spec_labels(objs)
+    reach: dict[tuple[int, str], list[str] | None] = {}
+    for np in find(objs, "NetworkPolicy"):
+        if not np["spec"]["podSelector"]["matchLabels"].items() <= labels.items():
+            continue
+        for rule in np["spec"].get("egress", []):
+            for p in rule["ports"]:
+                key = (p["port"], p["protocol"])
+                if "to" not in rule:
+                    reach[key] = None
+                elif key not in reach or reach[key] is not None:
+                    cidrs = [peer["ipBlock"]["cidr"] for peer in rule["to"] if "ipBlock" in peer]
+                    reach[key] = [*(reach.get(key) or []), *cidrs]
+    return reach
+
+
+def pod_spec_labels(objs: list[Obj]) -> dict[str, str]:
+    labels: dict[str, str] = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_network_policy_egress_by_default_and_with_the_bmc_inventory(helm_home: Path) -> None:
+    """By default: DNS and the API server's ports (to any address), no BMC port. With the
+    inventory: the BMC ports to exactly bmcNetworks, the API server's to exactly
+    apiServerCIDRs, nothing to any address; slackEgress adds 443 to public addresses only."""
+    default = _reach(chart(helm_home))
+    assert set(default) == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP"), (9093, "TCP")}
+    assert default[(443, "TCP")] is None
+    assert default[(6443, "TCP")] is None
+    objs = chart(helm_home, "--set", "bmcInventory.enabled=true", "--set", NETWORKS)
+    validate(objs)
+    reach = _reach(objs)
+    assert set(reach) == {
+        (53, "UDP"),
+        (53, "TCP"),
+        (443, "TCP"),
+        (6443, "TCP"),
+        (8443, "TCP"),
+        (623, "UDP"),
+        (9093, "TCP"),
+    }
+    assert all(v is not None for v in reach.values()), reach
+    assert reach[(623, "UDP")] == reach[(8443, "TCP")] == BMC_NETWORKS
+    assert reach[(6443, "TCP")] == API_SERVER
+    assert sorted(reach[(443, "TCP")] or []) == sorted(API_SERVER + BMC_NETWORKS)
+    narrowed = _reach(
+        chart(helm_home, "--set", f"networkPolicy.apiServerCIDRs={{{API_SERVER[1]}}}")
+    )
+    assert narrowed[(443, "TCP")] == narrowed[(6443, "TCP")] == [API_SERVER[1]]
+    slack = chart(helm_home, "--set", "networkPolicy.slackEgress=true", "--set", NETWORKS)
+    validate(slack)
+    (policy,) = [
+        np for np in find(slack, "NetworkPolicy") if np["metadata"]["name"].endswith("-slack")
+    ]
+    (rule,) = policy["spec"]["egress"]
+    assert rule["ports"] == [{"port": 443, "protocol": "TCP"}]
+    public = {peer["ipBlock"]["cidr"]: set(peer["ipBlock"]["except"]) for peer in rule["to"]}
+    assert public.keys() == {"0.0.0.0/0", "::/0"}
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= public[
+        "0.0.0.0/0"
+    ]
 
 
 def test_a_release_of_another_name_keeps_its_objects_apart(helm_home: Path) -> None:

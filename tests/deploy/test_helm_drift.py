@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from .conftest import DEPLOY, Obj, kustomize
 from .test_helm import EXAMPLES, chart, helm_home
@@ -92,8 +94,23 @@ def render_kustomization(
     if components:
         lines.append("components:")
         lines += [f"  - {up / c}" for c in components]
+    if components and "components/bmc-inventory" in components:
+        # The component renders only with the networks listed, as the operator's overlay does.
+        shutil.copy(NETWORKS_EXAMPLE, tmp_path / "egress-networks.yaml")
+        lines.insert(3, "  - egress-networks.yaml")
     (tmp_path / "kustomization.yaml").write_text("\n".join(lines) + "\n")
     return kustomize(tmp_path)
+
+
+NETWORKS_EXAMPLE = DEPLOY / "components" / "bmc-inventory" / "egress-networks.example.yaml"
+
+
+def listed_networks() -> str:
+    """The example's networks as the chart's values (--set)."""
+    example = yaml.safe_load(NETWORKS_EXAMPLE.read_text())
+    bmc = ",".join(peer["ipBlock"]["cidr"] for peer in example["bmc"])
+    api = ",".join(peer["ipBlock"]["cidr"] for peer in example["apiServer"])
+    return f"networkPolicy.bmcNetworks={{{bmc}}},networkPolicy.apiServerCIDRs={{{api}}}"
 
 
 EXAMPLE = {p.stem: p for p in EXAMPLES}
@@ -101,9 +118,19 @@ EXAMPLE = {p.stem: p for p in EXAMPLES}
 SETUPS = {
     "deployment": ([], ["overlays/deployment"], []),
     "deployment-bmc-inventory": (
-        ["--set", "bmcInventory.enabled=true"],
+        ["--set", "bmcInventory.enabled=true", "--set", listed_networks()],
         ["overlays/deployment"],
         ["components/bmc-inventory"],
+    ),
+    "deployment-bmc-inventory-slack": (
+        [
+            "--set",
+            "bmcInventory.enabled=true,networkPolicy.slackEgress=true",
+            "--set",
+            listed_networks(),
+        ],
+        ["overlays/deployment"],
+        ["components/bmc-inventory", "components/slack-egress"],
     ),
     "deployment-optional-grants": (
         ["--set", "rbac.finalizerStripping=true,rbac.volumeAttachmentCleanup=true"],
@@ -126,6 +153,8 @@ SETUPS = {
         [
             "--set",
             "mode=knative,knative.placement=true,knative.minScale=2,bmcInventory.enabled=true",
+            "--set",
+            listed_networks(),
         ],
         ["overlays/knative"],
         ["components/knative-placement", "components/bmc-inventory"],

@@ -311,9 +311,14 @@ def test_network_policy_limits_ingress_to_monitoring() -> None:
     }
     assert sources == {("monitoring", "alertmanager"), ("monitoring", "prometheus")}
     assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
-    egress_ports = {(p["port"], p["protocol"]) for r in spec["egress"] for p in r["ports"]}
-    # DNS; the API server, Slack and Redfish BMCs (HTTPS); IPMI BMCs (UDP 623).
-    assert egress_ports == {(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP"), (623, "UDP")}
+    dns, api = spec["egress"]
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    (resolver,) = dns["to"]
+    assert resolver["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    # The API server: its ports, to any address until the bmc-inventory component narrows them;
+    # no BMC port (IPMI's UDP 623) without that component.
+    assert api["ports"] == [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]
+    assert "to" not in api
 
 
 def _knative_service() -> Obj:

@@ -30,6 +30,8 @@ from .conftest import (
     Obj,
     find,
     kustomize,
+    kustomize_run,
+    parse,
     pod_templates,
     rendered,
     workloads,
@@ -49,18 +51,60 @@ COMMENTED = re.compile(rf"^(\s*)# - {re.escape(COMPONENT)}\s*$", re.MULTILINE)
 _enabled: dict[str, list[Obj]] = {}
 
 
+README = DEPLOY / "README.md"
+NETWORKS_EXAMPLE = DEPLOY / "components" / "bmc-inventory" / "egress-networks.example.yaml"
+BMC_PORTS = {(443, "TCP"), (8443, "TCP"), (623, "UDP")}
+API_PORTS = {(443, "TCP"), (6443, "TCP")}
+
+
+def readme_enable_commands() -> str:
+    """The shell lines of deploy/README.md's "Egress to the BMCs" that copy the networks file
+    into an overlay and switch the component on (the editor and kubectl lines left out)."""
+    section = README.read_text().split("### Egress to the BMCs", 1)[1].split("\n### ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```sh\n")[1:]]
+    (block,) = [b for b in blocks if "egress-networks.example.yaml" in b]
+    commands, keep = [], False
+    for line in block.splitlines():
+        if line.startswith(("cp ", "sed ")):
+            keep = True
+        if keep:
+            commands.append(line)
+        keep = keep and line.endswith("\\")
+    assert any(c.startswith("cp ") for c in commands), block
+    assert any(c.startswith("sed ") for c in commands), block
+    return "\n".join(commands)
+
+
+def enable_in(overlay_dir: Path) -> None:
+    """Runs the README's lines in an overlay directory, as an operator pastes them."""
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_enable_commands()],
+        cwd=overlay_dir,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+
+
 @pytest.fixture(scope="module")
 def enabled_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of deploy/ in which every overlay has the component line turned on."""
+    """A copy of deploy/ in which every overlay has the example networks listed and the
+    component line turned on, by the README's own commands."""
     root = tmp_path_factory.mktemp("bmc") / "deploy"
     shutil.copytree(DEPLOY, root)
     for overlay in OVERLAYS:
         kustomization = root / "overlays" / overlay / "kustomization.yaml"
+        assert len(COMMENTED.findall(kustomization.read_text())) == 1, overlay
+        enable_in(kustomization.parent)
         text = kustomization.read_text()
-        turned_on, count = COMMENTED.subn(rf"\1- {COMPONENT}", text)
-        assert count == 1, f"{overlay}: the commented component line is missing"
-        kustomization.write_text(turned_on)
+        assert COMMENTED.findall(text) == [], f"{overlay}: the component line is still off"
+        assert f"- {COMPONENT}" in text, overlay
     return root
+
+
+def example_networks() -> Obj:
+    networks: Obj = yaml.safe_load(NETWORKS_EXAMPLE.read_text())
+    return networks
 
 
 def enabled(root: Path, overlay: str) -> list[Obj]:
@@ -152,6 +196,12 @@ def test_component_only_adds_the_inventory(enabled_root: Path, overlay: str) -> 
         c = container(template)
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "bmc-inventory"]
         c["env"] = [e for e in c["env"] if e["name"] != ENV]
+    # And its egress: the BMC policy, and the API server rule's destinations.
+    stripped = [o for o in stripped if o["metadata"]["name"] != "nodefence-bmc"]
+    base = next(
+        o for o in stripped if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "nodefence"
+    )
+    del base["spec"]["egress"][1]["to"]
     assert stripped == rendered(overlay)
 
 
@@ -382,17 +432,104 @@ def _egress_rules_for(objs: list[Obj], template: Obj) -> list[Obj]:
     return rules
 
 
-def test_every_pod_that_fences_may_reach_ipmi_and_redfish_bmcs(objs: list[Obj]) -> None:
-    """IPMI over LAN is UDP 623 and Redfish is HTTPS; BMC addresses differ per site, so the
-    shipped rules name no destination. Both the receiver and the reconcile pods get them."""
+def _reachable(objs: list[Obj], template: Obj) -> dict[tuple[int, str], list[Obj] | None]:
+    """Per port, the destinations a pod may reach on it (None: any address)."""
+    reach: dict[tuple[int, str], list[Obj] | None] = {}
+    for rule in _egress_rules_for(objs, template):
+        for p in rule["ports"]:
+            key = (p["port"], p["protocol"])
+            if "to" not in rule:
+                reach[key] = None
+            elif key not in reach or reach[key] is not None:
+                reach[key] = [*(reach.get(key) or []), *rule["to"]]
+    return reach
+
+
+def test_shipped_overlays_reach_no_bmc(objs: list[Obj]) -> None:
+    """Without the inventory no pod may reach a BMC port (IPMI's UDP 623, Redfish's 8443); the
+    API server's 443/6443 stay open to any address until its addresses are listed."""
+    for label, template in pod_templates(objs):
+        reach = _reachable(objs, template)
+        assert (623, "UDP") not in reach, label
+        assert (8443, "TCP") not in reach, label
+        assert reach[(443, "TCP")] is None, label
+        assert reach[(6443, "TCP")] is None, label
+        assert {k for k, v in reach.items() if v is None} == API_PORTS, label
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_component_limits_egress_to_the_listed_networks(enabled_root: Path, overlay: str) -> None:
+    """With the inventory, every pod that fences reaches the BMC ports on exactly the listed
+    networks, the API server's ports on exactly its listed addresses, and no port of any
+    address: no HTTPS server but these."""
+    objs = enabled(enabled_root, overlay)
+    networks = example_networks()
+    assert find(objs, "EgressNetworks") == [], "local-config: never applied"
     templates = pod_templates(objs)
     assert {label for label, _ in templates} == workloads(objs)
     for label, template in templates:
-        reachable = {
-            (p["port"], p["protocol"])
-            for r in _egress_rules_for(objs, template)
-            if "to" not in r
-            for p in r["ports"]
-        }
-        assert (623, "UDP") in reachable, label
-        assert (443, "TCP") in reachable, label
+        reach = _reachable(objs, template)
+        assert all(v is not None for v in reach.values()), (label, reach)
+        for port in BMC_PORTS - API_PORTS:
+            assert reach[port] == networks["bmc"], (label, port)
+        for port in API_PORTS - BMC_PORTS:
+            assert reach[port] == networks["apiServer"], (label, port)
+        https = [json.dumps(peer, sort_keys=True) for peer in reach[(443, "TCP")] or []]
+        listed = networks["bmc"] + networks["apiServer"]
+        assert sorted(https) == sorted(json.dumps(peer, sort_keys=True) for peer in listed)
+    (bmc,) = find(objs, "NetworkPolicy", "nodefence-bmc")
+    (rule,) = bmc["spec"]["egress"]
+    assert {(p["port"], p["protocol"]) for p in rule["ports"]} == BMC_PORTS
+    assert rule["to"] == networks["bmc"]
+
+
+def _overlay_with(tmp_path: Path, networks: str | None) -> subprocess.CompletedProcess[str]:
+    """An overlay of the operator's on the Deployment overlay with the component, and the
+    networks file as given (None: none)."""
+    root = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, root)
+    mine = root / "overlays" / "mine"
+    mine.mkdir()
+    resources = ["../deployment"]
+    if networks is not None:
+        (mine / "egress-networks.yaml").write_text(networks)
+        resources.append("egress-networks.yaml")
+    (mine / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": resources, "components": [COMPONENT]})
+    )
+    return kustomize_run(mine)
+
+
+def test_component_does_not_render_without_the_networks(tmp_path: Path) -> None:
+    out = _overlay_with(tmp_path, None)
+    assert out.returncode != 0, out.stdout
+    assert "nothing selected by EgressNetworks" in out.stderr, out.stderr
+    assert "nodefence-egress-networks" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("emptied", ["bmc", "apiServer"])
+def test_component_does_not_render_with_an_empty_list(tmp_path: Path, emptied: str) -> None:
+    """An empty `to` would allow every address: an empty list fails the render instead."""
+    networks = example_networks()
+    networks[emptied] = []
+    out = _overlay_with(tmp_path, yaml.safe_dump(networks))
+    assert out.returncode != 0, out.stdout
+    assert f"fieldPath `{emptied}.0.ipBlock.cidr` is missing" in out.stderr, out.stderr
+
+
+def test_component_renders_the_operators_networks(tmp_path: Path) -> None:
+    networks = example_networks()
+    networks["bmc"] = [
+        {"ipBlock": {"cidr": "172.30.0.0/24"}},
+        {"ipBlock": {"cidr": "172.31.0.0/16", "except": ["172.31.9.0/24"]}},
+    ]
+    networks["apiServer"] = [{"ipBlock": {"cidr": "172.29.0.10/32"}}]
+    out = _overlay_with(tmp_path, yaml.safe_dump(networks))
+    assert out.returncode == 0, out.stderr
+    objs = parse(out.stdout)
+    (bmc,) = find(objs, "NetworkPolicy", "nodefence-bmc")
+    assert bmc["spec"]["egress"][0]["to"] == networks["bmc"]
+    (base,) = find(objs, "NetworkPolicy", "nodefence")
+    assert base["spec"]["egress"][1]["to"] == networks["apiServer"]
+    for o in find(objs, "NetworkPolicy"):
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
