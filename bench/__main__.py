@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import fence, noop, recovery, scale, storm
+from bench import fence, noop, recovery, recovery_real, scale, storm
 from bench.common import Row
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -106,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=SECTIONS,
         help="leave a section out (repeatable); python -m bench.recovery runs that one alone",
     )
+    parser.add_argument(
+        "--real-recovery",
+        action="store_true",
+        help="also time to recovery, unscaled, on the real control plane beside the simulator "
+        "(needs make controlplane; about half an hour)",
+    )
     parser.add_argument("--write", action="store_true", help="also write bench/RESULTS.md")
     args = parser.parse_args(argv)
     skip = set(args.skip)
@@ -131,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "recovery" not in skip:
         print("time to recovery, with real Prometheus and Alertmanager", flush=True)
         rows += recovery.run(args.recovery_factor)
+    if args.real_recovery:
+        print("time to recovery on the real control plane", flush=True)
+        rows += recovery_real.rows(recovery_real.run())
     table = markdown(rows)
     print()
     print(table)

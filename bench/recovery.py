@@ -12,20 +12,26 @@ is nodefence's own overhead. ``estimate`` turns the same delays, unscaled, into 
 time to recovery of a default install.
 
 ``python -m bench.recovery`` runs this section alone; ``python -m bench`` includes it.
+``--backend real`` runs the chain unscaled on the real control plane instead
+(``bench.recovery_real``).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import math
 import re
+import ssl
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -46,6 +52,7 @@ from bench.processes import (
 )
 from nodefence.demo.cluster_view import pod_status
 from nodefence.policy import parse_policy
+from nodefence_sim.server import LISTENING
 from nodefence_sim.simulation import SimSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +65,6 @@ CRONJOB = REPO / "deploy" / "components" / "reconcile-cronjob" / "cronjob.yaml"
 TRIGGER = "NodefenceNodeNotReady"
 NODE = "control02"
 NAMESPACE = "openstack"
-STATEFUL = ("mariadb-server-1", "rabbitmq-rabbitmq-2", "ingress-0")
 OOS = "node.kubernetes.io/out-of-service"
 TOKEN = "bench-recovery-token"  # noqa: S105 - a loopback-only receiver started by the benchmark
 # The first release with NodeOutOfServiceVolumeDetach locked on: the out-of-service taint then
@@ -66,7 +72,14 @@ TOKEN = "bench-recovery-token"  # noqa: S105 - a loopback-only receiver started 
 K8S_VERSION = "1.28.0"
 
 DEFAULT_FACTOR = 5.0
+# A cold start of the real control plane on a busy 2-core machine: etcd, the API server, the
+# controllers, five kwoks and the seed's pods scheduled and Running.
+REAL_START_SECONDS = 600.0
 POLL_SECONDS = 0.05
+LOG_WAIT_SECONDS = 60.0
+# The real API server writes an audit record for each of the benchmark's reads; a slower poll
+# keeps that load small beside waits of minutes.
+REAL_POLL_SECONDS = 0.25
 # kube-prometheus scrapes kube-state-metrics and evaluates rules every 30 s (Prometheus' own
 # default is 1 m for both); the benchmark and the estimate assume kube-prometheus.
 SCRAPE_SECONDS = 30.0
@@ -201,12 +214,17 @@ def shipped_delays() -> Delays:
 # ------------------------------------------------------------------ config files for one run
 
 
-def scaled_rules(rules: Mapping[str, Any], factor: float) -> dict[str, Any]:
-    """The shipped rules with every ``for:`` divided by ``factor``; nothing else changes."""
+def scaled_rules(
+    rules: Mapping[str, Any], factor: float, *, trigger_for: float | None = None
+) -> dict[str, Any]:
+    """The shipped rules with every ``for:`` divided by ``factor``, the trigger's set to
+    ``trigger_for`` seconds when given; nothing else changes."""
     copy: dict[str, Any] = json.loads(json.dumps(rules))
     for group in copy["groups"]:
         for rule in group["rules"]:
-            if "for" in rule:
+            if rule.get("alert") == TRIGGER and trigger_for is not None:
+                rule["for"] = format_duration(trigger_for)
+            elif "for" in rule:
                 rule["for"] = scale_duration(str(rule["for"]), factor)
     return copy
 
@@ -264,13 +282,12 @@ def prometheus_config(
     }
 
 
-def seed_scenario(delays: Delays) -> dict[str, Any]:
-    """The seed cluster on a current Kubernetes, its controllers' periods scaled like the rest:
-    the kubelet's renewal, the node lifecycle controller's grace, the eviction toleration."""
+def seed_scenario(delays: Delays, factor: float) -> dict[str, Any]:
+    """The seed cluster on a current Kubernetes with the run's kubelet renewal, grace and
+    eviction toleration, and the simulated controllers' other periods divided by ``factor``."""
     text = resources.files("nodefence_sim").joinpath("scenarios", "seed.yaml").read_text("utf-8")
     scenario: dict[str, Any] = yaml.safe_load(text)
     defaults = SimSettings()
-    factor = defaults.node_monitor_grace_seconds / delays.node_monitor_grace
     scenario["simulation"] = {
         **(scenario.get("simulation") or {}),
         "k8s_version": K8S_VERSION,
@@ -293,6 +310,8 @@ class Case:
     # True: the policy's waits are already over when the trigger alert fires, so the first
     # delivery fences. False: the shipped waits, so the first delivery is refused as too early.
     first_delivery_fences: bool
+    # Set in the policy's cluster section, over the shipped policy's.
+    cluster: Mapping[str, Any] = field(default_factory=dict)
 
 
 CASES = (
@@ -325,13 +344,15 @@ def case_waits(case: Case, delays: Delays) -> tuple[int, int]:
 
 
 def case_policy(case: Case, delays: Delays) -> dict[str, Any]:
-    """``deploy/base/policy.yaml`` with the case's waits; its fencing section (Redfish,
-    ``action: off``) unless the case fences on inference."""
+    """``deploy/base/policy.yaml`` with the case's waits and cluster settings; its fencing
+    section (Redfish, ``action: off``) unless the case fences on inference."""
     policy: dict[str, Any] = yaml.safe_load(POLICY.read_text(encoding="utf-8"))
     rule = policy["rules"][0]
     if case.fencing is not None:
         rule["fencing"] = dict(case.fencing)
     rule["min_not_ready_seconds"], rule["lease_staleness_seconds"] = case_waits(case, delays)
+    if case.cluster:
+        policy["cluster"] = {**(policy.get("cluster") or {}), **case.cluster}
     parse_policy(policy)
     return policy
 
@@ -432,37 +453,49 @@ class Measured:
     power_off: float | None = None
     # The longest poll round: how late a sighting can be.
     resolution: float = 0.0
+    backend: str = "sim"
+    # The StatefulSet pods of the dead node, and how many of them a client deleted.
+    pods: tuple[str, ...] = ()
+    pods_deleted: int = 0
+
+
+class Api:
+    """The cluster's API as the run's kubeconfig describes it: plain HTTP to the simulator; TLS
+    with the run's CA and a bearer token to the real kube-apiserver."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        config = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
+        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+        self.server = str(cluster["server"])
+        ca = cluster.get("certificate-authority-data")
+        self._tls = ssl.create_default_context(cadata=base64.b64decode(ca).decode()) if ca else None
+        self._headers = {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """The object or list at ``path``; None when the API server answers 404."""
+        request = urllib.request.Request(self.server + path, headers=self._headers)  # noqa: S310 - loopback
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self._tls) as response:  # noqa: S310
+                found: dict[str, Any] = json.loads(response.read())
+                return found
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise RuntimeError(f"GET {path} -> {exc.code}: {exc.read()[:300]!r}") from exc
 
 
 class Stack:
-    """The simulator, ``nodefence serve``, Alertmanager and Prometheus of one run."""
+    """The cluster (the simulator, or the real control plane behind the same control surface),
+    ``nodefence serve``, Alertmanager and Prometheus of one run."""
 
-    def __init__(self, procs: Processes, case: Case, delays: Delays, factor: float) -> None:
+    def __init__(
+        self, procs: Processes, case: Case, delays: Delays, factor: float, backend: str
+    ) -> None:
         self.procs, self.case, self.delays, self.factor = procs, case, delays, factor
         work = procs.workdir
-        scenario = work / "scenario.yaml"
-        scenario.write_text(yaml.safe_dump(seed_scenario(delays), sort_keys=False), "utf-8")
         self.kubeconfig, self.inventory = work / "kubeconfig", work / "bmc-inventory.yaml"
-        sim_port = free_port()
-        self.sim_url = f"http://127.0.0.1:{sim_port}"
-        sim = procs.start(
-            "simulator",
-            [
-                sys.executable,
-                "-m",
-                "nodefence",
-                "simulate",
-                "--port",
-                str(sim_port),
-                "--scenario",
-                str(scenario),
-                "--kubeconfig-out",
-                str(self.kubeconfig),
-                "--bmc-inventory-out",
-                str(self.inventory),
-            ],
-        )
-        procs.wait_ready(sim, f"{self.sim_url}/api/v1/nodes")
+        self.control_url = self._cluster(backend)
+        self.api = Api(self.kubeconfig)
         policy = work / "policy.yaml"
         policy.write_text(yaml.safe_dump(case_policy(case, delays), sort_keys=False), "utf-8")
         self.env = {
@@ -483,11 +516,46 @@ class Stack:
                 "NODEFENCE_HOST": "127.0.0.1",
                 "NODEFENCE_ALERT_TOKEN": TOKEN,
                 "NODEFENCE_IDENTITY": "bench-recovery",
+                # The passes come from the CronJob alone, as in the Knative overlay: one
+                # reconcile period on the path, not two interleaved.
+                "NODEFENCE_RECONCILE_INTERVAL": "0",
             },
         )
         procs.wait_ready(self.serve, f"{self.nodefence_url}/readyz")
         self.am_url = self._alertmanager()
         self.prom_url = self._prometheus()
+
+    def _cluster(self, backend: str) -> str:
+        """Start ``nodefence simulate`` on ``backend`` with the seed cluster and the run's
+        grace period; the URL of its control surface, BMCs and metrics once it is loaded."""
+        work = self.procs.workdir
+        argv = [sys.executable, "-m", "nodefence", "simulate", "--backend", backend]
+        if backend == "real":
+            # The scenario's simulation settings are the simulator's; the real controllers take
+            # their grace period as a flag, and kwok renews every 10 s as a kubelet does.
+            grace = format_duration(self.delays.node_monitor_grace)
+            argv += ["--scenario", "seed", "--node-monitor-grace-period", grace]
+            within = REAL_START_SECONDS
+        else:
+            scenario = work / "scenario.yaml"
+            text = yaml.safe_dump(seed_scenario(self.delays, self.factor), sort_keys=False)
+            scenario.write_text(text, "utf-8")
+            argv += ["--scenario", str(scenario)]
+            within = 60.0
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv += ["--port", str(port), "--kubeconfig-out", str(self.kubeconfig)]
+        process = self.procs.start(backend, [*argv, "--bmc-inventory-out", str(self.inventory)])
+
+        def loaded() -> bool:
+            if not process.alive():
+                raise RuntimeError(
+                    f"simulate --backend {backend} exited:\n{tail(process.output())}"
+                )
+            return LISTENING + url in process.output()
+
+        eventually(loaded, within=within, interval=1.0, what=f"simulate --backend {backend}")
+        return url
 
     def _alertmanager(self) -> str:
         work = self.procs.workdir / "alertmanager"
@@ -522,9 +590,10 @@ class Stack:
         work.mkdir()
         rules = work / "nodefence.rules.yaml"
         shipped = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-        rules.write_text(yaml.safe_dump(scaled_rules(shipped, self.factor), sort_keys=False))
+        scaled = scaled_rules(shipped, self.factor, trigger_for=self.delays.rule_for)
+        rules.write_text(yaml.safe_dump(scaled, sort_keys=False))
         config = prometheus_config(
-            self.delays, rules_file=rules, metrics=self.sim_url, alertmanager=self.am_url
+            self.delays, rules_file=rules, metrics=self.control_url, alertmanager=self.am_url
         )
         (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False), "utf-8")
         port = free_port()
@@ -545,23 +614,38 @@ class Stack:
         """The kubelet stops now (no backdating); returns that moment and the Lease's last
         renewal before it, from which the node lifecycle controller counts its grace."""
         death = time.time()
-        status, body = http("POST", f"{self.sim_url}/sim/v1/nodes/{NODE}/down", {})
+        status, body = http("POST", f"{self.control_url}/sim/v1/nodes/{NODE}/down", {})
         if status != 200:
             raise RuntimeError(f"down {NODE} -> {status}: {body!r}")
-        lease = get_json(
-            f"{self.sim_url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
+        lease = self.api.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
         )
-        renewed = _iso(lease["spec"].get("renewTime")) or death
+        renewed = _iso(((lease or {}).get("spec") or {}).get("renewTime")) or death
         return death, min(renewed, death)
 
     # ------------------------------------------------------------------ what the run watches
     def node(self) -> dict[str, Any]:
-        found: dict[str, Any] = get_json(f"{self.sim_url}/api/v1/nodes/{NODE}")
+        found = self.api.get(f"/api/v1/nodes/{NODE}")
+        if found is None:
+            raise RuntimeError(f"node {NODE} is gone")
         return found
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        status, body = http("GET", f"{self.sim_url}/api/v1/namespaces/{NAMESPACE}/pods/{name}")
-        return json.loads(body) if status == 200 else None
+        return self.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+
+    def stateful_pods(self) -> list[dict[str, Any]]:
+        """The StatefulSet pods on the node that dies: placed by the simulator's seed, or by
+        the real scheduler, so read rather than named."""
+        found = self.api.get(
+            f"/api/v1/namespaces/{NAMESPACE}/pods?fieldSelector=spec.nodeName%3D{NODE}"
+        )
+        return [
+            pod
+            for pod in (found or {}).get("items") or []
+            if any(
+                o.get("kind") == "StatefulSet" for o in pod["metadata"].get("ownerReferences") or []
+            )
+        ]
 
     def scraped(self) -> bool:
         query = f"{self.prom_url}/api/v1/query?query=up%7Bjob%3D%22kube-state-metrics%22%7D"
@@ -585,32 +669,51 @@ class Stack:
                 return _iso(alert.get("startsAt"))
         return None
 
-    def taint_written(self, since: int) -> float | None:
-        """The arrival of the first successful write of the node after ``since``: nodefence
-        writes the node for the taint first (the claim before it is in its own ConfigMap)."""
-        records = get_json(f"{self.sim_url}/sim/v1/requests?since={since}")["requests"]
-        for record in records:
-            if (
-                record["method"] in ("PUT", "PATCH")
-                and record["path"] == f"/api/v1/nodes/{NODE}"
-                and 200 <= record["status"] < 300
-            ):
-                return float(record["at"])
-        return None
+    def requests(self, since: int) -> list[dict[str, Any]]:
+        """The API requests of clients (nodefence, the benchmark's reads) after ``since``: the
+        simulator's log, or on the real backend the kube-apiserver's audit log, which leaves the
+        control plane's own components out as the simulator leaves its controllers out."""
+        found: list[dict[str, Any]] = get_json(f"{self.control_url}/sim/v1/requests?since={since}")[
+            "requests"
+        ]
+        return found
 
     def cursor(self) -> int:
-        value: int = get_json(f"{self.sim_url}/sim/v1/requests?since=999999999999")["cursor"]
+        value: int = get_json(f"{self.control_url}/sim/v1/requests?since=999999999999")["cursor"]
         return value
 
 
+def taint_written(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """The arrival of the first successful write of the node: nodefence writes the node for
+    the taint first (the claim before it is in its own ConfigMap)."""
+    for record in records:
+        if (
+            record["method"] in ("PUT", "PATCH")
+            and record["path"] == f"/api/v1/nodes/{NODE}"
+            and 200 <= record["status"] < 300
+        ):
+            return float(record["at"])
+    return None
+
+
+def pods_deleted(records: Sequence[Mapping[str, Any]], names: Iterable[str]) -> int:
+    """How many of the pods a client (nodefence's purge) deleted; the rest went by the
+    controllers' own hand (the taint's eviction, then the pod garbage collector)."""
+    paths = {f"/api/v1/namespaces/{NAMESPACE}/pods/{name}" for name in names}
+    return len(
+        {
+            r["path"]
+            for r in records
+            if r["method"] == "DELETE" and r["path"] in paths and 200 <= r["status"] < 300
+        }
+    )
+
+
 def _healthy(stack: Stack) -> dict[str, str]:
-    uids = {}
-    for name in STATEFUL:
-        pod = stack.pod(name)
-        if pod is None or pod_status(pod) != "Running" or pod["spec"].get("nodeName") != NODE:
-            return {}
-        uids[name] = pod["metadata"]["uid"]
-    return uids
+    pods = stack.stateful_pods()
+    if not pods or any(pod_status(pod) != "Running" for pod in pods):
+        return {}
+    return {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in pods}
 
 
 def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) -> None:
@@ -621,7 +724,7 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
     gone: dict[str, float] = {}
     running: dict[str, float] = {}
     previous = time.time()
-    while len(running) < len(STATEFUL):
+    while len(running) < len(uids):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{run.case.key}: StatefulSet pods not running elsewhere: {running}")
         node = stack.node()
@@ -649,29 +752,47 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
             ):
                 running[name] = seen
         run.resolution = max(run.resolution, time.time() - previous)
-        time.sleep(POLL_SECONDS)
+        time.sleep(REAL_POLL_SECONDS if run.backend == "real" else POLL_SECONDS)
         previous = time.time()
     run.pods_gone = max(gone.values())
     run.pods_running = max(running.values())
 
 
+def deliveries(records: Iterable[Mapping[str, Any]]) -> list[float]:
+    """When each webhook for the node arrived: its request line is written when the answer
+    went out, ``duration_ms`` after the arrival."""
+    return sorted(
+        moment - float(r.get("duration_ms") or 0) / 1000
+        for r in records
+        if r.get("event") == "http_request"
+        and r.get("path") == "/alerts"
+        and NODE in str(r.get("group_key"))
+        and (moment := _iso(r.get("timestamp"))) is not None
+    )
+
+
 def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
-    """Delivery, fence and power-off moments from nodefence's own JSON logs."""
-    for record in log_records(stack.serve.output()):
-        moment = _iso(record.get("timestamp"))
-        if moment is None or moment < run.death:
-            continue
-        if record.get("event") == "webhook_received" and NODE in str(record.get("group_key")):
-            run.first_delivery = run.first_delivery or moment
-        elif record.get("event") == "decision" and record.get("node") == NODE:
+    """Delivery, fence and power-off moments from nodefence's own JSON logs. A fence by a
+    webhook is triggered by the latest delivery before it (Alertmanager repeats a group)."""
+    records = [
+        r
+        for r in log_records(stack.serve.output())
+        if (_iso(r.get("timestamp")) or 0.0) >= run.death
+    ]
+    arrived = deliveries(records)
+    run.first_delivery = arrived[0] if arrived else None
+    for record in records:
+        moment = _iso(record.get("timestamp")) or 0.0
+        if record.get("event") == "decision" and record.get("node") == NODE:
             if not run.first_delivery_verdict:
                 blocked = record.get("blocked_by")
                 run.first_delivery_verdict = str(record.get("verdict")) + (
                     f" ({blocked})" if blocked else ""
                 )
             if fenced(record, NODE) and not run.fenced_by:
-                run.fenced_by, run.trigger = "webhook", run.first_delivery
-        elif record.get("event") == "power_action" and record.get("node") == NODE:
+                run.fenced_by = "webhook"
+                run.trigger = max((a for a in arrived if a <= moment), default=None)
+        elif powered_off(record):
             run.power_off = run.power_off or moment
     after = [p for p in cron.passes if p.started >= run.death]
     run.passes = len(after)
@@ -683,28 +804,52 @@ def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
             last = max((s for s in stamps if s is not None), default=None)
             run.pass_seconds = None if last is None else last - done.started
         for record in records:
-            if record.get("event") == "power_action" and record.get("node") == NODE:
+            if powered_off(record):
                 run.power_off = run.power_off or _iso(record.get("timestamp"))
 
 
-def measure(case: Case, factor: float, workdir: Path) -> Measured:
-    delays = shipped_delays().scaled(factor)
+def powered_off(record: Mapping[str, Any]) -> bool:
+    """The BMC read back Off after nodefence's power-off (not a mere status read)."""
+    return (
+        record.get("event") == "power_action"
+        and record.get("node") == NODE
+        and bool(record.get("sent"))
+        and record.get("state") == "off"
+    )
+
+
+def measure(
+    case: Case, delays: Delays, factor: float, workdir: Path, backend: str = "sim"
+) -> Measured:
+    """One run of ``case`` with ``delays`` on ``backend``; ``factor`` divides the configured
+    delays that ``delays`` does not name (the other rules and routes, the simulator's other
+    periods)."""
     with processes(workdir) as procs:
         try:
-            stack = Stack(procs, case, delays, factor)
-            uids = eventually(lambda: _healthy(stack), within=60, what="seed pods Running")
-            eventually(stack.scraped, within=60, what="Prometheus scraping the simulator")
+            stack = Stack(procs, case, delays, factor, backend)
+            uids = eventually(
+                lambda: _healthy(stack), within=120, what=f"StatefulSet pods Running on {NODE}"
+            )
+            eventually(stack.scraped, within=120, what="Prometheus scraping the cluster")
             time.sleep(delays.evaluation_interval)
             env = {**stack.env, "NODEFENCE_ALERTMANAGER_URL": stack.am_url}
             with ReconcileCron(procs, delays.reconcile_period, env) as cron:
                 cursor = stack.cursor()
                 death, renewed = stack.kill()
-                run = Measured(case, delays, death, renewed)
+                run = Measured(case, delays, death, renewed, backend=backend, pods=tuple(uids))
                 budget = delays.fence_allowed_after_death() + delays.reconcile_period + 120
                 _watch(stack, run, uids, within=budget)
                 run.firing = stack.starts_at() or run.firing
-                run.taint = stack.taint_written(cursor) or run.taint
+                requests = stack.requests(cursor)
+                run.taint = taint_written(requests) or run.taint
+                run.pods_deleted = pods_deleted(requests, uids)
+                # The replacements can run before nodefence has logged the decision that
+                # fenced: its line is written once the purge is done.
+                deadline = time.monotonic() + LOG_WAIT_SECONDS
                 _read_logs(stack, run, cron)
+                while not run.fenced_by and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    _read_logs(stack, run, cron)
             return run
         except Exception:
             for process in procs.started:
@@ -907,7 +1052,8 @@ def run(
         print(f"time to recovery: {case.title} (delays / {factor:g})", flush=True)
         try:
             with tempfile.TemporaryDirectory(prefix=f"nodefence-recovery-{case.key}-") as tmp:
-                runs.append(measure(case, factor, Path(tmp)))
+                delays = shipped_delays().scaled(factor)
+                runs.append(measure(case, delays, factor, Path(tmp)))
         except (OSError, RuntimeError, TimeoutError) as exc:
             # One case failing (a process that would not start) still reports the others.
             failed.append(Row(case.title, "not measured", note=str(exc).splitlines()[0][:200]))
@@ -928,9 +1074,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cases", default="webhook,reconcile,redfish", help="webhook, reconcile, redfish"
     )
+    parser.add_argument(
+        "--backend",
+        choices=("sim", "real"),
+        default="sim",
+        help="real: unscaled on the real control plane (bench.recovery_real), beside the simulator",
+    )
+    parser.add_argument(
+        "--settings", default="shipped,fastest", help="with --backend real: shipped, fastest"
+    )
     args = parser.parse_args(argv)
     from bench.__main__ import machine, markdown
 
+    if args.backend == "real":
+        from bench import recovery_real
+
+        runs = recovery_real.run(tuple(args.settings.split(",")))
+        print()
+        print(markdown(recovery_real.rows(runs)))
+        print()
+        print(recovery_real.breakdown(runs))
+        print(machine())
+        return 0
     table = markdown(run(args.factor, tuple(args.cases.split(","))))
     print()
     print(f"delays: {describe(shipped_delays(), args.factor)}")

@@ -144,7 +144,7 @@ def test_case_policies_keep_the_shipped_policy_but_the_fencing_and_waits() -> No
 
 def test_seed_scenario_scales_the_cluster_and_stays_loadable() -> None:
     delays = shipped_delays().scaled(5)
-    scenario = seed_scenario(delays)
+    scenario = seed_scenario(delays, 5)
     settings = SimSettings.from_mapping(scenario["simulation"])
     assert settings.node_monitor_grace_seconds == 8
     assert settings.pod_eviction_toleration_seconds == 60
