@@ -25,7 +25,9 @@ def granted(method_verb: str, group: str, resource: str, namespace: str | None, 
             continue
         if method_verb not in call["verbs"]:
             continue
-        if call["scope"] == "namespace" and namespace != "nodefence":
+        # A namespaced grant is nodefence's own namespace's, or the fixed one it names (Node
+        # Events in default, node Leases in kube-node-lease).
+        if call["scope"] == "namespace" and namespace != call.get("namespace", "nodefence"):
             continue
         names = call.get("resourceNames")
         if names and name not in names:

@@ -26,6 +26,7 @@ from .conftest import RealBackend
 from .test_seed_story import NOT_READY_WITHIN, STEP_WITHIN, oos_taints, post_alert
 
 LEASES = "kube-node-lease"
+MIRROR = "nodefence.io/"
 
 
 def start_replica(
@@ -188,3 +189,14 @@ def restore(backend: RealBackend, node: str, nodefence: Nodefence | None = None)
     if oos_taints(current):
         kept = [t for t in current.spec.taints or [] if t.key != OOS]
         backend.core.patch_node(node, {"spec": {"taints": kept or None}})
+    forget_mirror(backend, node)
+
+
+def forget_mirror(backend: RealBackend, node: str) -> None:
+    """Take nodefence's mirror annotations off the node: an unfence keeps them (when it was
+    fenced and unfenced, for people), and the next test of the session expects a node
+    nodefence never touched."""
+    annotations = backend.core.read_node(node).metadata.annotations or {}
+    mirror = [key for key in annotations if key.startswith(MIRROR)]
+    if mirror:
+        backend.core.patch_node(node, {"metadata": {"annotations": dict.fromkeys(mirror)}})

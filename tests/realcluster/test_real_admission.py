@@ -25,6 +25,7 @@ from tests.deploy.conftest import DEPLOY, kustomize
 from tests.e2e.harness import Nodefence, Simulator, start_nodefence
 
 from .conftest import RealBackend
+from .safety_support import forget_mirror
 from .test_seed_story import NOT_READY_WITHIN, POLICY, STEP_WITHIN, oos_taints, post_alert
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(900)]
@@ -227,3 +228,4 @@ def fence_and_unfence(procs: Processes, backend: RealBackend, kubeconfig: Path) 
         return not oos_taints(core.read_node(node))
 
     eventually(unfenced, within=STEP_WITHIN, interval=1.0, what="unfenced")
+    forget_mirror(backend, node)

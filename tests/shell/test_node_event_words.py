@@ -43,8 +43,11 @@ def test_the_proof_and_identity_survive_the_cut_whatever_the_volumes_say() -> No
     assert "reported Off" in kept
     assert "identity matched (system UUID 4c4c4544-0042-3510-8052-b4c04f4e3232)" in kept
     assert "1 pods purged by nodefence, 1 already deleted by Kubernetes' pod garbage" in kept
-    # The summary is the verdict's words, not the volumes text judged after it.
-    assert decision.summary == PROOF
+    # The headline of a fence that left volumes attached says so; one that left nothing
+    # undone is the verdict's words, not the last guard's.
+    assert decision.summary == VOLUMES
+    clean = fence(Reason("verdict", True, PROOF), Reason("volumes", True, "no volume is attached"))
+    assert clean.summary == PROOF
 
 
 def test_a_wait_is_normal_and_a_spent_budget_a_warning() -> None:

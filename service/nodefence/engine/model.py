@@ -24,9 +24,6 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 PREFIX = "nodefence.io/"
 EXCLUDE_LABEL = PREFIX + "exclude"
 API_SERVER_CLOCK = "api-server"
-# Reasons that do not pass beside an action: a warning about its result (volumes the cluster
-# will not release after a fence), not a refusal of it (``engine.volumes``).
-AFTERMATH = frozenset({"volumes"})
 
 
 class AlertStatus(StrEnum):
@@ -441,13 +438,11 @@ class Decision:
 
     @property
     def summary(self) -> str:
-        """The headline for an Event and the log: the first blocking reason (why not), else
-        the verdict's own words (what happens and why), else the last reason; never the text
-        of whichever guard happened to be judged last."""
-        acted = self.verdict in (Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE)
-        blocking = [
-            r for r in self.reasons if not r.passed and not (acted and r.guard in AFTERMATH)
-        ]
+        """The headline for an Event and the log: the first reason that did not pass (why not,
+        or what a fence left undone: volumes still attached), else the verdict's own words (what
+        happens and why), else the last reason; never the text of whichever guard happened to
+        be judged last."""
+        blocking = [r for r in self.reasons if not r.passed]
         if blocking:
             return blocking[0].message
         verdict = next((r.message for r in reversed(self.reasons) if r.guard == "verdict"), None)
