@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import TypeVar
 
 import structlog
 
@@ -49,6 +50,8 @@ from nodefence.shell.refresh import BackgroundRefresh, read_fence_record
 from nodefence.shell.report import Reporter
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,31 +285,31 @@ class Pipeline:
             return []
         silence = fallback.not_configured()
         if self.alertmanager is not None:
-            try:
-                held_by_am = await held_nodes(
-                    self.alertmanager,
-                    self.policy.alerts.names,
-                    self.policy.alerts.node_labels,
-                    observe=self.metrics.alertmanager_request,
-                )
-            except AlertmanagerUnavailableError as exc:
-                await self._unreachable(exc)
-                held_by_am = set()
-            else:
-                self._answered()
+            held_by_am: set[str] = await self._ask_alertmanager(held_nodes, set[str]())
             due = [(node, since) for node, since in due if node not in held_by_am]
             silence = self.reachability.silence() if self.reachability else fallback.holds_none()
         return [fallback.event(node, since, silence, after) for node, since in due]
 
-    def _answered(self) -> None:
+    async def _ask_alertmanager(self, query: Callable[..., Awaitable[T]], unanswered: T) -> T:
+        """One question to Alertmanager's API about the handled node alerts, its outcome kept
+        by ``reachability``; ``unanswered`` when it cannot be asked."""
+        assert self.alertmanager is not None
+        try:
+            answer = await query(
+                self.alertmanager,
+                self.policy.alerts.names,
+                self.policy.alerts.node_labels,
+                observe=self.metrics.alertmanager_request,
+            )
+        except AlertmanagerUnavailableError as exc:
+            if self.reachability is not None:
+                await self.reachability.failed(str(exc))
+            else:
+                log.warning("alertmanager_unavailable", error=str(exc))
+            return unanswered
         if self.reachability is not None:
             self.reachability.answered()
-
-    async def _unreachable(self, exc: AlertmanagerUnavailableError) -> None:
-        if self.reachability is not None:
-            await self.reachability.failed(str(exc))
-        else:
-            log.warning("alertmanager_unavailable", error=str(exc))
+        return answer
 
     async def _active_alerts(self) -> list[AlertEvent]:
         """The node alerts Alertmanager still holds active: a fence refused for a passing reason
@@ -315,15 +318,5 @@ class Pipeline:
         means that retry waits; the rest of the pass goes on."""
         if self.alertmanager is None:
             return []
-        try:
-            events = await active_alerts(
-                self.alertmanager,
-                self.policy.alerts.names,
-                self.policy.alerts.node_labels,
-                observe=self.metrics.alertmanager_request,
-            )
-        except AlertmanagerUnavailableError as exc:
-            await self._unreachable(exc)
-            return []
-        self._answered()
-        return events
+        none: list[AlertEvent] = []
+        return await self._ask_alertmanager(active_alerts, none)
