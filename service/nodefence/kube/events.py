@@ -112,8 +112,9 @@ class EventRecorder:
         counted on one Event (see the module's docstring) instead of creating another.
         """
         involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
-        if dedupe_key is None:
-            created = await self._create(
+
+        async def create() -> str:
+            return await self._create(
                 NODE_EVENT_NAMESPACE,
                 node,
                 involved,
@@ -123,7 +124,9 @@ class EventRecorder:
                 deadline=deadline,
                 subject=node,
             )
-            return bool(created)
+
+        if dedupe_key is None:
+            return bool(await create())
         now = self.clock()
         self._expire(now)
         key = (node, node_uid, reason, dedupe_key)
@@ -137,16 +140,7 @@ class EventRecorder:
             if await self._count(held, message, deadline):
                 return True
             del self._recent[key]
-        name = await self._create(
-            NODE_EVENT_NAMESPACE,
-            node,
-            involved,
-            reason=reason,
-            message=message,
-            warning=warning,
-            deadline=deadline,
-            subject=node,
-        )
+        name = await create()
         if name:
             self._recent[key] = _Recorded(name, 1, now, now)
         return bool(name)
