@@ -28,6 +28,7 @@ import aiohttp
 
 from nodefence.engine.authorship import FIELD_MANAGER
 from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.backoff import Backoff
 from nodefence.kube.library import defer_generated_modules
 from nodefence.kube.ratelimit import Priority, RateLimiter, read_priority
 from nodefence.kube.server_clock import ServerClock
@@ -45,6 +46,8 @@ Json = dict[str, Any]
 RequestHook = Callable[[str, str, float | None], None]
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+# Between tries of one request, within its deadline (a Retry-After header is honoured instead).
+RETRY = Backoff(0.05, 2.0, spread=(0.8, 1.2))
 PAGE_SIZE = 500
 CONFIGMAP = "/api/v1/namespaces/{namespace}/configmaps/{name}"
 POD = "/api/v1/namespaces/{namespace}/pods/{name}"
@@ -292,8 +295,11 @@ class KubeClient:
             except (TimeoutError, aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
                 self._on_request(verb, "error", time.monotonic() - sent)
                 last_problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            backoff = retry_after if retry_after is not None else min(2.0, 0.05 * 2**attempt)
-            backoff *= 0.8 + 0.4 * random.random()  # noqa: S311 - jitter, not security
+            backoff = (
+                retry_after * random.uniform(*RETRY.spread)  # noqa: S311 - jitter, not security
+                if retry_after is not None
+                else RETRY.delay(attempt + 1)
+            )
             if deadline.remaining <= backoff:
                 raise ClusterUnavailableError(
                     f"Kubernetes API unavailable after {attempt} attempts: {last_problem}"

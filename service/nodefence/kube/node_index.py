@@ -2,7 +2,7 @@
 nodes and on 5,000.
 
 A serving receiver lists the Nodes once, a page at a time, and then follows a watch from the
-list's resourceVersion, as an informer does. Of each Node it keeps only what ``ClusterFacts``
+list's resourceVersion (``kube.informer``). Of each Node it keeps only what ``ClusterFacts``
 counts (a ``NodeSummary``: Ready, able to take workloads, control plane, Ready since when), so
 its memory is a few hundred bytes per node whatever the size of the Node objects, and no page
 of the list is kept once summarised.
@@ -10,15 +10,11 @@ of the list is kept once summarised.
 Freshness is stated, not assumed: ``age`` is the time since the index last heard from the API
 server (a finished list, a watch event or bookmark, or a watch the server ended at its
 ``timeoutSeconds``, which it sets short so that a quiet cluster still proves the stream alive),
-and ``fresh`` answers only while that age is within ``max_age``. A stream that breaks resumes
-from the last resourceVersion seen, the server replaying what was missed; a version the server
-can no longer replay (410 Gone) or any other error answer makes it list again, with backoff.
+and ``fresh`` answers only while that age is within ``max_age``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -26,19 +22,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-import aiohttp
-import structlog
-
 from nodefence.engine import readiness
 from nodefence.engine.identity import canonical_identity
 from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
 from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
-from nodefence.errors import ClusterUnavailableError
-from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
+from nodefence.kube.backoff import Backoff
+from nodefence.kube.client import Deadline, Json, KubeClient, Stream
 from nodefence.kube.convert import ready_condition, ready_since
-from nodefence.kube.watch_events import follow, parts
-
-log = structlog.get_logger(__name__)
+from nodefence.kube.informer import Informer
+from nodefence.kube.watch_events import parts
 
 # Counts older than this are not served: the caller lists the nodes itself instead.
 MAX_AGE_SECONDS = 30.0
@@ -52,7 +44,7 @@ LIST_DEADLINE_SECONDS = 60.0
 # once decoded; pages of 100 keep what is held at once to a few megabytes on any cluster, for
 # ten times the requests of kubectl's 500 (50 at 5,000 nodes, once per start or relist).
 LIST_PAGE_SIZE = 100
-BACKOFF_SECONDS = (0.2, 10.0)
+BACKOFF = Backoff(0.2, 10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +173,10 @@ class Counts:
     age: float
 
 
-class NodeIndex:
+class NodeIndex(Informer):
     """Nodes by name, each as a ``NodeSummary``, kept current by a list and a watch."""
+
+    name = "node_index"
 
     def __init__(
         self,
@@ -193,25 +187,15 @@ class NodeIndex:
         clock: Callable[[], float] = time.monotonic,
         listener: NodeListener | None = None,
     ) -> None:
+        super().__init__(BACKOFF, clock)
         self.kube = kube
         self.listener = listener
         self.max_age = max_age
         self.watch_seconds = watch_seconds
-        self.clock = clock
         self.nodes: dict[str, NodeSummary] = {}
-        self.resource_version = ""
-        self.heard_at: float | None = None
-        self.relists = 0
         self._counted: ClusterFacts | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
 
     # ------------------------------------------------------------ serving
-    @property
-    def age(self) -> float | None:
-        """Seconds since the API server last confirmed the index; None before the first list."""
-        return None if self.heard_at is None else self.clock() - self.heard_at
-
     def fresh(self) -> Counts | None:
         """The counts if the index heard from the API server within ``max_age``, else None."""
         age = self.age
@@ -230,45 +214,7 @@ class NodeIndex:
         return {name: n.not_ready_since for name, n in self.nodes.items() if not n.ready}
 
     # ------------------------------------------------------------ following
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._follow(), name="node-index")
-
-    async def stop(self) -> None:
-        """Cancel the follower; the loop also checks ``_stopping``, so a cancel lost in a race
-        with a reply cannot keep it running (nor ``stop`` waiting on it for more than 5 s)."""
-        self._stopping = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task}, timeout=5.0)
-
-    async def _follow(self) -> None:
-        failures = 0
-        while not self._stopping:
-            try:
-                if not self.resource_version:
-                    await self._list()
-                await self._watch()
-                failures = 0
-            except (ClusterUnavailableError, KubeError, aiohttp.ClientError, OSError) as exc:
-                # TimeoutError (a silent stream) is an OSError.
-                if isinstance(exc, KubeError):
-                    # 410: too old to replay; anything else the server refused: list afresh.
-                    self.resource_version = ""
-                failures += 1
-                pause = min(BACKOFF_SECONDS[1], BACKOFF_SECONDS[0] * 2 ** (failures - 1))
-                pause *= 0.5 + random.random()  # noqa: S311 - jitter, not security
-                log.warning(
-                    "node_index_interrupted",
-                    error=str(exc) or type(exc).__name__,
-                    relist=not self.resource_version,
-                    retry_in=round(pause, 2),
-                )
-                await asyncio.sleep(pause)
-
-    async def _list(self) -> None:
-        started = self.clock()
+    async def list(self) -> str:
         nodes, version = await list_summaries(
             self.kube, Deadline(LIST_DEADLINE_SECONDS), listener=self.listener
         )
@@ -276,20 +222,14 @@ class NodeIndex:
             self.listener.keep_only(set(nodes))
         self.nodes = nodes
         self._counted = None
-        self.resource_version = version
-        self.relists += 1
-        # The list is a snapshot taken when its first page was served.
-        self.heard_at = started
+        return version
 
-    async def _watch(self) -> None:
-        stream = await self.kube.watch_nodes(
-            self.resource_version, self.watch_seconds, idle_seconds=IDLE_SECONDS
+    async def watch(self, resource_version: str) -> Stream:
+        return await self.kube.watch_nodes(
+            resource_version, self.watch_seconds, idle_seconds=IDLE_SECONDS
         )
-        await follow(stream, self._apply)
-        # The server ended the watch at its timeout: everything until then was delivered.
-        self.heard_at = self.clock()
 
-    def _apply(self, event: dict[str, Any]) -> None:
+    def apply(self, event: dict[str, Any]) -> str:
         kind, obj, version = parts(event)
         if kind in ("ADDED", "MODIFIED"):
             self._put(_name(obj), summarize(obj))
@@ -300,9 +240,7 @@ class NodeIndex:
                 self._counted = None
             if self.listener is not None:
                 self.listener.drop(_name(obj))
-        if version:
-            self.resource_version = version
-        self.heard_at = self.clock()
+        return version
 
     def _put(self, name: str, summary: NodeSummary) -> None:
         # Most events are heartbeats that change nothing counted: keep the counts then.
