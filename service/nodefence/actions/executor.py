@@ -21,6 +21,7 @@ from nodefence.engine.model import (
     OUT_OF_SERVICE_VALUE,
     FenceAction,
     PurgePodAction,
+    ReleaseFenceAction,
     UnfenceAction,
 )
 from nodefence.engine.wording import instant, parse_instant
@@ -116,6 +117,38 @@ def unfence_body(node: Json, action: UnfenceAction) -> Json:
     return _put_body(node, action.node_uid, action.resource_version, taints, annotations)
 
 
+def _escape(key: str) -> str:
+    """An annotation key as a JSON pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def release_patch(node: Json, action: ReleaseFenceAction) -> list[Json]:
+    """The JSON patch of an operator's release: it tests the uid and resourceVersion the
+    release was decided on, then takes off exactly nodefence's taint (S4: the first with its
+    key, value and recorded effect; any other stays) and the listed mirror annotations. Empty
+    when nothing on the node is nodefence's any more."""
+    if not action.touches_node:
+        return []
+    meta = node.get("metadata") or {}
+    ops: list[Json] = [
+        {"op": "test", "path": "/metadata/uid", "value": action.node_uid},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": action.resource_version},
+    ]
+    if action.effect:
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        own = next((i for i, t in enumerate(taints) if is_own_taint(t, action.effect)), None)
+        if own is not None:
+            kept = taints[:own] + taints[own + 1 :]
+            ops.append({"op": "replace", "path": "/spec/taints", "value": kept})
+    notes = meta.get("annotations") or {}
+    ops.extend(
+        {"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
+        for k in action.remove_annotations
+        if k in notes
+    )
+    return ops
+
+
 @dataclass(frozen=True)
 class Written:
     """A node write's result and the API server's clock when it took effect."""
@@ -150,6 +183,19 @@ class Executor:
 
     async def unfence(self, node: Json, action: UnfenceAction, deadline: Deadline) -> Written:
         return await self._put_node("unfence", action.node, unfence_body(node, action), deadline)
+
+    async def release_node(
+        self, node: Json, action: ReleaseFenceAction, deadline: Deadline
+    ) -> ActionResult:
+        """One JSON patch (``release_patch``). A failed test (409, 422) or a node gone (404)
+        is a node that changed since it was read: read and decide again."""
+        try:
+            await self.kube.patch_node_json(action.node, release_patch(node, action), deadline)
+        except KubeError as exc:
+            if exc.status in (404, 409, 422):
+                return ActionResult("release-node", action.node, Outcome.CONFLICT, str(exc))
+            return ActionResult("release-node", action.node, Outcome.FAILED, str(exc))
+        return ActionResult("release-node", action.node, Outcome.DONE)
 
     async def purge_pod(self, action: PurgePodAction, deadline: Deadline) -> ActionResult:
         target = f"{action.namespace}/{action.name}"

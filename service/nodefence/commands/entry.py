@@ -144,7 +144,7 @@ def _release(args: argparse.Namespace) -> int:
             await install.require(pipeline.kube, settings.namespace, deadline)
             by, note = await who_runs(pipeline.kube, args.by, deadline)
             report = await release.release(
-                pipeline.kube,
+                pipeline.loop,
                 policy,
                 namespace=settings.namespace,
                 identity=settings.identity,

@@ -2,12 +2,14 @@
 
 Taking the taint off by hand (``kubectl taint ... out-of-service-``) leaves nodefence's mirror
 annotations on the node and its entry in the fence record, and the next pass reads the node as
-one that "may be flapping". This releases all of it, in the order that stays safe if it stops
-half-way: the node first (exactly nodefence's taint and its ``nodefence.io/`` annotations, in one
-JSON patch that tests the uid and resourceVersion it was planned on), then the record entry
-(read-modify-write on the ConfigMap's resourceVersion), then an Event on the Node with who and
-why. A record entry left behind by a crash between the two is let go by the next reconcile pass,
-which finds its taint gone.
+one that "may be flapping". This releases all of it. The engine decides the release
+(``engine.release``: what is nodefence's, what is refused and why) and the shell's loop commits
+it as it commits any decision: the node first (exactly nodefence's taint and its
+``nodefence.io/`` annotations, in one JSON patch that tests the uid and resourceVersion it was
+decided on; a node that changed is read and decided again), then the record entry
+(read-modify-write on the ConfigMap's resourceVersion). This command then records an Event on
+the Node with who and why. A record entry left behind by a crash between the two is let go by
+the next reconcile pass, which finds its taint gone.
 
 What is never released (S4): an out-of-service taint nodefence did not apply (no entry in the
 record, or a taint whose value or effect someone changed), and a fence still being written. A
@@ -17,31 +19,29 @@ node still NotReady is released only with ``--yes``, after the command has said 
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
-from nodefence.actions.executor import Outcome, is_own_taint
-from nodefence.actions.fence_record_writer import FenceRecordWriter
+from nodefence.actions.executor import Outcome, is_own_taint, release_patch
 from nodefence.commands.failures import CommandRefusedError
-from nodefence.engine import mirror
-from nodefence.engine import record as fence_record
-from nodefence.engine.authorship import taint_authorship
+from nodefence.engine import release as engine_release
 from nodefence.engine.model import (
-    EXCLUDE_LABEL,
     OUT_OF_SERVICE_KEY,
-    OUT_OF_SERVICE_VALUE,
-    PREFIX,
-    ReleaseAction,
+    ClusterFacts,
+    Decision,
+    Facts,
+    ReleaseFenceAction,
 )
-from nodefence.engine.readiness import is_ready
-from nodefence.engine.record import FenceEntry, FenceRecord, Phase
-from nodefence.engine.wording import duration, instant
-from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
-from nodefence.kube.convert import node_facts, ready_condition
+from nodefence.engine.record import FenceEntry, FenceRecord
+from nodefence.engine.wording import instant
+from nodefence.kube.client import Deadline, Json
+from nodefence.kube.convert import node_facts
 from nodefence.kube.events import EventRecorder
-from nodefence.policy import Policy, Rule
+from nodefence.kube.facts import Snapshot
+from nodefence.policy import Policy
+from nodefence.shell.loop import KeptChangingError, Loop
 
 EVENT_REASON = "FenceReleased"
-MAX_ATTEMPTS = 5
 
 
 class ConfirmationNeededError(CommandRefusedError):
@@ -50,7 +50,8 @@ class ConfirmationNeededError(CommandRefusedError):
 
 @dataclasses.dataclass(frozen=True)
 class ReleasePlan:
-    """What releasing the node takes away, decided on one read of the node and the record."""
+    """What releasing the node takes away, as the engine decided it on one read of the node
+    and the record."""
 
     entry: FenceEntry
     # JSON patch for the node; empty when nothing on the node is nodefence's any more.
@@ -63,176 +64,55 @@ class ReleasePlan:
     notes: tuple[str, ...] = ()
     # False when the fence was of a node object that is gone: that node is not touched.
     same_node: bool = True
+    # The Event's words (the decision's verdict).
+    message: str = ""
 
 
-def _escape(key: str) -> str:
-    """An annotation key as a JSON pointer segment (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def _not_ours(name: str, node: Json | None, record: FenceRecord, namespace: str) -> str:
-    where = f"ConfigMap {namespace}/{fence_record.CONFIGMAP}"
-    key = fence_record.FENCE_PREFIX + name
-    if key in record.unreadable:
-        return (
-            f"the fence record's entry for node {name} ({where}, key {key}) cannot be read; "
-            "nothing is released on an entry nobody can read"
-        )
-    taints = [
-        t
-        for t in (node or {}).get("spec", {}).get("taints") or []
-        if t.get("key") == OUT_OF_SERVICE_KEY
-    ]
-    notes = ((node or {}).get("metadata") or {}).get("annotations") or {}
-    if taints and notes.get(mirror.FENCED_BY) == mirror.FENCED_BY_VALUE:
-        # The mirror is not authority (the node can write it), but it says the record may have
-        # lost an entry: the reconcile pass adopts the taint back only where the API server's
-        # record of the write shows nodefence wrote it.
-        return (
-            f"node {name} carries an out-of-service taint and nodefence's annotations, but "
-            f"nodefence's fence record ({where}) has no entry for it, so nothing proves the taint "
-            "is nodefence's. The reconcile pass takes it back into the record where the API "
-            "server shows nodefence wrote it; release it after that, or, if you are sure, "
-            f"remove it by hand: kubectl taint nodes {name} {OUT_OF_SERVICE_KEY}-"
-        )
-    if taints:
-        shown = ", ".join(f"{t.get('value') or '(no value)'}:{t.get('effect')}" for t in taints)
-        return (
-            f"the out-of-service taint on node {name} ({shown}) was not applied by nodefence: "
-            f"it is not in nodefence's fence record ({where}), and nodefence never removes a "
-            f"taint it did not apply. Whoever applied it removes it: kubectl taint nodes {name} "
-            f"{OUT_OF_SERVICE_KEY}-"
-        )
-    if node is None:
-        return f"node {name} does not exist, and nodefence's fence record has no entry for it"
-    return (
-        f"nodefence holds no fence of node {name} ({where} has no entry for it); nothing to release"
+def planned(decision: Decision, node: Json | None, record: FenceRecord) -> ReleasePlan:
+    """The release ``decision`` commits, or the refusal it holds as ``CommandRefusedError``
+    (``ConfirmationNeededError`` when only the operator's confirmation is missing)."""
+    blocking = next((r for r in decision.reasons if not r.passed), None)
+    if blocking is not None:
+        if blocking.guard == engine_release.CONFIRMED:
+            raise ConfirmationNeededError(blocking.message)
+        raise CommandRefusedError(blocking.message)
+    action = next(a for a in decision.actions if isinstance(a, ReleaseFenceAction))
+    entry = record.entry(action.node)
+    assert entry is not None
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    taint = next((t for t in taints if is_own_taint(t, action.effect)), None)
+    return ReleasePlan(
+        entry,
+        tuple(release_patch(node, action)) if node is not None else (),
+        taint if action.effect and action.same_node else None,
+        action.remove_annotations if action.same_node else (),
+        action.node_uid,
+        action.not_ready,
+        action.notes,
+        action.same_node,
+        decision.summary,
     )
-
-
-def _consequences(name: str, node: Json, entry: FenceEntry, rule: Rule) -> str:
-    cond = ready_condition(node)
-    state = f"Ready is {cond.status}" if cond is not None else "it reports no Ready condition"
-    if cond is not None and cond.last_transition is not None:
-        state += f" since {instant(cond.last_transition)}"
-    window = duration(rule.flap_window_seconds)
-    return "\n".join(
-        [
-            f"node {name} is still NotReady ({state}). Releasing it takes the out-of-service "
-            "taint off a node whose machine may be down or may be running unseen:",
-            "  - pods still bound to it are no longer force-deleted: they stay Terminating, and "
-            "StatefulSet replicas on it are not re-created elsewhere;",
-            "  - volumes still attached to it are no longer force-detached: pods elsewhere that "
-            "need them wait (Multi-Attach error) until the node is back or deleted;",
-            f"  - for {window} (the flap window of rule {rule.name!r}) nodefence does not fence "
-            "this node again unless a person approves it; after that a firing alert may fence it "
-            f"again. To keep nodefence away from it: kubectl label node {name} "
-            f"{EXCLUDE_LABEL}=true",
-            "Run the command again with --yes to release it anyway.",
-        ]
-    )
-
-
-def _authored(name: str, node: Json, taints: list[Json], entry: FenceEntry) -> Json | None:
-    """The taint nodefence wrote for ``entry`` (S4), or None when none looks like it. One that
-    looks like it but that the API server's record says someone else wrote (its timeAdded is not
-    nodefence's write's, or, for a claim, nodefence's field manager did not write it) is refused:
-    it is theirs, whatever it looks like."""
-    index = next((i for i, t in enumerate(taints) if is_own_taint(t, entry.effect)), None)
-    if index is None:
-        return None
-    facts = node_facts(node)
-    judged = taint_authorship(dataclasses.replace(facts, taints=(facts.taints[index],)), entry)
-    if not judged.ours:
-        raise CommandRefusedError(
-            f"the out-of-service taint on node {name} looks like the one nodefence applied but is "
-            f"not ({judged.why}); it is theirs and is left on, and the reconcile pass lets go of "
-            "nodefence's record entry"
-        )
-    return taints[index]
 
 
 def plan_release(
     name: str, node: Json | None, record: FenceRecord, policy: Policy, namespace: str
 ) -> ReleasePlan:
-    """What to take away, or ``CommandRefusedError`` saying why nothing is."""
-    entry = record.entry(name)
-    if entry is None:
-        raise CommandRefusedError(_not_ours(name, node, record, namespace))
-    meta = (node or {}).get("metadata") or {}
-    if node is None or meta.get("uid") != entry.uid:
-        note = (
-            f"node {name} no longer exists"
-            if node is None
-            else f"node {name} was re-created (UID {meta.get('uid')}; the fence was of UID "
-            f"{entry.uid}) and is left as it is"
-        )
-        only = (note + "; only the record entry is dropped",)
-        return ReleasePlan(entry, (), None, (), entry.uid, notes=only, same_node=False)
-    taints = list((node.get("spec") or {}).get("taints") or [])
-    own = _authored(name, node, taints, entry)
-    others = [t for t in taints if t.get("key") == OUT_OF_SERVICE_KEY and t is not own]
-    if own is None and entry.phase is Phase.CLAIMED:
-        raise CommandRefusedError(
-            f"a fence of node {name} is being written (claimed at {instant(entry.claimed_at)} by "
-            f"{entry.claimed_by or 'a replica'}; its taint is not on yet): wait for it to finish "
-            "or for the reconcile pass to roll it back, then release it"
-        )
-    if own is None and others:
-        shown = ", ".join(f"{t.get('value') or '(no value)'}:{t.get('effect')}" for t in others)
-        raise CommandRefusedError(
-            f"the out-of-service taint on node {name} is now {shown}, not the "
-            f"{OUT_OF_SERVICE_VALUE}:{entry.effect} nodefence applied: someone changed it, so it "
-            "is theirs and is left on; the reconcile pass lets go of nodefence's record entry"
-        )
-    notes = dict(meta.get("annotations") or {})
-    mirror = tuple(sorted(k for k in notes if k.startswith(PREFIX) and k != EXCLUDE_LABEL))
-    ops: list[Json] = []
-    if own is not None or mirror:
-        ops = [
-            {"op": "test", "path": "/metadata/uid", "value": entry.uid},
-            {
-                "op": "test",
-                "path": "/metadata/resourceVersion",
-                "value": meta.get("resourceVersion"),
-            },
-        ]
-    if own is not None:
-        ops.append(
-            {"op": "replace", "path": "/spec/taints", "value": [t for t in taints if t is not own]}
-        )
-    ops.extend({"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"} for k in mirror)
-    cond = ready_condition(node)
-    not_ready = ""
-    if own is not None and not is_ready(cond):
-        rule = policy.rule_named(entry.rule) or Rule(name="built-in defaults")
-        not_ready = _consequences(name, node, entry, rule)
-    extra = () if own is not None else ("its out-of-service taint was already removed",)
-    return ReleasePlan(entry, tuple(ops), own, mirror, entry.uid, not_ready, extra)
-
-
-async def _read(
-    kube: KubeClient, namespace: str, name: str, deadline: Deadline
-) -> tuple[Json | None, FenceRecord]:
-    try:
-        node: Json | None = (await kube.get_node(name, deadline)).body
-    except KubeError as exc:
-        if exc.status != 404:
-            raise
-        node = None
-    try:
-        configmap = (
-            await kube.get_configmap_dated(namespace, fence_record.CONFIGMAP, deadline)
-        ).body
-    except KubeError as exc:
-        if exc.status != 404:
-            raise
-        configmap = {}
-    return node, fence_record.from_configmap(configmap)[0]
+    """What releasing node ``name`` takes away, as confirmed by the operator, or
+    ``CommandRefusedError`` saying why nothing is."""
+    facts = Facts(
+        node_facts(node) if node is not None else None,
+        None,
+        (),
+        ClusterFacts(total_nodes=0, ready_nodes=0),
+        record=record,
+    )
+    asked = engine_release.ReleaseRequest(name, "", confirmed=True, namespace=namespace)
+    decision = engine_release.decide_release(facts, asked, policy, datetime.now(UTC))
+    return planned(decision, node, record)
 
 
 async def release(
-    kube: KubeClient,
+    loop: Loop,
     policy: Policy,
     *,
     namespace: str,
@@ -243,79 +123,45 @@ async def release(
     confirmed: bool,
     deadline: Deadline,
 ) -> dict[str, Any]:
-    """Release node ``name``'s fence; re-read and re-plan whenever the node changed under the
-    patch. Raises ``CommandRefusedError`` (nothing changed) when the fence is not nodefence's
-    to release, or the node is still NotReady and ``confirmed`` is not set."""
+    """Release node ``name``'s fence through the loop (read, decide, commit, and on a node that
+    changed under the patch read and decide again). Raises ``CommandRefusedError`` (nothing
+    changed) when the fence is not nodefence's to release, or the node is still NotReady and
+    ``confirmed`` is not set."""
     if not reason.strip():
         raise CommandRefusedError("--reason must say why the fence is released")
-    for _attempt in range(MAX_ATTEMPTS):
-        node, record = await _read(kube, namespace, name, deadline)
-        plan = plan_release(name, node, record, policy, namespace)
-        if plan.not_ready and not confirmed:
-            raise ConfirmationNeededError(plan.not_ready)
-        if plan.patch:
-            try:
-                await kube.patch_node_json(name, list(plan.patch), deadline)
-            except KubeError as exc:
-                # 409/422: the node changed since it was read (a failed test); 404: it is gone.
-                if exc.status in (404, 409, 422):
-                    continue
-                raise
-        return await _finish(
-            kube,
-            policy,
-            plan,
-            namespace=namespace,
-            identity=identity,
-            name=name,
-            reason=reason,
-            by=by,
-            deadline=deadline,
-        )
-    raise CommandRefusedError(
-        f"node {name} kept changing while nodefence tried to release it; try again"
+    asked = engine_release.ReleaseRequest(
+        name, f"released by {by}: {reason.strip()}", confirmed, namespace
     )
 
+    def decider(snapshot: Snapshot) -> Decision:
+        return engine_release.decide_release(snapshot.facts, asked, policy, snapshot.now)
 
-async def _finish(
-    kube: KubeClient,
-    policy: Policy,
-    plan: ReleasePlan,
-    *,
-    namespace: str,
-    identity: str,
-    name: str,
-    reason: str,
-    by: str,
-    deadline: Deadline,
-) -> dict[str, Any]:
-    why = f"released by {by}: {reason.strip()}"
-    keep = max((r.flap_window_seconds for r in policy.rules), default=0)
-    writer = FenceRecordWriter(kube, namespace, identity, keep_releases_seconds=keep)
-    dropped = await writer.release(ReleaseAction(name, plan.entry.uid, why), deadline)
-    if dropped.outcome is Outcome.FAILED:
+    try:
+        done = await loop.run(name, decider, deadline)
+    except KeptChangingError:
+        raise CommandRefusedError(
+            f"node {name} kept changing while nodefence tried to release it; try again"
+        ) from None
+    plan = planned(done.decision, done.snapshot.node, done.snapshot.facts.record)
+    written = next((r for r in done.results if r.action == "release-node"), None)
+    if written is not None and written.outcome is Outcome.FAILED:
+        raise CommandRefusedError(
+            f"node {name} could not be written ({written.detail}); nothing was released"
+        )
+    dropped = next((r for r in done.results if r.action == "release"), None)
+    if dropped is None or dropped.outcome is Outcome.FAILED:
+        detail = dropped.detail if dropped is not None else "not written"
         raise CommandRefusedError(
             f"node {name}'s taint and annotations are off, but its fence record entry could not "
-            f"be dropped ({dropped.detail}); the next reconcile pass lets go of it"
+            f"be dropped ({detail}); the next reconcile pass lets go of it"
         )
-    removed = []
-    if plan.taint is not None:
-        removed.append(
-            f"out-of-service taint ({plan.taint.get('value')}:{plan.taint.get('effect')})"
-        )
-    if plan.annotations:
-        removed.append(f"{len(plan.annotations)} {PREFIX} annotation(s)")
-    removed.append("fence record entry")
-    message = f"{why}. nodefence let go of its fence: " + ", ".join(removed) + " removed"
-    if plan.not_ready:
-        message += " (the node was still NotReady; released with --yes)"
     recorded = False
     if plan.same_node:
-        recorded = await EventRecorder(kube, identity).node_event(
+        recorded = await EventRecorder(loop.reader.kube, identity).node_event(
             node=name,
             node_uid=plan.node_uid,
             reason=EVENT_REASON,
-            message=message,
+            message=plan.message,
             warning=bool(plan.not_ready),
             deadline=deadline,
         )

@@ -385,6 +385,30 @@ class ReleaseVolumeAttachmentAction:
     uid: str = ""
 
 
+@dataclass(frozen=True)
+class ReleaseFenceAction:
+    """An operator's release (``engine.release``): take exactly nodefence's taint (``effect``;
+    "" when it is gone already) and the listed mirror annotations off the node, in one write
+    preconditioned on the uid and resourceVersion read, then drop the record entry of node
+    object ``node_uid``. ``same_node`` False: the fence was of a node object that is gone, and
+    only the entry is dropped."""
+
+    node: str
+    node_uid: str
+    resource_version: str = ""
+    effect: str = ""
+    remove_annotations: tuple[str, ...] = ()
+    why: str = ""
+    same_node: bool = True
+    # What releasing a node still NotReady means ("" when it is Ready); the operator confirmed.
+    not_ready: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def touches_node(self) -> bool:
+        return self.same_node and bool(self.effect or self.remove_annotations)
+
+
 Action = (
     ClaimAction
     | PowerAction
@@ -397,6 +421,7 @@ Action = (
     | ProofContradictedAction
     | AskApprovalAction
     | ReleaseVolumeAttachmentAction
+    | ReleaseFenceAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 

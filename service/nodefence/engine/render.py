@@ -16,6 +16,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     ReleaseAction,
+    ReleaseFenceAction,
     ReleaseVolumeAttachmentAction,
     UnfenceAction,
 )
@@ -115,6 +116,17 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "persistent_volume": action.persistent_volume,
             "uid": action.uid,
         }
+    if isinstance(action, ReleaseFenceAction):
+        return {
+            "type": "release-fence",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "resource_version": action.resource_version,
+            "effect": action.effect,
+            "remove_annotations": list(action.remove_annotations),
+            "why": action.why,
+            "same_node": action.same_node,
+        }
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -171,6 +183,11 @@ def describe_action(action: Action) -> str:
             f"delete VolumeAttachment {action.name} ({action.persistent_volume}) of node "
             f"{action.node}"
         )
+    if isinstance(action, ReleaseFenceAction):
+        taken = f"its out-of-service taint ({action.effect}) and " if action.effect else ""
+        if not action.same_node:
+            taken = ""
+        return f"let go of node {action.node}'s fence: {taken}its entry in {CONFIGMAP}"
     return f"remove the out-of-service taint from node {action.node} ({action.effect})"
 
 

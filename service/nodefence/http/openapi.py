@@ -233,6 +233,32 @@ ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "uid": {"type": "string"},
         },
     },
+    "ReleaseFenceAction": {
+        "type": "object",
+        "description": "An operator's release (nodefence release): take exactly nodefence's "
+        "taint and its mirror annotations off the node (preconditioned on its uid and "
+        "resourceVersion), then drop its fence record entry.",
+        "required": [
+            "type",
+            "node",
+            "node_uid",
+            "resource_version",
+            "effect",
+            "remove_annotations",
+            "why",
+            "same_node",
+        ],
+        "properties": {
+            "type": {"const": "release-fence"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "resource_version": {"type": "string"},
+            "effect": {"type": "string"},
+            "remove_annotations": {"type": "array", "items": {"type": "string"}},
+            "why": {"type": "string"},
+            "same_node": {"type": "boolean"},
+        },
+    },
     "AskApprovalAction": {
         "type": "object",
         "description": "Ask a person in Slack whether to fence this incident of the node (the "

@@ -34,6 +34,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     ReleaseAction,
+    ReleaseFenceAction,
     ReleaseVolumeAttachmentAction,
     UnfenceAction,
 )
@@ -197,6 +198,19 @@ class Commit:
     async def _release(self, action: ReleaseAction, at: _Progress) -> Step:
         return await self.records.release(action, at.deadline)
 
+    async def _release_fence(self, action: ReleaseFenceAction, at: _Progress) -> Step:
+        """The node first, then the record entry: stopped half-way, an entry whose taint is
+        gone is let go by the next reconcile pass; never a taint without its entry."""
+        if action.touches_node:
+            assert at.snapshot.node is not None
+            written = await self.executor.release_node(at.snapshot.node, action, at.deadline)
+            if written.outcome is not Outcome.DONE:
+                return written
+            at.results.append(written)
+        return await self.records.release(
+            ReleaseAction(action.node, action.node_uid, action.why), at.deadline
+        )
+
     async def _observe_ready(self, action: ObserveReadyAction, at: _Progress) -> Step:
         return await self.records.observe(action, at.deadline)
 
@@ -254,6 +268,7 @@ HANDLERS: dict[type[Any], Handler] = {
     ProofContradictedAction: Commit._proof_contradicted,
     AskApprovalAction: Commit._ask_approval,
     ReleaseVolumeAttachmentAction: Commit._release_volume,
+    ReleaseFenceAction: Commit._release_fence,
 }
 
 

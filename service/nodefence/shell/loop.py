@@ -46,6 +46,12 @@ SETTLE_POLL_SECONDS = 0.2
 Decider = Callable[[Snapshot], Decision]
 
 
+class KeptChangingError(ClusterUnavailableError):
+    """Every attempt's precondition failed: the node kept changing under the writes. A
+    webhook answers it as any unavailability (Alertmanager retries); an operator's command
+    says to try again."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Pass:
     """One turn of the loop: the last decision, everything its commits did, and the snapshot
@@ -138,9 +144,7 @@ class Loop:
             fenced = fenced or committed.fenced
             if not committed.again:
                 return Pass(decision, results, snapshot, fenced)
-        raise ClusterUnavailableError(
-            f"node {name} kept changing while nodefence tried to write it"
-        )
+        raise KeptChangingError(f"node {name} kept changing while nodefence tried to write it")
 
     async def settle(
         self, name: str, decider: Decider, deadline: Deadline, seconds: float
