@@ -15,9 +15,9 @@ import statistics
 import time
 
 from nodefence.demo.tls_front import tls_front
-from nodefence.fencing.fence_agent import FenceAgentDriver
+from nodefence.fencing.drivers.fence_agent import FenceAgentDriver
+from nodefence.fencing.drivers.redfish import RedfishDriver
 from nodefence.fencing.model import PowerDriver
-from nodefence.fencing.redfish import RedfishDriver
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nodefence import strict_yaml
 from nodefence.engine.labels import SelectorError, parse_selector
-from nodefence.fencing.registry import POWER_DRIVERS
+from nodefence.fencing import registry
 
 DEFAULT_ALERT_NAMES = ("KubeNodeNotReady", "KubeNodeUnreachable", "NodefenceNodeNotReady")
 
@@ -65,10 +65,6 @@ class RuleMatch(_Model):
         return value
 
 
-# The names are the driver registry's (nodefence.fencing.registry; a test keeps them equal).
-FencingDriver = Literal["redfish", "ipmi", "fence-agent", "annotation", "http", "none"]
-
-
 class Fencing(_Model):
     """How a rule proves that the machine behind a node is off before the taint (S10).
 
@@ -85,7 +81,8 @@ class Fencing(_Model):
     API server's clock), and every decision made so says "no proof". No answer, no fence.
     """
 
-    driver: FencingDriver
+    # A name in the driver registry (``nodefence.fencing.registry``), checked against it.
+    driver: str
     action: Literal["verify", "off", "reboot"] = "off"
     # How long a power action may take to be read back (Off after off, On after on).
     timeout_seconds: float = Field(default=15.0, gt=0, le=600)
@@ -97,6 +94,11 @@ class Fencing(_Model):
     # node's, or a target two nodes share, is a configuration error and is never escalated.
     on_failure: Literal["refuse", "approval"] = "refuse"
 
+    @field_validator("driver")
+    @classmethod
+    def _known_driver(cls, value: str) -> str:
+        return registry.lookup(value).name
+
     @field_validator("action", mode="before")
     @classmethod
     def _yaml_off(cls, value: Any) -> Any:
@@ -107,21 +109,22 @@ class Fencing(_Model):
     def _consistent(self) -> Fencing:
         if self.driver == "http" and "://" not in self.url:
             raise ValueError("url is required (http or https) when driver is http")
-        if self.driver not in POWER_DRIVERS and self.action != "off":
+        powering = " or ".join(registry.power_drivers())
+        if not self.powers and self.action != "off":
             raise ValueError(
-                f"action {self.action} needs a BMC (driver {' or '.join(POWER_DRIVERS)}); driver "
+                f"action {self.action} needs a BMC (driver {powering}); driver "
                 f"{self.driver} only reads proof"
             )
-        if self.on_failure == "approval" and self.driver not in POWER_DRIVERS:
+        if self.on_failure == "approval" and not self.powers:
             raise ValueError(
                 f"on_failure approval escalates a failed power step, which only driver "
-                f"{' or '.join(POWER_DRIVERS)} has; driver {self.driver} has none to escalate"
+                f"{powering} has; driver {self.driver} has none to escalate"
             )
         return self
 
     @property
     def powers(self) -> bool:
-        return self.driver in POWER_DRIVERS
+        return registry.lookup(self.driver).powers
 
 
 def _legacy_proof(rule: dict[str, Any]) -> dict[str, Any]:

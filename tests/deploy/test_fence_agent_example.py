@@ -11,7 +11,8 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from nodefence.fencing.inventory import FenceAgentBmc, load_inventory
+from nodefence.fencing.drivers.fence_agent import FenceAgentBmc
+from nodefence.fencing.inventory import load_inventory
 
 from .conftest import DEPLOY, NAMESPACE
 

@@ -20,7 +20,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from nodefence.fencing.inventory import IpmiBmc, RedfishBmc, load_inventory
+from nodefence.fencing.drivers.ipmi import IpmiBmc
+from nodefence.fencing.drivers.redfish import RedfishBmc
+from nodefence.fencing.inventory import load_inventory
 from nodefence.policy import load_policy, parse_policy
 
 from .conftest import (

@@ -13,12 +13,12 @@ import yaml
 from pydantic import SecretStr
 
 from nodefence.engine.identity import MachineBinding, judge
-from nodefence.fencing.agent_identity import parse_list
-from nodefence.fencing.agent_metadata import agent_options
 from nodefence.fencing.binding import NodeIdentity, identity_problems, inventory_problems, shared
-from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue
+from nodefence.fencing.drivers.fence_agent import FenceAgentDriver, ParameterValue
+from nodefence.fencing.drivers.fence_agent_identity import parse_list
+from nodefence.fencing.drivers.fence_agent_metadata import agent_options
+from nodefence.fencing.drivers.ipmi import IpmiDriver
 from nodefence.fencing.inventory import Inventory, load_inventory
-from nodefence.fencing.ipmi import IpmiDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .agents import require_agent

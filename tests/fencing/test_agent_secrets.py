@@ -9,10 +9,10 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from nodefence.fencing.agent_metadata import agent_options
-from nodefence.fencing.fence_agent import is_secret_key
-from nodefence.fencing.inventory import InventoryError, IpmiBmc
-from nodefence.fencing.ipmi import IpmiDriver
+from nodefence.fencing.drivers.fence_agent import is_secret_key
+from nodefence.fencing.drivers.fence_agent_metadata import agent_options
+from nodefence.fencing.drivers.ipmi import IpmiBmc, IpmiDriver
+from nodefence.fencing.inventory import InventoryError
 
 from .agents import load_yaml_inventory, require_agent
 from .test_agent_spellings import AGENTS

@@ -16,10 +16,10 @@ import pytest
 from pydantic import SecretStr
 
 from nodefence.engine.identity import MachineBinding, judge
-from nodefence.fencing.agent_identity import text_option
-from nodefence.fencing.fence_agent import FenceAgentDriver, is_secret_key
-from nodefence.fencing.inventory import FenceAgentBmc, InventoryError
-from nodefence.fencing.redfish import RedfishDriver
+from nodefence.fencing.drivers.fence_agent import FenceAgentBmc, FenceAgentDriver, is_secret_key
+from nodefence.fencing.drivers.fence_agent_identity import text_option
+from nodefence.fencing.drivers.redfish import RedfishDriver
+from nodefence.fencing.inventory import InventoryError
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .agents import load_yaml_inventory, require_agent

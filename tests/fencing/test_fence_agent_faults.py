@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue, is_secret_key
+from nodefence.fencing.drivers.fence_agent import FenceAgentDriver, ParameterValue, is_secret_key
 
 from .agents import (
     AGENT_PASSWORD,
@@ -165,7 +165,7 @@ async def test_the_password_is_on_stdin_only_never_argv_or_environment(tmp_path:
 
 
 async def test_concurrent_agents_are_bounded_process_wide(tmp_path: Path) -> None:
-    from nodefence.fencing import fence_agent
+    from nodefence.fencing.drivers import fence_agent
 
     agent = scripted_agent(tmp_path, "wait")
     drivers = [driver(agent) for _ in range(fence_agent.DEFAULT_CONCURRENCY + 3)]

@@ -4,15 +4,15 @@ a bad entry is a clear error naming the field (never quoting a secret) and loads
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from nodefence.fencing.fence_agent import FenceAgentDriver
-from nodefence.fencing.inventory import FenceAgentBmc, InventoryError
-from nodefence.fencing.registry import NAMES, POWER_DRIVERS, conflicts, lookup, power_driver
-from nodefence.policy import FencingDriver, parse_policy
+from nodefence.fencing.drivers.fence_agent import FenceAgentBmc, FenceAgentDriver
+from nodefence.fencing.inventory import InventoryError
+from nodefence.fencing.registry import conflicts, lookup, names, power_driver, power_drivers
+from nodefence.policy import PolicyError, parse_policy
 
 from .agents import load_yaml_inventory, scripted_agent
 
@@ -169,8 +169,17 @@ def test_bad_fence_agent_entries_fail_clearly(
 
 
 def test_the_policys_driver_names_are_the_registrys() -> None:
-    assert set(get_args(FencingDriver)) == set(NAMES)
-    assert set(POWER_DRIVERS) == {"redfish", "ipmi", "fence-agent"}
+    def accepted(driver: str) -> bool:
+        fencing = {"driver": driver, "url": "http://power/{node}"}
+        try:
+            parse_policy({"rules": [{"name": "r", "fencing": fencing}]})
+        except PolicyError as exc:
+            assert "unknown fencing driver 'pdu'" in str(exc)
+            return False
+        return True
+
+    assert {name for name in (*names(), "pdu") if accepted(name)} == set(names())
+    assert set(power_drivers()) == {"redfish", "ipmi", "fence-agent"}
     assert lookup("fence-agent").powers
     with pytest.raises(ValueError, match="unknown fencing driver 'pdu'"):
         lookup("pdu")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue
+from nodefence.fencing.drivers.fence_agent import FenceAgentDriver, ParameterValue
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.testing import SimulatorHandle

@@ -12,10 +12,10 @@ from pydantic import SecretStr
 
 from nodefence.engine.identity import MachineBinding, judge
 from nodefence.fencing.binding import inventory_problems, machine_binding, shared
-from nodefence.fencing.fence_agent import FenceAgentDriver
+from nodefence.fencing.drivers.fence_agent import FenceAgentDriver
+from nodefence.fencing.drivers.ipmi import IpmiDriver
+from nodefence.fencing.drivers.redfish import RedfishDriver
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
-from nodefence.fencing.ipmi import IpmiDriver
-from nodefence.fencing.redfish import RedfishDriver
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from nodefence.fencing.drivers.ipmi import IpmiDriver
+from nodefence.fencing.drivers.redfish import RedfishDriver
 from nodefence.fencing.inventory import InventoryError, load_inventory
-from nodefence.fencing.ipmi import IpmiDriver
-from nodefence.fencing.redfish import RedfishDriver
 
 from .closing import Opened
 

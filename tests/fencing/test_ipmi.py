@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from nodefence.fencing.ipmi import IpmiDriver
+from nodefence.fencing.drivers.ipmi import IpmiDriver
 
 from .closing import Opened
 from .peers import PASSWORD, USER, IpmiBmc, free_port, start_ipmi_bmc

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from nodefence.fencing.redfish import RedfishDriver, choose_reset_type
+from nodefence.fencing.drivers.redfish import RedfishDriver, choose_reset_type
 
 from .closing import Opened
 from .peers import free_port

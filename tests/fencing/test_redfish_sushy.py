@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from nodefence.fencing.redfish import RedfishDriver
+from nodefence.fencing.drivers.redfish import RedfishDriver
 
 from .closing import Opened
 from .conftest import SPARE_UUID, WORKER_UUID

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from nodefence.fencing.drivers.redfish import RedfishDriver
 from nodefence.fencing.inventory import Inventory, load_inventory
-from nodefence.fencing.redfish import RedfishDriver
 from nodefence_sim.redfish import SimBmcs, bmcs_of, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator

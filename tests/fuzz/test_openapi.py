@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
 
 from nodefence.engine.model import Action, PowerAction, ReleaseVolumeAttachmentAction
 from nodefence.engine.render import action_to_dict
-from nodefence.fencing.registry import POWER_DRIVERS
+from nodefence.fencing.registry import power_drivers
 from nodefence.http.app import build_app
 from nodefence.http.openapi import ACTION_SCHEMAS, OPENAPI_PATH, openapi_document
 from nodefence.pipeline_api import PipelineApi
@@ -53,7 +53,7 @@ def test_every_action_the_engine_can_decide_is_described() -> None:
 @pytest.mark.parametrize(
     "action",
     [
-        *(PowerAction("worker1", "uid-1", driver, "off", True) for driver in POWER_DRIVERS),
+        *(PowerAction("worker1", "uid-1", driver, "off", True) for driver in power_drivers()),
         ReleaseVolumeAttachmentAction("worker1", "uid-1", "csi-1", "pv-1", "uid-csi-1"),
     ],
     ids=lambda action: f"{type(action).__name__}-{getattr(action, 'driver', '')}",

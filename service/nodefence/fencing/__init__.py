@@ -1,6 +1,4 @@
-"""Proof that a machine is powered off, from its BMC (Redfish or IPMI), for the fence guard."""
-
-from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
-from nodefence.fencing.model import PowerDriver, PowerReading
-
-__all__ = ["Inventory", "InventoryError", "PowerDriver", "PowerReading", "load_inventory"]
+"""Proof that a node's machine is powered off (S10): the drivers that reach a machine or read
+proof (``fencing.drivers``, one module each), the one table naming them (``fencing.registry``),
+the BMC inventory, which machine each entry reaches (``fencing.binding``), ``check-fencing`` and
+its background probe."""

@@ -14,58 +14,30 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from nodefence.engine.identity import (
-    UNCHECKED,
     MachineBinding,
     Reported,
     canonical_identity,
     contradicted,
     judge,
-    parse_uuid,
 )
-from nodefence.fencing.agent_identity import entry_problems, reads_machine_uuid
-from nodefence.fencing.fence_agent import TARGET_KEYS
-from nodefence.fencing.inventory import FenceAgentBmc, Inventory, IpmiBmc, RedfishBmc
-from nodefence.fencing.redfish import base_url, system_path
-from nodefence.fencing.same_machine import machine_keys
+from nodefence.fencing.inventory import Inventory
 
 DEFAULT_CONCURRENCY = 8
 
 
-def target_of(entry: RedfishBmc | IpmiBmc | FenceAgentBmc) -> str:
-    """The machine an entry acts on, spelled the same for every entry that reaches it: a
-    Redfish service's origin and system path (or its only system), an IPMI address and port,
-    a fence agent and the parameters that pick the machine."""
-    if isinstance(entry, RedfishBmc):
-        system = system_path(entry.system) if entry.system else " (its only system)"
-        return f"redfish {base_url(entry.address)}{system}"
-    if isinstance(entry, IpmiBmc):
-        return f"ipmi {entry.address.strip().lower()}:{entry.port}"
-    picked = [
-        f"{key}={value.strip()}"
-        for key in TARGET_KEYS
-        if isinstance(value := entry.parameters.get(key), str)
-    ]
-    return " ".join([f"fence-agent {entry.agent}", *picked])
-
-
-def _explicit(entry: RedfishBmc | IpmiBmc | FenceAgentBmc) -> str:
-    value = (entry.identity or "").strip()
-    return "" if value.lower() == UNCHECKED else value
-
-
-def _unchecked(entry: RedfishBmc | IpmiBmc | FenceAgentBmc) -> bool:
-    return (entry.identity or "").strip().lower() == UNCHECKED
-
-
 def shared(inventory: Inventory) -> dict[str, tuple[str, ...]]:
     """For every node that shares its machine with another: the others. Two entries share a
-    machine when they reach the same target, or state the same identity."""
+    machine when they reach the same target, spell the same machine another way (``redfish``
+    at ``https://10.0.0.11`` and ``fence_redfish`` at ``ip: 10.0.0.11:443``, the entries'
+    ``machine_keys``), or state the same identity. What only the BMCs can tell (a host name and
+    its address, two addresses of one BMC) is left to the UUIDs they report
+    (:func:`identity_problems`) and the judgement before every power action."""
     groups: dict[str, set[str]] = {}
     for node, entry in inventory.nodes.items():
-        groups.setdefault("target " + target_of(entry), set()).add(node)
-        for key in machine_keys(entry):
+        groups.setdefault("target " + entry.target(), set()).add(node)
+        for key in entry.machine_keys():
             groups.setdefault("machine " + key, set()).add(node)
-        explicit = _explicit(entry)
+        explicit = entry.stated()
         if explicit:
             groups.setdefault("identity " + canonical_identity(explicit), set()).add(node)
     others: dict[str, set[str]] = {}
@@ -91,10 +63,10 @@ def machine_binding(
     sharing = shared(inventory) if shared_with is None else shared_with
     return MachineBinding(
         node=node,
-        target=target_of(entry),
+        target=entry.target(),
         driver=entry.driver,
-        expected=_explicit(entry),
-        unchecked=_unchecked(entry),
+        expected=entry.stated(),
+        unchecked=entry.unchecked(),
         shared_with=sharing.get(node, ()),
     )
 
@@ -112,21 +84,14 @@ def inventory_problems(inventory: Inventory | None) -> list[str]:
             continue
         reported.add(group)
         names = sorted(group)
-        targets = sorted({target_of(inventory.nodes[n]) for n in names})
+        targets = sorted({inventory.nodes[n].target() for n in names})
         problems.append(
             f"configuration error: the BMC inventory maps nodes {', '.join(names)} to one "
             f"machine ({'; '.join(targets)}): a power state read there proves nothing about "
             "any of them, so none of them is fenced through it (give each node its own system)"
         )
     for node, entry in sorted(inventory.nodes.items()):
-        explicit = _explicit(entry)
-        if explicit and entry.driver in ("redfish", "ipmi") and parse_uuid(explicit) is None:
-            problems.append(
-                f"configuration error: node {node}: identity {explicit!r} is not a UUID, and a "
-                f"{entry.driver} BMC reports the machine's UUID"
-            )
-        if isinstance(entry, FenceAgentBmc):
-            problems += entry_problems(node, entry.agent, entry.parameters, entry.identity)
+        problems += entry.problems(node)
     return problems
 
 
@@ -153,10 +118,7 @@ def stated_identity_problems(inventory: Inventory, nodes: Iterable[NodeIdentity]
     problems: list[str] = []
     for node in sorted(nodes, key=lambda n: n.name):
         entry = inventory.nodes.get(node.name)
-        if entry is None or not (stated := _explicit(entry)):
-            continue
-        uuid_basis = not isinstance(entry, FenceAgentBmc) or reads_machine_uuid(entry.agent)
-        if not uuid_basis:
+        if entry is None or not (stated := entry.stated()) or not entry.reads_uuid():
             continue
         against = contradicted(
             stated, uuid_basis=True, system_uuid=node.system_uuid, provider_id=node.provider_id

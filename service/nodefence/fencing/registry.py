@@ -13,7 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodefence.fencing.model import PowerDriver
+from nodefence.fencing.drivers.fence_agent import FenceAgentBmc
+from nodefence.fencing.drivers.ipmi import IpmiBmc
+from nodefence.fencing.drivers.redfish import RedfishBmc
+from nodefence.fencing.model import BmcEntry, PowerDriver
 
 if TYPE_CHECKING:
     from nodefence.fencing.inventory import Inventory
@@ -22,31 +25,48 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DriverKind:
-    """``powers``: the driver reaches the machine through its inventory entry and can read and
-    change its power; the others only read proof someone else produced (or none)."""
+    """A driver with an ``entry`` reaches the machine through its inventory entry of that model
+    and can read and change its power; the others only read proof someone else produced (or
+    none)."""
 
     name: str
-    powers: bool
     proof: str
+    entry: type[BmcEntry] | None = None
+
+    @property
+    def powers(self) -> bool:
+        return self.entry is not None
 
 
-DRIVERS: Mapping[str, DriverKind] = {
+DRIVERS: dict[str, DriverKind] = {
     kind.name: kind
     for kind in (
-        DriverKind("redfish", True, "the BMC's Redfish PowerState read back Off"),
-        DriverKind("ipmi", True, "the BMC's IPMI chassis power read back off"),
+        DriverKind("redfish", "the BMC's Redfish PowerState read back Off", RedfishBmc),
+        DriverKind("ipmi", "the BMC's IPMI chassis power read back off", IpmiBmc),
         DriverKind(
             "fence-agent",
-            True,
             "a separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF)",
+            FenceAgentBmc,
         ),
-        DriverKind("annotation", False, "external fencing's written proof ConfigMap"),
-        DriverKind("http", False, "a power-status endpoint answering off"),
-        DriverKind("none", False, "none: inference alone"),
+        DriverKind("annotation", "external fencing's written proof ConfigMap"),
+        DriverKind("http", "a power-status endpoint answering off"),
+        DriverKind("none", "none: inference alone"),
     )
 }
-NAMES = tuple(DRIVERS)
-POWER_DRIVERS = tuple(name for name, kind in DRIVERS.items() if kind.powers)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(DRIVERS)
+
+
+def power_drivers() -> tuple[str, ...]:
+    """The drivers that power a machine, in the table's order."""
+    return tuple(name for name, kind in DRIVERS.items() if kind.powers)
+
+
+def entries() -> tuple[type[BmcEntry], ...]:
+    """The inventory entry models, one per powering driver."""
+    return tuple(kind.entry for kind in DRIVERS.values() if kind.entry is not None)
 
 
 class UnknownDriverError(ValueError):
@@ -56,7 +76,7 @@ class UnknownDriverError(ValueError):
 def lookup(name: str) -> DriverKind:
     kind = DRIVERS.get(name)
     if kind is None:
-        raise UnknownDriverError(f"unknown fencing driver {name!r} (use {', '.join(NAMES)})")
+        raise UnknownDriverError(f"unknown fencing driver {name!r} (use {', '.join(names())})")
     return kind
 
 
@@ -80,10 +100,7 @@ def power_driver(
         return None, f"node {node} has no BMC in the inventory (NODEFENCE_BMC_INVENTORY)"
     if has != wanted:
         return None, mismatch(node, wanted, has)
-    driver = inventory.driver_for(node)
-    if driver is None:
-        return None, f"node {node}: inventory driver {has} builds no power driver"
-    return driver, ""
+    return inventory.nodes[node].build(), ""
 
 
 def mismatch(node: str, rule_driver: str, entry: str, rule: str = "") -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodefence.fencing.registry import POWER_DRIVERS
+from nodefence.fencing.registry import power_drivers
 from nodefence.http.problems import PROBLEM_CONTENT_TYPE
 from nodefence.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
@@ -181,7 +181,7 @@ ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "type": {"const": "power"},
             "node": {"type": "string"},
             "node_uid": {"type": "string"},
-            "driver": {"type": "string", "enum": list(POWER_DRIVERS)},
+            "driver": {"type": "string", "enum": list(power_drivers())},
             "operation": {"type": "string", "enum": ["off", "on", "status"]},
             "send": {"type": "boolean"},
         },

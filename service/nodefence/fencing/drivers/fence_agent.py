@@ -20,25 +20,26 @@ import contextlib
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
-from nodefence.engine.identity import PLUG, UNCHECKED, Reported
-from nodefence.fencing.model import PowerReading, SendCheck
+from nodefence.engine.identity import PLUG, UNCHECKED, Reported, agent_name
+from nodefence.fencing.drivers import fence_agent_identity as agent_identity
+from nodefence.fencing.drivers import ipmi, redfish
+from nodefence.fencing.drivers.fence_agent_metadata import SAFE_PATH, agent_options
+from nodefence.fencing.model import MASK, BmcEntry, PowerReading, SendCheck
 
 # Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
 MAX_OUTPUT_BYTES = 16 * 1024
 MAX_DETAIL_CHARS = 300
 READ_GRACE_SECONDS = 1.0
 DEFAULT_CONCURRENCY = 8
-MASK = "***"
-# What an agent gets in its environment: enough to find its helpers, nothing of ours.
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Workload-identity settings the cloud agents' SDKs read (a role to assume, the path of a token
 # the kubelet projects): no secret in themselves, and the way to run fence_aws, fence_azure_arm
 # or fence_gce without a long-lived key in the inventory. Nothing else of nodefence's own
@@ -64,7 +65,7 @@ SECRET_KEY = re.compile(
     r"passw|secret|token|key|community|priv|credential|(?:^|[-_])kg(?:$|[-_])", re.IGNORECASE
 )
 # Options that name the machine, shown as the driver's target (never a secret), under the
-# canonical names the inventory gives every spelling (``agent_metadata``).
+# canonical names the inventory gives every spelling (``fence_agent_metadata``).
 TARGET_KEYS = (
     "ip",
     "ipport",
@@ -209,13 +210,11 @@ class FenceAgentDriver:
         return await self._power("on", timeout, before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
-        """Which machine the agent acts on (``fencing.agent_identity``): the system UUID read
+        """Which machine the agent acts on (``fence_agent_identity``): the system UUID read
         through fence_redfish's or fence_ipmilan's own BMC; with an ``identity`` stated in the
         inventory, the plug as the agent's own ``list`` shows it; otherwise its ``plug`` (the
         canonical name of ``port`` too), compared with the instance in the Node's providerID
         (``engine.identity.expected_plug``). An agent given no plug names no machine."""
-        from nodefence.fencing import agent_identity
-
         if agent_identity.reads_machine_uuid(self._agent):
             return await agent_identity.read_machine_uuid(
                 self._agent, self._parameters, self.source, timeout
@@ -514,3 +513,154 @@ def _session_members(sid: int) -> list[int]:
             if len(fields) > 3 and int(fields[3]) == sid:
                 members.append(int(entry.name))
     return members
+
+
+_PARAMETER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# By canonical name: nodefence chooses the action; the debug and verbose options would make an
+# agent write its exchange (with the credentials) to a file or the output, and port_as_ip would
+# make it act on the address in plug instead of the ip nodefence reads the machine through.
+_RESERVED_PARAMETERS = frozenset({"action", "debug_file", "verbose", "verbose_level", "port_as_ip"})
+MAX_PARAMETERS_BYTES = 16 * 1024
+
+
+class FenceAgentBmc(BmcEntry):
+    """A ClusterLabs fence agent and the ``key=value`` lines it reads on stdin, each option under
+    its canonical name (``fence_agent_metadata``), so that what nodefence checks is what the
+    agent reads. Values whose key names a credential (``password``, ``secret_key``, ...) are
+    ``SecretStr``."""
+
+    driver: Literal["fence-agent"]
+    agent: str = Field(min_length=1)
+    parameters: dict[str, ParameterValue] = {}
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_runs(cls, value: str) -> str:
+        return resolve_agent(value)
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _parameters(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError("parameters must be a mapping of the agent's keys to strings")  # noqa: TRY004 - pydantic reports ValueError
+        checked: dict[str, ParameterValue] = {}
+        size = 0
+        for key, item in value.items():
+            if not isinstance(key, str) or not _PARAMETER_KEY.match(key):
+                raise ValueError(f"parameter name {key!r} is not a fence agent option name")
+            secret = is_secret_key(key)
+            text = item.get_secret_value() if isinstance(item, SecretStr) else item
+            if not isinstance(text, str):
+                shown = "a value" if secret else repr(item)
+                raise ValueError(f"parameter {key}: values are strings (quote {shown})")  # noqa: TRY004 - pydantic reports ValueError
+            if any(c in text for c in "\n\r\0"):
+                # A line break would smuggle another key (action=...) into the agent's input.
+                raise ValueError(f"parameter {key}: a value may not contain a line break")
+            size += len(key) + len(text) + 2
+            checked[key] = SecretStr(text) if secret else text
+        if size > MAX_PARAMETERS_BYTES:
+            raise ValueError(f"parameters longer than {MAX_PARAMETERS_BYTES} bytes")
+        return checked
+
+    @field_validator("parameters")
+    @classmethod
+    def _canonical(
+        cls, value: dict[str, ParameterValue], info: ValidationInfo
+    ) -> dict[str, ParameterValue]:
+        agent = info.data.get("agent")
+        if not isinstance(agent, str):
+            # The agent's own error is reported; its options cannot be known.
+            return value
+        canonical = agent_options(agent).normalise(value)
+        reserved = sorted(
+            f"{key} ({name})" if key != name else key
+            for key, name in zip(value, canonical, strict=True)
+            if name in _RESERVED_PARAMETERS
+        )
+        if reserved:
+            raise ValueError(
+                f"parameter {', '.join(reserved)} is not allowed (nodefence sets the action "
+                "and reads the machine at ip; the agent's debug output would carry credentials)"
+            )
+        if "hexadecimal_kg" in canonical and os.path.basename(agent) in agent_identity.IPMI_AGENTS:
+            raise ValueError(
+                f"{os.path.basename(agent)} passes hexadecimal_kg to ipmitool as -y on its "
+                "command line, readable by every process on the host for the whole run; give "
+                "this node driver: ipmi with kg (nodefence's own IPMI client keeps it in memory)"
+            )
+        return {
+            key: SecretStr(item) if isinstance(item, str) and is_secret_key(key) else item
+            for key, item in canonical.items()
+        }
+
+    def build(self) -> FenceAgentDriver:
+        return FenceAgentDriver(self.agent, self.parameters, identity=self.identity)
+
+    def target(self) -> str:
+        picked = [
+            f"{key}={value.strip()}"
+            for key in TARGET_KEYS
+            if isinstance(value := self.parameters.get(key), str)
+        ]
+        return " ".join([f"fence-agent {self.agent}", *picked])
+
+    def machine_keys(self) -> tuple[str, ...]:
+        """fence_redfish and fence_ipmilan (and its copies) reach a Redfish system or an IPMI
+        BMC, keyed as a native entry of that driver is; any other agent its plug, within the
+        options that scope it (a region, a project)."""
+        name = agent_name(self.agent)
+        options = self.parameters
+        if name in agent_identity.REDFISH_AGENTS:
+            host, port, system = agent_identity.redfish_endpoint(options)
+            return (redfish.machine_key(host, port, system),) if system else ()
+        if name in agent_identity.IPMI_AGENTS:
+            host, port = agent_identity.ipmi_endpoint(options)
+            target = agent_identity.text_option(options, "target")
+            return (ipmi.machine_key(host, port, target),)
+        plug = agent_identity.text_option(options, "plug")
+        if not plug:
+            return ()
+        names = sorted(set(TARGET_KEYS) - {"plug"})
+        picked = [
+            f"{key}={value}" for key in names if (value := agent_identity.text_option(options, key))
+        ]
+        return (" ".join([f"agent {name}", *picked, f"plug={plug}"]),)
+
+    def reads_uuid(self) -> bool:
+        return agent_identity.reads_machine_uuid(self.agent)
+
+    def problems(self, node: str) -> list[str]:
+        return agent_identity.entry_problems(node, self.agent, self.parameters, self.identity)
+
+    @classmethod
+    def canonical_option(cls, entry: Mapping[str, Any]) -> Callable[[str], str | None] | None:
+        """The agent's own spellings of its options, or ``None`` where validation will name
+        what is wrong with the agent."""
+        agent = entry.get("agent")
+        if not isinstance(agent, str):
+            return None
+        try:
+            return agent_options(resolve_agent(agent)).canonical
+        except ValueError:
+            return None
+
+
+def resolve_agent(agent: str) -> str:
+    """The agent's absolute path: a configuration error now rather than during an outage."""
+    if os.path.isabs(agent):
+        if not (os.path.isfile(agent) and os.access(agent, os.X_OK)):
+            raise ValueError(f"fence agent {agent} does not exist or is not executable")
+        return agent
+    if "/" in agent:
+        raise ValueError(f"fence agent {agent!r}: give a name on PATH or an absolute path")
+    found = shutil.which(agent, path=_agent_path())
+    if found is None:
+        raise ValueError(
+            f"fence agent {agent} is not installed (not on PATH; Debian package fence-agents)"
+        )
+    return found
+
+
+def _agent_path() -> str:
+    # Debian installs the agents in /usr/sbin, which a non-root PATH often lacks.
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from nodefence.fencing.fence_agent import SAFE_PATH
-
+# What an agent gets in its environment (when it describes itself and when it runs): enough to
+# find its helpers, nothing of ours.
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 METADATA_TIMEOUT_SECONDS = 30.0
 MAX_METADATA_BYTES = 1 << 20
 _PARAMETER = re.compile(r"<parameter\s+name=\"([^\"]+)\"([^>]*)>\s*<getopt\s+mixed=\"([^\"]*)\"")

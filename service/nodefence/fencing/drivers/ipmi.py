@@ -16,13 +16,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pyghmi.ipmi.command import Command  # type: ignore[import-untyped]
 from pyghmi.ipmi.private.session import Session  # type: ignore[import-untyped]
 from pyghmi.ipmi.private.util import decode_wireformat_uuid  # type: ignore[import-untyped]
 
 from nodefence.engine.identity import Reported
-from nodefence.fencing.model import PowerReading, PowerState, SendCheck
+from nodefence.fencing.model import BmcEntry, PowerReading, PowerState, SendCheck, machine_host
 
 DEFAULT_PORT = 623
 _STATES: dict[str, PowerState] = {"on": "on", "off": "off"}
@@ -236,3 +236,45 @@ def _logout(command: Any) -> None:
         for key, held in list(Session.initting_sessions.items()):
             if held is session:
                 del Session.initting_sessions[key]
+
+
+def machine_key(host: str, port: int | str, target: str = "") -> str:
+    """One IPMI BMC's machine key (``target``: the bridged controller some agents address),
+    however its entry (or a fence_ipmilan entry) spells it."""
+    return f"ipmi {machine_host(host)}:{port}" + (f" target={target}" if target else "")
+
+
+class IpmiBmc(BmcEntry):
+    driver: Literal["ipmi"]
+    address: str = Field(min_length=1)
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    username: str = Field(min_length=1)
+    password: SecretStr
+    # The BMC key (Kg) of an IPMI v2 BMC that has one, hexadecimal; nodefence's own IPMI client
+    # uses it in memory, never on a command line.
+    kg: SecretStr | None = None
+
+    @field_validator("kg")
+    @classmethod
+    def _hexadecimal(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                bytes.fromhex(value.get_secret_value())
+            except ValueError:
+                raise ValueError("kg must be hexadecimal (as ipmitool's -y takes it)") from None
+        return value
+
+    def build(self) -> IpmiDriver:
+        return IpmiDriver(
+            self.address,
+            username=self.username,
+            password=self.password,
+            port=self.port,
+            kg=self.kg,
+        )
+
+    def target(self) -> str:
+        return f"ipmi {self.address.strip().lower()}:{self.port}"
+
+    def machine_keys(self) -> tuple[str, ...]:
+        return (machine_key(self.address, self.port),)

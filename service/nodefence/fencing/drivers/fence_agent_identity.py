@@ -41,11 +41,11 @@ from nodefence.engine.identity import (
     agent_name,
     parse_uuid,
 )
-from nodefence.fencing.ipmi import IpmiDriver
-from nodefence.fencing.redfish import RedfishDriver
+from nodefence.fencing.drivers.ipmi import IpmiDriver
+from nodefence.fencing.drivers.redfish import RedfishDriver
 
 if TYPE_CHECKING:
-    from nodefence.fencing.fence_agent import FenceAgentDriver, ParameterValue
+    from nodefence.fencing.drivers.fence_agent import FenceAgentDriver, ParameterValue
 
 REDFISH_AGENTS = frozenset({"fence_redfish"})
 # fence_ipmilan and the copies Debian installs under other names (the same program, with lanplus

@@ -20,14 +20,22 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-from pydantic import SecretStr
+from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
 from nodefence.engine.identity import Reported
-from nodefence.fencing.model import PowerReading, PowerState, SendCheck
+from nodefence.fencing.model import (
+    BmcEntry,
+    PowerReading,
+    PowerState,
+    SendCheck,
+    Strict,
+    machine_host,
+)
 
 SYSTEMS = "/redfish/v1/Systems"
 SESSIONS = "/redfish/v1/SessionService/Sessions"
@@ -537,3 +545,61 @@ async def _bounded(chunks: AsyncIterator[bytes]) -> bytes:
         if len(data) > MAX_BODY_BYTES:
             raise _Failure(f"the BMC's answer exceeds {MAX_BODY_BYTES} bytes", transient=False)
     return bytes(data)
+
+
+def machine_key(host: str, port: str, system: str) -> str:
+    """One Redfish system's machine key, however its entry (or a fence_redfish entry) spells
+    the service and the system."""
+    return f"redfish {machine_host(host)}:{port.strip()} {system.rstrip('/')}"
+
+
+class Tls(Strict):
+    ca_file: str | None = None
+    # Turning verification off is a per-BMC decision someone wrote down, never a default.
+    insecure: bool = False
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_exists(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"CA file {value} does not exist")
+        return value
+
+
+class RedfishBmc(BmcEntry):
+    driver: Literal["redfish"]
+    address: str
+    system: str | None = None
+    username: str = Field(min_length=1)
+    password: SecretStr
+    auth: Literal["session", "basic"] = "session"
+    tls: Tls = Tls()
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        base_url(value)
+        return value
+
+    def build(self) -> RedfishDriver:
+        return RedfishDriver(
+            self.address,
+            username=self.username,
+            password=self.password,
+            system=self.system,
+            auth=self.auth,
+            ca_file=self.tls.ca_file,
+            insecure=self.tls.insecure,
+        )
+
+    def target(self) -> str:
+        system = system_path(self.system) if self.system else " (its only system)"
+        return f"redfish {base_url(self.address)}{system}"
+
+    def machine_keys(self) -> tuple[str, ...]:
+        # A service's only system is left to discovery: the target already covers two such
+        # entries on one service.
+        if not self.system:
+            return ()
+        origin = base_url(self.address)
+        return (machine_key(origin.host or "", str(origin.port), system_path(self.system)),)
