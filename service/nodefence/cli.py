@@ -370,7 +370,7 @@ def _status(output: str) -> int:
 
 def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, str]:
     """Per rule, in words: what proves a machine off before its taint (S10)."""
-    from nodefence.kube.facts import POWER_PROOF_PREFIX
+    from nodefence.fencing.drivers.annotation import POWER_PROOF_PREFIX
 
     summary: dict[str, str] = {}
     for rule in policy.rules:

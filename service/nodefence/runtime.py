@@ -27,8 +27,7 @@ from nodefence.settings import Settings
 from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
 from nodefence.shell.loop import Loop
-from nodefence.shell.power_step import PowerStep
-from nodefence.shell.proof import ExternalProof
+from nodefence.shell.power_step import ExternalProof, PowerStep
 from nodefence.shell.refresh import BackgroundRefresh
 from nodefence.shell.report import FenceNotifier, Reporter
 from nodefence.slack.routes import SlackIntegration, check_slack_settings, slack_parts

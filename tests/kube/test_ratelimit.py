@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nodefence.actions.power_binding import live_twins
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence.kube.convert import node_facts
@@ -25,6 +24,7 @@ from nodefence.kube.ratelimit import (
     reads_at,
 )
 from nodefence.settings import Settings
+from nodefence.shell.power_step import live_twins
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from nodefence.engine.machine import bound_to_node, proof_text
 from nodefence.engine.model import Facts, PowerEvidence
 from nodefence.engine.record import BmcReading, reading_by
 
@@ -64,3 +65,21 @@ def with_reading(facts: Facts, token: str) -> Facts:
     driver that powers the machine, so the two do not meet)."""
     read = of_request(facts, token)
     return facts if read is None else replace(facts, power=read)
+
+
+def proof_to_record(facts: Facts, evidence: PowerEvidence) -> str:
+    """The proof text to write before the taint, or "" when the evidence is no proof (not Off,
+    or not shown to be this node's machine)."""
+    node = facts.node
+    if node is None or evidence.state != "off":
+        return ""
+    identity = bound_to_node(node, facts, evidence)
+    if not identity.passed:
+        return ""
+    return proof_text(evidence, identity)
+
+
+def timed(evidence: PowerEvidence, at: datetime) -> PowerEvidence:
+    """The evidence dated ``at`` (the API server's time of its write) unless it carries its own
+    time (a written proof's)."""
+    return replace(evidence, at=evidence.at or at)

@@ -12,11 +12,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from nodefence.engine.identity import UNCHECKED, Reported, parse_uuid
+
+if TYPE_CHECKING:
+    from nodefence.engine.model import PowerEvidence
+    from nodefence.kube.client import Deadline, KubeClient
+    from nodefence.policy import Fencing
 
 PowerState = Literal["on", "off", "unknown"]
 
@@ -82,6 +87,20 @@ class PowerDriver(Protocol):
         proof."""
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProofPlace:
+    """Where a driver that reads proof (rather than powering the machine) may look: the
+    cluster, and nodefence's own namespace in it."""
+
+    kube: KubeClient
+    namespace: str
+
+
+# How such a driver reads a node's proof before deciding (``DriverKind.read_proof``): never
+# raises for an answer it does not like, which is ``unknown`` and no proof.
+ProofReader = Callable[["ProofPlace", "Fencing", str, "Deadline"], Awaitable["PowerEvidence"]]
 
 
 def machine_host(host: str) -> str:

@@ -13,10 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nodefence.fencing.drivers import annotation, http
 from nodefence.fencing.drivers.fence_agent import FenceAgentBmc
 from nodefence.fencing.drivers.ipmi import IpmiBmc
 from nodefence.fencing.drivers.redfish import RedfishBmc
-from nodefence.fencing.model import BmcEntry, PowerDriver
+from nodefence.fencing.model import BmcEntry, PowerDriver, ProofReader
 
 if TYPE_CHECKING:
     from nodefence.fencing.inventory import Inventory
@@ -26,12 +27,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class DriverKind:
     """A driver with an ``entry`` reaches the machine through its inventory entry of that model
-    and can read and change its power; the others only read proof someone else produced (or
-    none)."""
+    and can read and change its power (the power step); one with ``read_proof`` reads proof
+    someone else produced, before deciding; ``none`` has neither."""
 
     name: str
     proof: str
     entry: type[BmcEntry] | None = None
+    read_proof: ProofReader | None = None
 
     @property
     def powers(self) -> bool:
@@ -48,8 +50,12 @@ DRIVERS: dict[str, DriverKind] = {
             "a separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF)",
             FenceAgentBmc,
         ),
-        DriverKind("annotation", "external fencing's written proof ConfigMap"),
-        DriverKind("http", "a power-status endpoint answering off"),
+        DriverKind(
+            "annotation",
+            "external fencing's written proof ConfigMap",
+            read_proof=annotation.read_proof,
+        ),
+        DriverKind("http", "a power-status endpoint answering off", read_proof=http.read_proof),
         DriverKind("none", "none: inference alone"),
     )
 }

@@ -17,7 +17,6 @@ from nodefence.engine.model import (
     ClusterFacts,
     Facts,
     LeaseFacts,
-    PowerEvidence,
 )
 from nodefence.kube import pause_watch
 from nodefence.kube.cached_facts import NodeFactsCache
@@ -27,7 +26,6 @@ from nodefence.kube.convert import (
     lease_facts,
     node_facts,
     pod_facts,
-    power_proof,
     volume_attachment_facts,
 )
 from nodefence.kube.node_index import NodeIndex, count, list_summaries, summarize
@@ -48,10 +46,6 @@ PAUSE_REFRESH_SECONDS = 4.0
 # seconds. They steer only guards whose inputs move on that scale anyway; the budget is counted
 # from the fence record read fresh each time, and every write carries its own precondition.
 CLUSTER_CACHE_SECONDS = 5.0
-# External fencing's written proof that a node's machine is off: one ConfigMap per node in
-# nodefence's namespace, where a node's credentials cannot write (S12), so each proof carries its
-# own server-stamped write time.
-POWER_PROOF_PREFIX = "nodefence-power."
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_NODE_NAME = 253
 LOCAL_CLOCK = "nodefence's own clock (no Date header from the API server)"
@@ -219,36 +213,6 @@ class FactsReader:
             if exc.status != 404:
                 raise
             return Dated({}, None)
-
-    async def power_proof(
-        self, node_name: str, annotation: str, deadline: Deadline | None = None
-    ) -> PowerEvidence:
-        """The proof external fencing wrote for this node (driver ``annotation``). An absent
-        ConfigMap, or one whose name cannot exist, is no proof."""
-        name = POWER_PROOF_PREFIX + node_name
-        source = f"ConfigMap {self.namespace}/{name}"
-        if len(name) > MAX_NODE_NAME:
-            return PowerEvidence("unknown", source, "the node's name is too long for a ConfigMap")
-        try:
-            configmap = await self.kube.get_configmap(self.namespace, name, deadline)
-        except KubeError as exc:
-            if exc.status == 403:
-                # An install whose Role predates the written proof: a clear refusal on every
-                # alert, not an error Alertmanager would retry in vain.
-                return PowerEvidence(
-                    "unknown",
-                    source,
-                    f"nodefence may not read it (403): its Role needs get on configmaps in "
-                    f"namespace {self.namespace}",
-                )
-            if exc.status != 404:
-                raise
-            return PowerEvidence(
-                "unknown",
-                source,
-                "no such ConfigMap (external fencing writes it once the machine is off)",
-            )
-        return power_proof(configmap, annotation, source)
 
     async def read(self, node_name: str, deadline: Deadline | None = None) -> Snapshot:
         """The node, its Lease, its pods (by ``spec.nodeName``, so only this node's are ever

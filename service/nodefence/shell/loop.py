@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 
 from nodefence.actions.executor import ActionResult
 from nodefence.actions.fence_record_writer import FenceRecordWriter
-from nodefence.actions.power_binding import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.engine import power_reading
 from nodefence.engine.model import Decision
 from nodefence.engine.volumes import VolumeAttachmentFacts
@@ -37,6 +36,7 @@ from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.ratelimit import Priority, reads_at
 from nodefence.shell.cached_refusal import CachedRefusal
 from nodefence.shell.commit import Commit
+from nodefence.shell.power_step import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.shell.report import Reporter
 
 MAX_DECIDE_ATTEMPTS = 5
@@ -108,7 +108,7 @@ class Loop:
         results: list[ActionResult] = []
         fenced = False
         # S10: the Nodes sharing this node's systemUUID, listed live once for this request when
-        # no fresh index knows them (``power_binding.twins_to_list``); kept for every pass.
+        # no fresh index knows them (``power_step.twins_to_list``); kept for every pass.
         twins: tuple[str, ...] | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
             snapshot = bind_machine(

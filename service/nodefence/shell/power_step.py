@@ -1,38 +1,80 @@
-"""The BMC step: the one write nodefence makes outside the cluster.
+"""The power step, in one place: everything nodefence does to learn whether a node's machine is
+off (S10), between reading the facts and acting on them.
 
-The fence record says the action is sent before it is sent, so a second replica or a later
-delivery never sends it twice; only a state read back from the BMC becomes evidence, and a BMC
-that cannot be reached, refuses the credentials or never reports the state asked for is no proof.
-Whatever it answered is written into the fence record (``engine.power_reading``) before anything
-is decided on it: the request's next turn reads it back with the rest of its facts.
+- Before deciding: what the inventory says of the node's machine, and the other Nodes reporting
+  its systemUUID (:func:`bind_machine`, :func:`live_twins`); for a rule whose driver reads proof
+  someone else produced (``annotation``, ``http``), that proof (:class:`ExternalProof`, through
+  the driver's ``read_proof`` in ``fencing.registry``).
+- The BMC step (:class:`PowerStep`), the one write nodefence makes outside the cluster. Before
+  any power action the target is asked which machine it controls, and the action goes out only
+  if that is the node's machine: a wrong inventory line must not power off a healthy machine.
+  The fence record says the action is sent before it is sent, so a second replica or a later
+  delivery never sends it twice; only a state read back from the BMC becomes evidence, and a BMC
+  that cannot be reached, refuses the credentials or never reports the state asked for is no
+  proof. With the proof the identity is read again (for Redfish from the very GET that reported
+  Off), so the Off is known to be this machine's. Whatever the BMC answered is written into the
+  fence record (``engine.power_reading``) before anything is decided on it: the request's next
+  turn reads it back with the rest of its facts, and a replica that dies after the taint leaves
+  the proof behind.
+- In dry-run (:func:`read_power`), the BMC is asked, never told: the same driver and the same
+  identity check, then a read-only status, said in a reason of its own (``dry-run-power``); no
+  power action, no write (S8). A week of dry-run shows whether the proof would have worked.
 
 Every power action is tied to the claim that decided it: right before the driver sends it (after
 the reads that can stall for as long as a BMC takes), the record is read again and the action
 goes out only while that claim is still the node's entry. A claim rolled back meanwhile (an
 exclusion, a stale claim, an admin's edit) may have been taken afresh by another replica that
 powered the machine on again; the late action would take it down.
+
+The other Nodes reporting the node's systemUUID (cloned machines) come from the serving
+receiver's watch-fed node index while it is fresh. Without one (a one-shot ``reconcile``, or a
+replica whose index has not synced or whose watch broke) the Nodes are listed live before a
+decision that may send a power action is committed: a refusal may rest on the index, an action
+only on what the API server says now.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 
-from nodefence.actions import power_binding
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import power_reading
-from nodefence.engine.model import Decision, Facts, PowerAction, PowerEvidence
+from nodefence.engine.alerts import match_rule
+from nodefence.engine.identity import Judgement, Reported, canonical_identity, judge
+from nodefence.engine.model import (
+    AlertEvent,
+    AlertStatus,
+    Decision,
+    Facts,
+    NodeFacts,
+    PowerAction,
+    PowerEvidence,
+    Reason,
+)
 from nodefence.engine.record import BmcReading, Phase
+from nodefence.fencing import registry
+from nodefence.fencing.binding import machine_binding, shared
 from nodefence.fencing.inventory import Inventory
-from nodefence.fencing.model import SendCheck
-from nodefence.fencing.registry import power_driver
-from nodefence.kube.client import Deadline
+from nodefence.fencing.model import PowerDriver, PowerReading, ProofPlace, SendCheck
+from nodefence.kube.client import Deadline, KubeClient
+from nodefence.kube.facts import FactsReader, Snapshot
+from nodefence.kube.node_index import NodeIndex, NodeSummary, list_summaries
+from nodefence.kube.ratelimit import Priority, reads_at
+from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy
 from nodefence.shell.report import Reporter
 
 # Time kept back from the request's deadline for the writes after the BMC answered.
 POWER_MARGIN_SECONDS = 2.0
+# An identity read is one small GET or exchange; it must leave most of the step's time to the
+# power action and its read-back.
+IDENTITY_TIMEOUT_SECONDS = 10.0
+DRY_RUN_GUARD = "dry-run-power"
+# A dry run only reads, and writes nothing after: a smaller margin.
+DRY_RUN_MARGIN_SECONDS = 1.0
 
 
 class PowerStep:
@@ -61,11 +103,8 @@ class PowerStep:
         reads it back and decides on it (False: nothing was asked, or the answer could
         not be written, so nothing may be decided on it)."""
         kind = f"power-{action.operation}"
-        rule = self.policy.rule_named(decision.rule)
-        fencing = rule.fencing if rule is not None else None
-        budget = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
-        timeout = min(fencing.timeout_seconds, budget) if fencing is not None else budget
-        driver, detail = power_driver(self.inventory, action.node, action.driver)
+        timeout = _timeout(self.policy, decision, deadline, POWER_MARGIN_SECONDS)
+        driver, detail = registry.power_driver(self.inventory, action.node, action.driver)
         if driver is None:
             self.reporter.power_unanswered(action)
             evidence = PowerEvidence("unknown", f"{action.driver} BMC", detail)
@@ -73,10 +112,10 @@ class PowerStep:
             return await self._keep(action, token, deadline, failed, evidence, facts=facts)
         try:
             # S10: nothing is sent to a machine not shown to be this node's.
-            reported, bound = await power_binding.before_action(driver, facts, timeout)
+            reported, bound = await before_action(driver, facts, timeout)
             if not bound.bound:
                 self.reporter.power_unanswered(action)
-                failed, evidence = power_binding.refused(action, facts, reported, bound)
+                failed, evidence = refused(action, facts, reported, bound)
                 return await self._keep(action, token, deadline, failed, evidence, facts=facts)
             if action.send:
                 marked = await self.records.power_sent(
@@ -99,11 +138,11 @@ class PowerStep:
             else:
                 reading = await driver.status(timeout)
             left = max(0.5, deadline.remaining - POWER_MARGIN_SECONDS)
-            identity = await power_binding.with_proof_read(driver, reading, facts, left)
+            identity = await with_proof_read(driver, reading, facts, left)
         finally:
             await driver.close()
         self.reporter.power_reading(action, reading)
-        evidence = power_binding.evidence_of(action, reading, identity)
+        evidence = evidence_of(action, reading, identity)
         # The reply says what went out: a reset that was sent stays said even when the
         # answer after it is unknown or cannot be recorded.
         sent = f"power-{action.operation} sent, then " if reading.reset_sent else ""
@@ -170,8 +209,8 @@ class PowerStep:
         proving = self._proving(action)
 
         def make(now: datetime) -> tuple[BmcReading, str]:
-            timed = power_binding.timed(evidence, now)
-            proof = power_binding.proof_to_record(facts, timed) if proving else ""
+            timed = power_reading.timed(evidence, now)
+            proof = power_reading.proof_to_record(facts, timed) if proving else ""
             answer = power_reading.stored(
                 timed,
                 node=action.node,
@@ -197,7 +236,232 @@ class PowerStep:
             return dataclasses.replace(
                 written, action=result.action, detail=detail or written.detail
             ), False
-        proof = power_binding.proof_to_record(facts, evidence) if proving else ""
+        proof = power_reading.proof_to_record(facts, evidence) if proving else ""
         if proof and result.outcome is Outcome.DONE:
             result = dataclasses.replace(result, detail=f"{result.detail}; proof recorded: {proof}")
         return result, True
+
+
+def _timeout(policy: Policy, decision: Decision, deadline: Deadline, margin: float) -> float:
+    """The BMC's time: the rule's ``timeout_seconds``, within what the request has left."""
+    rule = policy.rule_named(decision.rule)
+    budget = max(0.5, deadline.remaining - margin)
+    return min(rule.fencing.timeout_seconds, budget) if rule and rule.fencing else budget
+
+
+def bind_machine(
+    snapshot: Snapshot, inventory: Inventory | None, index: NodeIndex | None = None
+) -> Snapshot:
+    """The snapshot with what the inventory says of its node's machine, and the other Nodes
+    the node index knows to report the same systemUUID, for the engine."""
+    node = snapshot.facts.node
+    if node is None or inventory is None or node.name not in inventory.nodes:
+        return snapshot
+    binding = machine_binding(inventory, node.name, shared(inventory))
+    facts = dataclasses.replace(
+        snapshot.facts, machine=binding, uuid_shared_with=machine_twins(index, node)
+    )
+    return dataclasses.replace(snapshot, facts=facts)
+
+
+def machine_twins(index: NodeIndex | None, node: NodeFacts) -> tuple[str, ...]:
+    """Other Nodes whose systemUUID names the same machine, as the watch-fed index knows them
+    (none without an index: ``twins_to_list`` then has them listed before any action)."""
+    return twins_among(index.nodes, node) if index is not None else ()
+
+
+def twins_among(nodes: Mapping[str, NodeSummary], node: NodeFacts) -> tuple[str, ...]:
+    """Other Nodes whose systemUUID names the same machine (cloned VMs keep their template's):
+    a BMC reporting it could be either's."""
+    if not node.system_uuid:
+        return ()
+    mine = canonical_identity(node.system_uuid)
+    return tuple(
+        sorted(
+            name for name, summary in nodes.items() if name != node.name and summary.machine == mine
+        )
+    )
+
+
+def twins_to_list(
+    decision: Decision, snapshot: Snapshot, index: NodeIndex | None
+) -> NodeFacts | None:
+    """The node whose twins must be listed live before ``decision`` is committed, or None: only
+    when it may send a power action to a machine known by the node's systemUUID and no fresh
+    index vouches for which other Nodes report that UUID."""
+    node, machine = snapshot.facts.node, snapshot.facts.machine
+    if node is None or machine is None or not node.system_uuid:
+        return None
+    if not any(isinstance(a, PowerAction) for a in decision.actions):
+        return None
+    return node if index is None or index.fresh() is None else None
+
+
+async def live_twins(kube: KubeClient, node: NodeFacts, deadline: Deadline) -> tuple[str, ...]:
+    """The other Nodes reporting ``node``'s systemUUID, from one live list of every Node (a
+    page at a time, each kept only as its summary). Read at the priority of the reads an
+    action rests on, whatever the caller's: it decides whether a power action goes out."""
+    with reads_at(Priority.LIVE):
+        nodes, _version = await list_summaries(kube, deadline)
+    return twins_among(nodes, node)
+
+
+def with_twins(snapshot: Snapshot, twins: tuple[str, ...]) -> Snapshot:
+    facts = dataclasses.replace(snapshot.facts, uuid_shared_with=twins)
+    return dataclasses.replace(snapshot, facts=facts)
+
+
+class ExternalProof:
+    """The proof a firing alert's rule reads before deciding when its driver reads proof
+    someone else produced (the registry's ``read_proof``); a powering driver proves power
+    through :class:`PowerStep` instead, and ``none`` reads nothing."""
+
+    def __init__(self, reader: FactsReader, policy: Policy) -> None:
+        self.place = ProofPlace(reader.kube, reader.namespace)
+        self.policy = policy
+
+    async def read(self, event: AlertEvent, snapshot: Snapshot, deadline: Deadline) -> Snapshot:
+        """The snapshot with the proof among its facts, when the rule asks for one."""
+        node = snapshot.facts.node
+        if node is None or event.status is not AlertStatus.FIRING:
+            return snapshot
+        rule = match_rule(self.policy, event, node)
+        fencing = rule.fencing if rule is not None else None
+        read_proof = registry.lookup(fencing.driver).read_proof if fencing is not None else None
+        if fencing is None or read_proof is None:
+            return snapshot
+        evidence = await read_proof(self.place, fencing, node.name, deadline)
+        facts = dataclasses.replace(snapshot.facts, power=evidence)
+        return dataclasses.replace(snapshot, facts=facts)
+
+
+def _judge(facts: Facts, reported: Reported | None) -> Judgement:
+    node = facts.node
+    return judge(
+        facts.machine,
+        reported,
+        node=node.name if node is not None else "",
+        system_uuid=node.system_uuid if node is not None else "",
+        provider_id=node.provider_id if node is not None else "",
+        uuid_shared_with=facts.uuid_shared_with,
+    )
+
+
+async def before_action(
+    driver: PowerDriver,
+    facts: Facts,
+    timeout: float,  # noqa: ASYNC109
+) -> tuple[Reported | None, Judgement]:
+    """Ask the target which machine it controls and judge it, before anything is sent. An
+    ``unchecked`` entry or one two nodes share is judged without asking (there is nothing to
+    read, or nothing a read could settle)."""
+    machine = facts.machine
+    if machine is None or machine.unchecked or machine.shared_with:
+        return None, _judge(facts, None)
+    reported = await driver.identity(min(timeout, IDENTITY_TIMEOUT_SECONDS))
+    return reported, _judge(facts, reported)
+
+
+def refused(
+    action: PowerAction, facts: Facts, reported: Reported | None, verdict: Judgement
+) -> tuple[ActionResult, PowerEvidence]:
+    """No power action: the target is not shown to be this node's machine."""
+    kind = f"power-{action.operation}"
+    target = facts.machine.target if facts.machine is not None else f"{action.driver} BMC"
+    detail = f"no power {action.operation} sent: {verdict.message}"
+    evidence = PowerEvidence("unknown", target, detail, identity=reported)
+    return ActionResult(kind, action.node, Outcome.FAILED, detail), evidence
+
+
+async def with_proof_read(
+    driver: PowerDriver,
+    reading: PowerReading,
+    facts: Facts,
+    timeout: float,  # noqa: ASYNC109
+) -> Reported | None:
+    """The identity that goes with a reading of Off: read in the same answer when the driver
+    can (a Redfish system carries its UUID beside its PowerState), otherwise asked right after.
+    Nothing is read for an ``unchecked`` entry or for a reading that is no proof anyway."""
+    machine = facts.machine
+    if reading.state != "off" or machine is None or machine.unchecked:
+        return None
+    if reading.identity:
+        return Reported(reading.identity, reading.source)
+    return await driver.identity(min(timeout, IDENTITY_TIMEOUT_SECONDS))
+
+
+def evidence_of(
+    action: PowerAction, reading: PowerReading, identity: Reported | None
+) -> PowerEvidence:
+    """A power-off counts as sent when this step sent it, or when an earlier step of the
+    incident did (the record said so, and this one only read); a machine found already off
+    was sent nothing, and its proof must not say nodefence powered it off."""
+    earlier = action.operation == "off" and not action.send
+    return PowerEvidence(
+        reading.state,
+        reading.source,
+        reading.detail,
+        action_sent=reading.reset_sent or earlier,
+        identity=identity,
+        reset_sent=reading.reset_sent,
+    )
+
+
+async def read_power(
+    decision: Decision,
+    facts: Facts,
+    *,
+    policy: Policy,
+    inventory: Inventory | None,
+    metrics: Metrics,
+    deadline: Deadline,
+) -> Decision:
+    """``decision`` with what a read-only look at its node's BMC found (unchanged when it is
+    not a dry run or would not touch a BMC): the step's own driver lookup and identity check,
+    then a status read in place of any power action. The read is counted like any other
+    (``nodefence_power_actions_total{action="status"}``), so the dashboard's power-state panel
+    shows a dry-run week's reads too."""
+    action = next((a for a in decision.actions if isinstance(a, PowerAction)), None)
+    if not decision.dry_run or action is None:
+        return decision
+    timeout = _timeout(policy, decision, deadline, DRY_RUN_MARGIN_SECONDS)
+    would = (
+        f"a real run would power it {action.operation} and read it back"
+        if action.send
+        else "a real run would read it back"
+    )
+    driver, detail = registry.power_driver(inventory, action.node, action.driver)
+    if driver is None:
+        return _with(decision, False, f"no power-state read of node {action.node}: {detail}")
+    try:
+        _reported, bound = await before_action(driver, facts, timeout)
+        if not bound.bound:
+            metrics.power_action(action.driver, "status", "unknown")
+            return _with(
+                decision,
+                False,
+                f"read-only check: the {action.driver} target of node {action.node} is not shown "
+                "to be its machine, so a real run would send nothing and have no proof: "
+                f"{bound.message}",
+            )
+        reading = await driver.status(timeout)
+    finally:
+        await driver.close()
+    metrics.power_action(action.driver, "status", reading.state)
+    said = reading.raw_state or reading.state
+    answered = reading.state != "unknown"
+    identity = f"; {bound.message}" if bound.message else ""
+    text = (
+        f"read-only power-state read: {reading.source} reports node {action.node}'s machine {said}"
+        f"{identity}; no power action sent, {would}"
+        if answered
+        else f"read-only power-state read: {reading.source} gave no power state for node "
+        f"{action.node} ({reading.detail or 'no answer'}): a real run would have no proof"
+    )
+    return _with(decision, answered, text)
+
+
+def _with(decision: Decision, passed: bool, message: str) -> Decision:
+    return dataclasses.replace(
+        decision, reasons=(*decision.reasons, Reason(DRY_RUN_GUARD, passed, message))
+    )

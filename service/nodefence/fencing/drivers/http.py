@@ -1,4 +1,5 @@
-"""Asking a power-status service (a BMC gateway or cloud API proxy) whether a machine is off.
+"""Driver ``http``: asking a power-status service (a BMC gateway or cloud API proxy) whether a
+machine is off, before deciding.
 
 Only a clear "off" within the timeout counts as proof; anything else (an error, a timeout, an
 answer that is not understood) is reported as "unknown" and the fence guard refuses.
@@ -7,11 +8,17 @@ answer that is not understood) is reported as "unknown" and the fence guard refu
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import aiohttp
 
 from nodefence.engine.model import PowerEvidence
+
+if TYPE_CHECKING:
+    from nodefence.fencing.model import ProofPlace
+    from nodefence.kube.client import Deadline
+    from nodefence.policy import Fencing
 
 MAX_ANSWER_BYTES = 4096
 
@@ -47,3 +54,14 @@ async def probe_power(url_template: str, node: str, timeout_seconds: float) -> P
         return PowerEvidence("unknown", source, f"no answer within {timeout_seconds:g}s")
     except aiohttp.ClientError as exc:
         return PowerEvidence("unknown", source, type(exc).__name__)
+
+
+async def read_proof(
+    place: ProofPlace,
+    fencing: Fencing,
+    node: str,
+    deadline: Deadline,
+) -> PowerEvidence:
+    """The endpoint's answer: the rule's own, bounded by its ``timeout_seconds`` (the cluster
+    and the request's deadline are not the endpoint's)."""
+    return await probe_power(fencing.url, node, fencing.timeout_seconds)
