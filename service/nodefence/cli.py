@@ -259,9 +259,10 @@ def _machines_shared(inventory: Any) -> bool:
     return bool(problems)
 
 
-def _fencing_or_exit(settings: Any, policy: Any) -> None:
+def _fencing_or_exit(settings: Any, policy: Any) -> Any:
     """The inventory and the rules' drivers checked before serving, so a missing fence agent or
-    a rule/entry mismatch stops the start instead of the first fence."""
+    a rule/entry mismatch stops the start instead of the first fence; the inventory so loaded
+    is the one the receiver works with."""
     from nodefence.errors import ConfigError
     from nodefence.runtime import bmc_inventory
 
@@ -272,6 +273,7 @@ def _fencing_or_exit(settings: Any, policy: Any) -> None:
         raise SystemExit(2) from None
     if _driver_conflicts(policy, inventory):
         raise SystemExit(2)
+    return inventory
 
 
 def _serve() -> int:
@@ -282,11 +284,18 @@ def _serve() -> int:
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
     policy = _policy_or_exit(settings)
-    _fencing_or_exit(settings, policy)
+    inventory = _fencing_or_exit(settings, policy)
 
     async def main() -> None:
-        service = await build_service(settings, policy=policy)
-        await run(settings, service.pipeline, metrics=service.metrics, slack=service.slack)
+        service = await build_service(settings, policy=policy, inventory=inventory)
+        await run(
+            settings,
+            service.pipeline,
+            metrics=service.metrics,
+            slack=service.slack,
+            decisions=service.decisions,
+            background=service.background,
+        )
 
     asyncio.run(main())
     return 0

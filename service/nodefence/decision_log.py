@@ -115,8 +115,6 @@ async def get_decisions(request: web.Request) -> web.Response:
     return web.json_response({"decisions": [_entry_json(e) for e in entries]})
 
 
-def add_decision_routes(app: web.Application) -> DecisionLog:
-    log = DecisionLog()
+def add_decision_routes(app: web.Application, log: DecisionLog) -> None:
     app[DECISIONS] = log
     app.router.add_get("/decisions", get_decisions)
-    return log

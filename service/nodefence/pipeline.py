@@ -37,6 +37,7 @@ from nodefence.engine.model import (
     Verdict,
 )
 from nodefence.errors import ClusterUnavailableError
+from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.observability.metrics import Metrics
@@ -45,7 +46,6 @@ from nodefence.shell.active_alerts import judge_active, one_per_node
 from nodefence.shell.approval_requester import ApprovalRequester, report_waiting
 from nodefence.shell.loop import Loop
 from nodefence.shell.power_step import ExternalProof, read_power
-from nodefence.shell.refresh import BackgroundRefresh, read_fence_record
 from nodefence.shell.report import Reporter
 
 log = structlog.get_logger(__name__)
@@ -80,10 +80,10 @@ class Pipeline:
         loop: Loop,
         reporter: Reporter,
         proof: ExternalProof,
-        refresh: BackgroundRefresh,
         alertmanager: AlertmanagerConfig | None = None,
         reachability: Reachability | None = None,
         approvals: ApprovalRequester | None = None,
+        inventory: Inventory | None = None,
     ) -> None:
         self.kube = kube
         self.policy = policy
@@ -96,10 +96,11 @@ class Pipeline:
         self.loop = loop
         self.reporter = reporter
         self.proof = proof
-        self.refresh = refresh
         self.alertmanager = alertmanager
         self.reachability = reachability
         self.approvals = approvals
+        # The BMC inventory the power step works with, also probed in the background.
+        self.inventory = inventory
         # When a firing alert for each node last reached this process by webhook (monotonic):
         # the alert path is at work there, so the fallback leaves the node to it.
         self.delivered: dict[str, float] = {}
@@ -108,19 +109,14 @@ class Pipeline:
         self._passes = asyncio.Lock()
 
     async def close(self) -> None:
-        """Stop the background refresh, then the client."""
-        await self.refresh.stop()
-        await self.reader.close()
+        """Close the client (the background loops that use it were stopped before)."""
         await self.kube.close()
 
     async def read_record(self, deadline: Deadline) -> fence_record.FenceRecord:
-        return await read_fence_record(self.reader, deadline)
+        return await self.reader.read_fence_record(deadline)
 
     async def ready(self) -> tuple[bool, str]:
-        """Reachable now, not once: the probe asks the API server every time it is called.
-        Only a serving receiver is probed, so this is also where the node index starts."""
-        self.refresh.start()
-        self.reader.follow_nodes()
+        """Reachable now, not once: the probe asks the API server every time it is called."""
         try:
             info = await self.kube.version(Deadline(3.0))
         except (ClusterUnavailableError, KubeError) as exc:
@@ -131,7 +127,6 @@ class Pipeline:
     async def handle_events(self, events: list[AlertEvent]) -> list[Decision]:
         """Events for different nodes run concurrently; events for one node run in order."""
         deadline = Deadline(self.options.deadline_seconds)
-        self.refresh.start()
         await self.reader.server_version_string(deadline)
         by_node: dict[str | None, list[int]] = {}
         for index, event in enumerate(events):

@@ -14,11 +14,19 @@ from nodefence.actions.executor import Executor
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alertmanager.reachability import Reachability
+from nodefence.background.reconcile import ReconcileLoop
+from nodefence.background.refresh import BackgroundRefresh
+from nodefence.background.runner import Runner, Worker
+from nodefence.decision_log import DecisionLog
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
+from nodefence.fencing.probe import FencingProbe, ProbeMetrics
+from nodefence.kube.cached_facts import NodeFactsCache
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.events import EventRecorder
 from nodefence.kube.facts import FactsReader
+from nodefence.kube.node_index import NodeIndex
+from nodefence.kube.pause_watch import PauseWatch
 from nodefence.kube.ratelimit import build_limiter
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline, PipelineOptions
@@ -28,7 +36,6 @@ from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
 from nodefence.shell.loop import Loop
 from nodefence.shell.power_step import ExternalProof, PowerStep
-from nodefence.shell.refresh import BackgroundRefresh
 from nodefence.shell.report import FenceNotifier, Reporter
 from nodefence.slack.routes import SlackIntegration, check_slack_settings, slack_parts
 
@@ -92,11 +99,15 @@ def assemble_pipeline(
     notifier: FenceNotifier | None = None,
     clock: Callable[[], datetime] = utcnow,
     records: FenceRecordWriter | None = None,
+    serving: bool = False,
 ) -> Pipeline:
     """The shell's parts, each built once and given the parts it works with (``records``: the
-    fence record's writer, when the approval requester shares it)."""
+    fence record's writer, when the approval requester shares it). A ``serving`` pipeline's
+    reader takes the node counts and the pause switch from informers, which
+    ``background_for`` runs."""
     expect_power_actions(policy, metrics)
-    reader = FactsReader(kube, options.namespace)
+    namespace = options.namespace
+    reader = serving_reader(kube, namespace) if serving else FactsReader(kube, namespace)
     executor = Executor(kube, purge_concurrency=options.purge_concurrency)
     records = records or record_writer(kube, policy, options)
     events = EventRecorder(kube, options.identity)
@@ -115,7 +126,6 @@ def assemble_pipeline(
         loop=loop,
         reporter=reporter,
         proof=ExternalProof(reader, policy),
-        refresh=BackgroundRefresh(reader, metrics),
         alertmanager=alertmanager,
         reachability=(
             Reachability(metrics, events, options.namespace, clock)
@@ -123,6 +133,58 @@ def assemble_pipeline(
             else None
         ),
         approvals=approvals,
+        inventory=inventory,
+    )
+
+
+def serving_reader(kube: KubeClient, namespace: str) -> FactsReader:
+    """A serving receiver's facts reader: the node counts from a watch-fed index (an alert
+    costs the same on 5 nodes and on 5,000) and the pause switch from a watch."""
+    cache = NodeFactsCache()
+    return FactsReader(
+        kube,
+        namespace,
+        nodes=NodeIndex(kube, listener=cache),
+        pause_watch=PauseWatch(kube, namespace),
+        node_facts=cache,
+    )
+
+
+def background_for(settings: Settings, pipeline: Pipeline, decisions: DecisionLog) -> Runner:
+    """Every background loop of a serving receiver, by name: the node index and the pause watch
+    its reader was built with, the refresh of the pause switch and the fence gauges, the
+    reconcile pass (``NODEFENCE_RECONCILE_INTERVAL``; 0: none) and the read-only fencing probe
+    (``NODEFENCE_FENCING_PROBE_INTERVAL``, over the inventory; 0 or none: none). The probe
+    records its rounds through the pipeline's client unless the receiver is in dry-run (S8:
+    no write at all)."""
+    reader = pipeline.reader
+    inventory = pipeline.inventory
+    followers: list[Worker] = [w for w in (reader.nodes, reader.pause_watch) if w is not None]
+    dry_run = settings.dry_run or pipeline.policy.dry_run
+    interval = float(settings.fencing_probe_interval)
+    return Runner(
+        [
+            *followers,
+            BackgroundRefresh(reader, pipeline.metrics),
+            ReconcileLoop(
+                pipeline,
+                pipeline.metrics,
+                interval=settings.reconcile_interval,
+                deadline_seconds=settings.request_deadline_seconds,
+                decisions=decisions,
+                kube=pipeline.kube,
+                namespace=settings.namespace,
+            ),
+            FencingProbe(
+                inventory if interval > 0 else None,
+                ProbeMetrics(pipeline.metrics.registry),
+                interval=interval,
+                kube=None if dry_run else pipeline.kube,
+                namespace=settings.namespace,
+                identity=settings.identity,
+                deadline_seconds=settings.request_deadline_seconds,
+            ),
+        ]
     )
 
 
@@ -149,9 +211,10 @@ async def build_pipeline(
     metrics: Metrics | None = None,
     policy: Policy | None = None,
     kubeconfig: str | None = None,
+    serving: bool = False,
 ) -> Pipeline:
     """The pipeline alone, without Slack: for the one-shot commands (plan, reconcile, status)
-    and for a receiver that answers alerts only."""
+    and, ``serving``, for a receiver that answers alerts only (its loops: ``background_for``)."""
     metrics = metrics or Metrics()
     policy = policy or effective_policy(settings)
     inventory = bmc_inventory(settings)
@@ -163,16 +226,20 @@ async def build_pipeline(
         pipeline_options(settings),
         inventory=inventory,
         alertmanager=settings.alertmanager,
+        serving=serving,
     )
 
 
 @dataclass(frozen=True)
 class Service:
-    """Everything ``serve`` runs: the pipeline and the Slack integration around it."""
+    """Everything ``serve`` runs: the pipeline, the Slack integration around it, the decisions
+    it remembers for ``GET /decisions`` and its background loops."""
 
     pipeline: Pipeline
     slack: SlackIntegration
     metrics: Metrics
+    decisions: DecisionLog
+    background: Runner
 
     async def close(self) -> None:
         await self.pipeline.close()
@@ -183,15 +250,18 @@ async def build_service(
     *,
     metrics: Metrics | None = None,
     policy: Policy | None = None,
+    inventory: Inventory | None = None,
     kubeconfig: str | None = None,
 ) -> Service:
     """The receiver's parts: the pipeline, built with Slack's approval requester and notifier
-    when the settings configure them, and the interactions that hear the approvers' answers.
-    Settings the policy cannot work with stop it before anything connects."""
+    when the settings configure them, the interactions that hear the approvers' answers, and
+    the background loops. Settings the policy cannot work with stop it before anything
+    connects. ``inventory``: the BMC inventory already loaded from the settings (``serve``
+    validates it before it builds anything), else it is loaded here."""
     metrics = metrics or Metrics()
     policy = policy or effective_policy(settings)
     check_slack_settings(settings, policy)
-    inventory = bmc_inventory(settings)
+    inventory = inventory if inventory is not None else bmc_inventory(settings)
     kube = await _connect(settings, metrics, kubeconfig)
     options = pipeline_options(settings)
     records = record_writer(kube, policy, options)
@@ -206,5 +276,13 @@ async def build_service(
         approvals=slack.approvals,
         notifier=slack.notifier,
         records=records,
+        serving=True,
     )
-    return Service(pipeline, slack.integration(settings, pipeline), metrics)
+    decisions = DecisionLog()
+    return Service(
+        pipeline,
+        slack.integration(settings, pipeline),
+        metrics,
+        decisions,
+        background_for(settings, pipeline, decisions),
+    )

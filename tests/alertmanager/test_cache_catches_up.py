@@ -31,7 +31,9 @@ async def test_refused_on_a_cached_ready_then_fenced_by_the_first_pass_after_cat
     await am.post_alerts(alert("KubeNodeNotReady", node=NODE))
     async with (
         running_simulator(Simulation.from_scenario("seed")) as cluster,
-        start_receiver(cluster, policy=inference(), alertmanager_url=am.url) as receiver,
+        start_receiver(
+            cluster, policy=inference(), alertmanager_url=am.url, follow=True
+        ) as receiver,
     ):
         index = await following(receiver)
         frozen = await freeze(cluster, index)

@@ -38,7 +38,7 @@ async def test_a_pass_judges_hundreds_of_active_alerts_within_the_budget_from_th
         for name in dead:
             cluster.sim.node_down(name, since_seconds=1200)
         async with start_receiver(
-            cluster, policy=inference(), alertmanager_url=am.url, deadline_seconds=60
+            cluster, policy=inference(), alertmanager_url=am.url, deadline_seconds=60, follow=True
         ) as receiver:
             await following(receiver)
             since = cluster.faults.cursor

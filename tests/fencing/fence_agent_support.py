@@ -13,17 +13,16 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.http.app import run
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_pipeline, build_service
 from nodefence.settings import Settings
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import Receiver, eventually
+from pipeline.harness import Receiver, eventually, served
 
 from .peers import free_port
 
@@ -75,26 +74,17 @@ async def receiver(
         identity="replica-1",
         request_deadline_seconds=60,
         bmc_inventory=bmcs,
+        reconcile_interval=0,
+        fencing_probe_interval=0,
     )
-    from nodefence.http.app import build_app
-
     pipeline = await build_pipeline(
         settings,
         metrics=Metrics(),
         policy=parse_policy(policy(timeout)),
         kubeconfig=str(cluster.kubeconfig),
     )
-    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    async with aiohttp.ClientSession() as session:
-        try:
-            yield Receiver(f"http://127.0.0.1:{port}", TOKEN, pipeline, pipeline.metrics, session)
-        finally:
-            await runner.cleanup()
-            await pipeline.close()
+    async with served(settings, pipeline) as port, aiohttp.ClientSession() as session:
+        yield Receiver(f"http://127.0.0.1:{port}", TOKEN, pipeline, pipeline.metrics, session)
 
 
 @asynccontextmanager
@@ -116,11 +106,20 @@ async def serving_probes(
     )
     metrics = Metrics()
     policy = parse_policy({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
-    pipeline = await build_pipeline(
+    service = await build_service(
         settings, metrics=metrics, policy=policy, kubeconfig=str(cluster.kubeconfig)
     )
     stop = asyncio.Event()
-    serving = asyncio.create_task(run(settings, pipeline, metrics=metrics, stop=stop))
+    serving = asyncio.create_task(
+        run(
+            settings,
+            service.pipeline,
+            metrics=metrics,
+            stop=stop,
+            decisions=service.decisions,
+            background=service.background,
+        )
+    )
     try:
         yield port
     finally:

@@ -13,11 +13,9 @@ from typing import Any
 
 import aiohttp
 import yaml
-from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.engine import record as fence_record
-from nodefence.http.app import build_app
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
@@ -25,7 +23,7 @@ from nodefence.settings import Settings
 from nodefence_sim.redfish import write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import Receiver, eventually
+from pipeline.harness import Receiver, eventually, served
 
 NODE = "compute01"
 OTHER = "compute02"
@@ -57,35 +55,29 @@ def inventory(tmp_path: Path, cluster: SimulatorHandle, **changes: dict[str, Any
 
 @asynccontextmanager
 async def receiver(
-    cluster: SimulatorHandle, bmcs: Path, policy: dict[str, Any] = POLICY
+    cluster: SimulatorHandle, bmcs: Path, policy: dict[str, Any] = POLICY, *, follow: bool = False
 ) -> AsyncIterator[Receiver]:
+    """A receiver in this process; ``follow``: with the node index of a serving one."""
     settings = Settings(
         alert_token=SecretStr("identity-test-token"),
         namespace="nodefence",
         identity="replica-1",
         request_deadline_seconds=30,
         bmc_inventory=bmcs,
+        reconcile_interval=0,
+        fencing_probe_interval=0,
     )
     pipeline = await build_pipeline(
-        settings, metrics=Metrics(), policy=parse_policy(policy), kubeconfig=str(cluster.kubeconfig)
+        settings,
+        metrics=Metrics(),
+        policy=parse_policy(policy),
+        kubeconfig=str(cluster.kubeconfig),
+        serving=follow,
     )
-    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    async with aiohttp.ClientSession() as session:
-        try:
-            yield Receiver(
-                f"http://127.0.0.1:{port}",
-                "identity-test-token",
-                pipeline,
-                pipeline.metrics,
-                session,
-            )
-        finally:
-            await runner.cleanup()
-            await pipeline.close()
+    async with served(settings, pipeline) as port, aiohttp.ClientSession() as session:
+        yield Receiver(
+            f"http://127.0.0.1:{port}", "identity-test-token", pipeline, pipeline.metrics, session
+        )
 
 
 async def kill(cluster: SimulatorHandle, name: str) -> None:

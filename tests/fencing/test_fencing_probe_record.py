@@ -21,15 +21,16 @@ import yaml
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from nodefence.decision_log import DecisionLog
 from nodefence.fencing import probe_record
 from nodefence.fencing.check import NodeCheck
 from nodefence.fencing.inventory import load_inventory
-from nodefence.fencing.probe import FencingProbe, ProbeMetrics, fencing_probe_for
+from nodefence.fencing.probe import FencingProbe, ProbeMetrics
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence.kube.ratelimit import Priority, RateLimiter
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import background_for, build_pipeline
 from nodefence.settings import Settings
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
@@ -352,7 +353,11 @@ async def test_a_dry_run_receiver_records_nothing(ahead: SimulatorHandle, tmp_pa
         settings, metrics=Metrics(), policy=policy, kubeconfig=str(ahead.kubeconfig)
     )
     try:
-        probe = fencing_probe_for(settings, CollectorRegistry(), pipeline)
+        [probe] = [
+            w
+            for w in background_for(settings, pipeline, DecisionLog()).workers
+            if isinstance(w, FencingProbe)
+        ]
         cursor = ahead.faults.cursor
         checks = await probe.probe_once()
     finally:

@@ -230,9 +230,8 @@ async def test_cloned_machines_reporting_one_uuid_prove_nothing(
     node["status"]["nodeInfo"]["systemUUID"] = system_uuid(OTHER)
     store.update(NODES, None, NODE, node, subresource="all", check_rv=False)
     bmcs = inventory(tmp_path, cluster, compute01={"system": f"{SYSTEMS}/{OTHER}"}, compute02=None)
-    async with receiver(cluster, bmcs) as nodefence:
+    async with receiver(cluster, bmcs, follow=True) as nodefence:
         reader = nodefence.pipeline.reader
-        reader.follow_nodes()
         await eventually(lambda: reader.nodes is not None and reader.nodes.fresh() is not None)
         [decision] = await nodefence.alert(firing(NODE))
     text = reasons(decision) + " ".join(r.get("detail", "") for r in decision["results"])

@@ -14,16 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from aiohttp import web
 from pydantic import SecretStr
 
-from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
 from nodefence_sim.faults import WRITE_VERBS, RequestRecord
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
+from pipeline.harness import served
 
 MAX_BODY_BYTES = 64 * 1024
 BASIC_USER = "alertmanager"
@@ -63,25 +62,20 @@ async def _serve(ready: threading.Event, stop: asyncio.Event, box: list[Stack]) 
         identity="fuzz",
         max_body_bytes=MAX_BODY_BYTES,
         request_deadline_seconds=10,
+        reconcile_interval=0,
+        fencing_probe_interval=0,
     )
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:
         pipeline = await build_pipeline(
             settings,
             policy=parse_policy({"rules": [{"name": "default", "fencing": {"driver": "none"}}]}),
             kubeconfig=str(cluster.kubeconfig),
+            serving=True,
         )
-        runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = runner.addresses[0][1]
+        async with served(settings, pipeline) as port:
             box.append(Stack(f"http://127.0.0.1:{port}", "127.0.0.1", port, token, cluster))
             ready.set()
             await stop.wait()
-        finally:
-            await runner.cleanup()
-            await pipeline.close()
 
 
 @contextmanager

@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nodefence.background.reconcile import ReconcileLoop
 from nodefence.engine.model import Decision, Reason, Verdict
 from nodefence.errors import ClusterUnavailableError
 from nodefence.observability.metrics import Metrics
-from nodefence.reconcile_loop import ReconcileLoop
 
 
 class Passes:

@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 
 import pytest
 
+from nodefence.background.runner import Runner
 from nodefence.engine.model import OUT_OF_SERVICE_KEY, ClusterFacts
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.facts import FactsReader
 from nodefence.kube.node_index import NodeIndex
+from nodefence.runtime import serving_reader
 from nodefence_sim import store as sim_store
 from nodefence_sim.resources import NODES
 from nodefence_sim.scale import realistic_node
@@ -66,11 +68,13 @@ async def index(kube: KubeClient) -> AsyncIterator[NodeIndex]:
 @pytest.fixture
 async def reader(kube: KubeClient) -> AsyncIterator[FactsReader]:
     """A facts reader whose node counts come from its own watch-fed index."""
-    facts = FactsReader(kube)
-    facts.follow_nodes()
+    facts = serving_reader(kube, "nodefence")
     assert facts.nodes is not None
+    assert facts.pause_watch is not None
+    followers = Runner([facts.nodes, facts.pause_watch])
+    followers.start()
     yield facts
-    await facts.close()
+    await followers.stop()
 
 
 def comparable(facts: ClusterFacts) -> tuple[Any, ...]:

@@ -13,9 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nodefence.background.runner import Runner
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.facts import FactsReader
 from nodefence.kube.pause_watch import CONTROL_CONFIGMAP, PAUSED_AT
+from nodefence.runtime import serving_reader
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.api_calls_support import PATH, granted, named
@@ -32,13 +34,24 @@ async def cluster() -> AsyncIterator[SimulatorHandle]:
 
 @pytest.fixture
 async def reader(cluster: SimulatorHandle) -> AsyncIterator[FactsReader]:
+    """A serving receiver's reader (``runtime.serving_reader``); its watches start when a test
+    calls ``follow``, so the tests of the plain GET use it as it is."""
     kube = KubeClient(await load_api_client(str(cluster.kubeconfig)))
-    facts = FactsReader(kube, "nodefence")
+    facts = serving_reader(kube, "nodefence")
     try:
         yield facts
     finally:
-        await facts.close()
+        await followers(facts).stop()
         await kube.close()
+
+
+def followers(reader: FactsReader) -> Runner:
+    return Runner([w for w in (reader.nodes, reader.pause_watch) if w is not None])
+
+
+def follow(reader: FactsReader) -> None:
+    """What ``serve`` starts in the background (``runtime.background_for``)."""
+    followers(reader).start()
 
 
 async def kubectl(cluster: SimulatorHandle, *args: str) -> str:
@@ -83,7 +96,7 @@ def switch_requests(cluster: SimulatorHandle, since: int = 0) -> list[str]:
 async def test_an_absent_switch_costs_no_404_while_watched(
     cluster: SimulatorHandle, reader: FactsReader
 ) -> None:
-    reader.follow_nodes()
+    follow(reader)
     watch = reader.pause_watch
     assert watch is not None
     await until(lambda: watch.fresh() is not None)
@@ -104,7 +117,7 @@ async def test_an_absent_switch_costs_no_404_while_watched(
 async def test_a_pause_set_and_lifted_with_kubectl_reaches_the_reader(
     cluster: SimulatorHandle, reader: FactsReader
 ) -> None:
-    reader.follow_nodes()
+    follow(reader)
     watch = reader.pause_watch
     assert watch is not None
     await until(lambda: watch.fresh() is not None)
@@ -143,7 +156,7 @@ async def test_a_pause_set_and_lifted_with_kubectl_reaches_the_reader(
 async def test_paused_at_written_by_the_pause_command_dates_the_pause(
     cluster: SimulatorHandle, reader: FactsReader
 ) -> None:
-    reader.follow_nodes()
+    follow(reader)
     at = "2026-11-30T22:10:00Z"
     await kubectl(cluster, "-n", "nodefence", "create", "configmap", CONTROL_CONFIGMAP)
     await kubectl(
@@ -218,7 +231,7 @@ async def test_a_role_without_list_and_watch_falls_back_to_reading_the_switch(
     cluster.faults.fail(
         None, status=403, verbs=("list", "watch"), path="/api/v1/namespaces/nodefence/configmaps"
     )
-    reader.follow_nodes()
+    follow(reader)
     await kubectl(cluster, "-n", "nodefence", "create", "configmap", CONTROL_CONFIGMAP)
     await kubectl(
         cluster,

@@ -13,15 +13,14 @@ from .harness import Receiver, eventually
 
 # The path of every Node watch; the index is the only one in the receiver that watches it.
 NODES = "/api/v1/nodes"
-# What the background refresh reads by itself every minute, for its gauges (``shell.refresh``).
+# What the background refresh reads by itself every minute, for its gauges (``background.refresh``).
 RECORD = CONFIGMAP.format(namespace="nodefence", name=fence_record.CONFIGMAP)
 
 
 async def following(receiver: Receiver) -> NodeIndex:
-    """The receiver's node index, once it has listed the cluster, and the pause switch once
-    its watch has read it (as a serving receiver's readiness probe starts both): from then on
-    neither is read by a request."""
-    assert (await receiver.pipeline.ready())[0]
+    """The node index of a receiver started with ``follow``, once it has listed the cluster,
+    and the pause switch once its watch has read it: from then on neither is read by a
+    request."""
     reader = receiver.pipeline.reader
     index = reader.nodes
     assert index is not None

@@ -17,12 +17,13 @@ import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
+from nodefence.decision_log import DecisionLog
 from nodefence.demo.payloads import node_alert, webhook
 from nodefence.http.app import build_app
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy, parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import background_for, build_pipeline
 from nodefence.settings import Settings
 from nodefence_sim.faults import WRITE_VERBS
 from nodefence_sim.testing import SimulatorHandle
@@ -92,7 +93,11 @@ async def start_receiver(
     deadline_seconds: float = 20,
     alertmanager_url: str | None = None,
     bmc_inventory: Path | None = None,
+    follow: bool = False,
 ) -> AsyncIterator[Receiver]:
+    """A receiver in this process. ``follow``: its reader follows the nodes and the pause
+    switch with watches, as ``serve``'s does (``runtime.serving_reader``); without it, every
+    request reads what it needs, as the one-shot commands do."""
     if isinstance(policy, dict):
         policy = parse_policy(policy)
     token = secrets.token_urlsafe(16)
@@ -103,6 +108,9 @@ async def start_receiver(
         request_deadline_seconds=deadline_seconds,
         alertmanager_url=alertmanager_url,
         bmc_inventory=bmc_inventory,
+        # The tests drive the passes and the probes themselves.
+        reconcile_interval=0,
+        fencing_probe_interval=0,
     )
     metrics = Metrics()
     pipeline = await build_pipeline(
@@ -110,20 +118,34 @@ async def start_receiver(
         metrics=metrics,
         policy=policy or parse_policy(inference()),
         kubeconfig=str(cluster.kubeconfig),
+        serving=follow,
     )
     if settle_seconds is not None:
         pipeline.options = dataclasses.replace(pipeline.options, settle_seconds=settle_seconds)
-    runner = web.AppRunner(build_app(settings, pipeline, metrics=pipeline.metrics))
+    async with served(settings, pipeline) as port, aiohttp.ClientSession() as session:
+        yield Receiver(f"http://127.0.0.1:{port}", token, pipeline, metrics, session)
+
+
+@asynccontextmanager
+async def served(settings: Settings, pipeline: Pipeline) -> AsyncIterator[int]:
+    """``pipeline`` behind the receiver's routes on a free port (yielded), with the background
+    loops ``serve`` runs beside it (``runtime.background_for``; the settings say which), until
+    the block ends; then the pipeline is closed."""
+    decisions = DecisionLog()
+    loops = background_for(settings, pipeline, decisions)
+    runner = web.AppRunner(
+        build_app(settings, pipeline, metrics=pipeline.metrics, decisions=decisions)
+    )
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    async with aiohttp.ClientSession() as session:
-        try:
-            yield Receiver(f"http://127.0.0.1:{port}", token, pipeline, metrics, session)
-        finally:
-            await runner.cleanup()
-            await pipeline.close()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        loops.start()
+        yield runner.addresses[0][1]
+    finally:
+        await loops.stop()
+        await runner.cleanup()
+        await pipeline.close()
 
 
 async def eventually(

@@ -43,7 +43,7 @@ def ready_in_cluster(cluster: SimulatorHandle, name: str) -> bool:
 
 @pytest.fixture
 async def receiver(cluster: SimulatorHandle) -> AsyncIterator[Receiver]:
-    async with start_receiver(cluster, policy=inference()) as started:
+    async with start_receiver(cluster, policy=inference(), follow=True) as started:
         yield started
 
 
@@ -77,7 +77,9 @@ async def test_a_stale_cache_saying_notready_never_acts_on_a_live_ready_node(
     made on the cache would fence; it is discarded, the live read finds the node Ready, and
     nothing is claimed, powered off or tainted."""
     bmcs = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
-    async with start_receiver(cluster, policy=REDFISH_OFF, bmc_inventory=bmcs) as receiver:
+    async with start_receiver(
+        cluster, policy=REDFISH_OFF, bmc_inventory=bmcs, follow=True
+    ) as receiver:
         index = await following(receiver)
         cluster.sim.node_down(NODE, since_seconds=1200)
         cached = receiver.pipeline.reader.node_facts
@@ -131,7 +133,9 @@ async def test_a_storm_in_miniature_reads_live_only_where_it_fences() -> None:
         dead = [node_name(i) for i in range(28, 40)]
         for name in dead:
             cluster.sim.node_down(name, since_seconds=1200)
-        async with start_receiver(cluster, policy=inference(), deadline_seconds=60) as receiver:
+        async with start_receiver(
+            cluster, policy=inference(), deadline_seconds=60, follow=True
+        ) as receiver:
             await following(receiver)
             since = cluster.faults.cursor
             answers = await asyncio.gather(*(receiver.alert(firing(name)) for name in dead))

@@ -179,7 +179,7 @@ async def test_s8_plan_command_makes_zero_writes(cluster: SimulatorHandle, tmp_p
 
 async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
-    async with start_receiver(cluster) as receiver:
+    async with start_receiver(cluster, follow=True) as receiver:
         [fence] = await receiver.alert(firing())
         assert fence["verdict"] == "fence"
         old = node(cluster, NODE)

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 
 from nodefence.http.app import run
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_service
 from nodefence.settings import Settings
 from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import NO_HEALTHY_DELAY, inference
@@ -83,13 +83,22 @@ async def serving(
         request_deadline_seconds=deadline,
         bmc_inventory=bmc_inventory,
     )
-    pipeline = await build_pipeline(
+    service = await build_service(
         settings,
         policy=parse_policy(inference(policy or NO_HEALTHY_DELAY)),
         kubeconfig=str(cluster.kubeconfig),
     )
     stop = asyncio.Event()
-    server = asyncio.create_task(run(settings, pipeline, metrics=pipeline.metrics, stop=stop))
+    server = asyncio.create_task(
+        run(
+            settings,
+            service.pipeline,
+            metrics=service.metrics,
+            stop=stop,
+            decisions=service.decisions,
+            background=service.background,
+        )
+    )
     url = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as http:
 

@@ -200,6 +200,7 @@ class ServeProcess:
         *,
         clock_offset: str | None = None,
         policy: Path = INFERENCE_POLICY,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -213,6 +214,7 @@ class ServeProcess:
             "NODEFENCE_NAMESPACE": "nodefence",
             "NODEFENCE_LOG_LEVEL": "warning",
             "NODEFENCE_POLICY_FILE": str(policy),
+            **(env or {}),
         }
         command = [sys.executable, "-m", "nodefence", "serve"]
         if clock_offset is not None:

@@ -198,7 +198,13 @@ async def test_s2_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceab
     cluster.sim.node_down(NODE, since_seconds=60)
     token = secrets.token_urlsafe(16)
     async with aiohttp.ClientSession() as http:
-        with ServeProcess(cluster.kubeconfig, token, "fast", clock_offset="+600s") as fast:
+        # Every guard judged on live reads, so the Lease's is among the refusals: a serving
+        # receiver may otherwise refuse from its node index, on the first guard that cache
+        # can judge (``shell.cached_refusal``).
+        live = {"NODEFENCE_CACHED_REFUSALS": "false"}
+        with ServeProcess(
+            cluster.kubeconfig, token, "fast", clock_offset="+600s", env=live
+        ) as fast:
             await fast.wait_healthy(http)
             decision = await deliver(http, fast, token, NODE)
     assert decision["verdict"] == "noop", decision

@@ -349,8 +349,8 @@ async def off_through_redfish(cluster: SimulatorHandle, inventory: Path) -> None
 
 
 async def watching_nodes(receiver: Receiver) -> None:
-    """As a serving receiver does from its first readiness probe: the cluster counts (the
-    out-of-service taints among them) come from the watch-fed node index."""
+    """As in a serving receiver: the cluster counts (the out-of-service taints among them) come
+    from the watch-fed node index."""
     async with receiver.session.get(receiver.url + "/readyz") as reply:
         assert reply.status == 200
     index = receiver.pipeline.reader.nodes
@@ -375,7 +375,7 @@ async def test_a_deleted_record_does_not_free_the_budget_and_is_reported_and_ado
     on every node write that no two nodes carry nodefence's fence at once."""
     for name in ("compute01", "compute02"):
         cluster.sim.node_down(name, since_seconds=1200)
-    async with start_receiver(cluster) as receiver:
+    async with start_receiver(cluster, follow=True) as receiver:
         await watching_nodes(receiver)
         [fenced] = await receiver.alert(firing("compute01"))
         assert fenced["verdict"] == "fence", fenced
@@ -418,7 +418,7 @@ async def test_an_admins_hand_fenced_node_spends_the_budget(cluster: SimulatorHa
     nodefence's record does not hold it; and its taint is never adopted or removed."""
     for name in ("compute01", "compute02"):
         cluster.sim.node_down(name, since_seconds=1200)
-    async with start_receiver(cluster) as receiver:
+    async with start_receiver(cluster, follow=True) as receiver:
         await watching_nodes(receiver)
         await kubectl(cluster, "taint", "node", "compute02", TAINT)
         await eventually(lambda: "compute02" in indexed_taints(receiver))
@@ -513,7 +513,7 @@ async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
 
     from .support import alert as one_alert
 
-    async with start_receiver(cluster) as receiver:
+    async with start_receiver(cluster, follow=True) as receiver:
         await watching_nodes(receiver)
         cursor = cluster.faults.cursor
         events_before = len(cluster.sim.store.items(EVENTS))

@@ -14,22 +14,19 @@ answer dated on the API server's clock, so ``nodefence status`` shows every node
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
+from nodefence.background.periodic import Periodic
 from nodefence.fencing import probe_record
 from nodefence.fencing.check import NodeCheck, read_node
 from nodefence.fencing.inventory import Inventory
+from nodefence.kube.backoff import jittered
 from nodefence.kube.client import Deadline, KubeClient
-
-if TYPE_CHECKING:
-    from nodefence.settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +62,8 @@ class ProbeMetrics:
 
 
 class FencingProbe:
+    name = "fencing-probe"
+
     def __init__(
         self,
         inventory: Inventory | None,
@@ -94,7 +93,7 @@ class FencingProbe:
         self.deadline_seconds = deadline_seconds
         self.rounds = 0
         self.last: list[NodeCheck] = []
-        self._task: asyncio.Task[None] | None = None
+        self.periodic = Periodic(self.name, self.probe_once, self.next_delay, period=interval)
 
     @property
     def enabled(self) -> bool:
@@ -161,49 +160,19 @@ class FencingProbe:
                 error=str(exc) or type(exc).__name__,
             )
 
+    def describe(self) -> str:
+        return self.periodic.describe() if self.enabled else "off"
+
     def start(self) -> None:
-        if self.enabled and self._task is None:
-            self._task = asyncio.create_task(self._run(), name="fencing-probe")
+        if self.enabled:
+            self.periodic.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        """A round in progress is cut: it only reads, and the next round reads again."""
+        await self.periodic.stop()
 
-    async def _run(self) -> None:
-        low, high = self.first_round
-        first = random.uniform(min(low, self.interval), min(high, self.interval))  # noqa: S311
-        await asyncio.sleep(first)
-        while True:
-            try:
-                await self.probe_once()
-            except Exception:
-                log.exception("fencing_probe_error")
-            await asyncio.sleep(self.interval * random.uniform(1 - JITTER, 1 + JITTER))  # noqa: S311
-
-
-def fencing_probe_for(
-    settings: Settings, registry: CollectorRegistry, pipeline: object = None
-) -> FencingProbe:
-    """The probe ``serve`` runs, from the settings (the inventory was validated at start); its
-    rounds are recorded through the pipeline's client unless the receiver is in dry-run (S8:
-    no write at all)."""
-    from nodefence.runtime import bmc_inventory
-
-    interval = float(settings.fencing_probe_interval)
-    inventory = bmc_inventory(settings) if interval > 0 else None
-    kube = getattr(pipeline, "kube", None)
-    policy = getattr(pipeline, "policy", None)
-    dry_run = settings.dry_run or bool(getattr(policy, "dry_run", False))
-    return FencingProbe(
-        inventory,
-        ProbeMetrics(registry),
-        interval=interval,
-        kube=kube if isinstance(kube, KubeClient) and not dry_run else None,
-        namespace=settings.namespace,
-        identity=settings.identity,
-        deadline_seconds=settings.request_deadline_seconds,
-    )
+    def next_delay(self, first: bool) -> float:
+        if first:
+            low, high = self.first_round
+            return random.uniform(min(low, self.interval), min(high, self.interval))  # noqa: S311
+        return jittered(self.interval, JITTER)

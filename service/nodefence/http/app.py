@@ -7,8 +7,8 @@ import signal
 
 from aiohttp import web
 
-from nodefence.decision_log import DECISIONS, add_decision_routes
-from nodefence.fencing.probe import fencing_probe_for
+from nodefence.background.runner import Runner
+from nodefence.decision_log import DecisionLog, add_decision_routes
 from nodefence.http import handlers, openapi
 from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
 from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
@@ -24,7 +24,6 @@ from nodefence.http.tls import TlsCertificates
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline_api import PipelineApi
-from nodefence.reconcile_loop import reconcile_loop_for
 from nodefence.settings import Settings
 from nodefence.slack.routes import NO_SLACK, SlackIntegration, add_slack_routes
 
@@ -44,9 +43,11 @@ def build_app(
     *,
     metrics: Metrics | None = None,
     slack: SlackIntegration = NO_SLACK,
+    decisions: DecisionLog | None = None,
 ) -> web.Application:
     """The receiver. Pass ``metrics`` to share one registry with the pipeline's own counters,
-    and ``slack`` (from ``runtime.build_service``) to answer Slack's approval buttons."""
+    ``slack`` (from ``runtime.build_service``) to answer Slack's approval buttons, and
+    ``decisions`` to share ``GET /decisions``'s memory with the reconcile loop."""
     warn_if_disabled(settings)
     metrics = metrics if metrics is not None else Metrics()
     guards = ConnectionGuards(
@@ -77,7 +78,7 @@ def build_app(
     app.router.add_get("/healthz", handlers.get_healthz)
     app.router.add_get("/readyz", handlers.get_readyz)
     app.router.add_get("/metrics", handlers.get_metrics)
-    add_decision_routes(app)
+    add_decision_routes(app, decisions or DecisionLog())
     app.router.add_get(openapi.OPENAPI_PATH, openapi.get_openapi)
     add_slack_routes(app, settings, slack)
     return app
@@ -90,6 +91,8 @@ async def run(
     metrics: Metrics | None = None,
     stop: asyncio.Event | None = None,
     slack: SlackIntegration = NO_SLACK,
+    decisions: DecisionLog | None = None,
+    background: Runner | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT (or ``stop`` is set), then shut down gracefully.
 
@@ -100,15 +103,17 @@ async def run(
     With ``tls_cert_file`` and ``tls_key_file`` the listener speaks HTTPS only, and the pair is
     re-read when the files change (``http.tls``); every connection has the read deadlines of
     ``http.limits``.
+
+    ``background`` (``runtime.background_for``) runs while the listener serves; a pass in
+    progress at shutdown finishes beside the requests in flight.
     """
     tls = (
         TlsCertificates(settings.tls_cert_file, settings.tls_key_file)
         if settings.tls_cert_file is not None and settings.tls_key_file is not None
         else None
     )
-    app = build_app(settings, pipeline, metrics=metrics, slack=slack)
-    reconciler = reconcile_loop_for(settings, pipeline, app[METRICS], app[DECISIONS])
-    prober = fencing_probe_for(settings, app[METRICS].registry, pipeline)
+    app = build_app(settings, pipeline, metrics=metrics, slack=slack, decisions=decisions)
+    background = background if background is not None else Runner([])
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -136,8 +141,7 @@ async def run(
             ssl_context=tls.listener if tls is not None else None,
         )
         await site.start()
-        reconciler.start()
-        prober.start()
+        background.start()
         log.info(
             "listening",
             addresses=[str(address) for address in runner.addresses],
@@ -155,6 +159,6 @@ async def run(
         for signum in installed:
             loop.remove_signal_handler(signum)
         # A reconcile pass in progress and requests in flight finish side by side.
-        await asyncio.gather(reconciler.stop(), prober.stop(), runner.cleanup())
+        await asyncio.gather(background.stop(), runner.cleanup())
         await pipeline.close()
         log.info("stopped")

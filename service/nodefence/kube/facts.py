@@ -71,37 +71,31 @@ class Snapshot:
 
 
 class FactsReader:
-    def __init__(self, kube: KubeClient, namespace: str = "nodefence") -> None:
+    """Live facts for the engine. A serving receiver's reader is given the node index and the
+    pause watch (built and run by ``runtime``), and takes what it can from them while they are
+    fresh; a one-shot command's reader has neither and lists."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        namespace: str = "nodefence",
+        *,
+        nodes: NodeIndex | None = None,
+        pause_watch: PauseWatch | None = None,
+        node_facts: NodeFactsCache | None = None,
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.server_version = ""
         self._pause: tuple[float, str | None] | None = None
         self._cluster: tuple[float, asyncio.Future[ClusterFacts]] | None = None
-        self.nodes: NodeIndex | None = None
+        self.nodes = nodes
         # Each Node as the index last saw it, for refusals from the cache (``kube.cached_facts``).
-        self.node_facts = NodeFactsCache()
+        self.node_facts = node_facts if node_facts is not None else NodeFactsCache()
         # The pause switch as last read, with when it began
         # (``nodefence_paused_timestamp_seconds``).
         self.pause: PauseState = NOT_PAUSED
-        self.pause_watch: PauseWatch | None = None
-        self._closed = False
-
-    def follow_nodes(self) -> None:
-        """From now on take the cluster counts from a watch-fed ``NodeIndex`` (a serving
-        receiver; one-shot commands list the nodes once instead)."""
-        if self.nodes is None and not self._closed:
-            self.nodes = NodeIndex(self.kube, listener=self.node_facts)
-            self.nodes.start()
-        if self.pause_watch is None and not self._closed:
-            self.pause_watch = PauseWatch(self.kube, self.namespace)
-            self.pause_watch.start()
-
-    async def close(self) -> None:
-        self._closed = True
-        if self.nodes is not None:
-            await self.nodes.stop()
-        if self.pause_watch is not None:
-            await self.pause_watch.stop()
+        self.pause_watch = pause_watch
 
     async def server_version_string(self, deadline: Deadline | None = None) -> str:
         if not self.server_version:
@@ -202,6 +196,10 @@ class FactsReader:
         return dataclasses.replace(
             counted, server_version=self.server_version, paused_reason=paused
         )
+
+    async def read_fence_record(self, deadline: Deadline) -> fence_record.FenceRecord:
+        """The fence record, parsed."""
+        return fence_record.from_configmap((await self.record(deadline)).body)[0]
 
     async def record(self, deadline: Deadline | None = None) -> Dated:
         """The fence record's ConfigMap; an absent one is an empty record (nothing fenced)."""

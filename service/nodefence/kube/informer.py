@@ -54,6 +54,9 @@ class Informer(ABC):
         list."""
         return None if self.heard_at is None else self.clock() - self.heard_at
 
+    def describe(self) -> str:
+        return "list, then watch"
+
     def start(self) -> None:
         """Once; never again after ``stop``."""
         if self._task is None and not self._stopping:

@@ -8,8 +8,7 @@ leader is elected, because every write a pass makes carries its own precondition
 record's resourceVersion for a claim, the node's uid and resourceVersion for a taint, a pod's UID
 for a delete), so two replicas passing at once do the work of one (S3, S7). The interval is
 jittered so that replicas started together drift apart instead of racing each other on every
-pass. A pass never overlaps the previous one of the same replica: the next wait starts when a
-pass ends.
+pass; a pass never overlaps the previous one of the same replica (``background.periodic``).
 
 After each pass the loop also publishes how many VolumeAttachments are still attached to each
 node nodefence holds fenced (``shell.volume_gauge``), so a fence that left them shows within a
@@ -23,7 +22,6 @@ CronJob (``nodefence reconcile``) does the same work.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -31,12 +29,13 @@ from typing import Protocol
 
 import structlog
 
+from nodefence.background.periodic import Periodic
 from nodefence.decision_log import DecisionLog, observe_decisions
 from nodefence.engine.model import Decision
 from nodefence.errors import ClusterUnavailableError
+from nodefence.kube.backoff import jittered
 from nodefence.kube.client import KubeClient
 from nodefence.observability.metrics import Metrics
-from nodefence.settings import Settings
 from nodefence.shell.volume_gauge import publish_unreleased_volumes
 
 log = structlog.get_logger(__name__)
@@ -54,6 +53,8 @@ class Reconciler(Protocol):
 
 
 class ReconcileLoop:
+    name = "reconcile-loop"
+
     def __init__(
         self,
         pipeline: Reconciler,
@@ -75,50 +76,36 @@ class ReconcileLoop:
         self.namespace = namespace
         self.wall_clock = wall_clock
         self.passes = 0
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self.periodic = Periodic(
+            self.name, self.run_once, self.next_delay, period=interval, grace=deadline_seconds
+        )
 
     @property
     def enabled(self) -> bool:
-        return self.interval > 0
+        return self.periodic.enabled
+
+    def describe(self) -> str:
+        return self.periodic.describe()
 
     def start(self) -> None:
         self.metrics.reconcile_interval.set(self.interval)
-        if not self.enabled or self._task is not None:
+        if not self.enabled:
             return
         # Before the first pass, the alert on a stalled loop counts from the loop's start.
         self.metrics.reconcile_last_success.set(self.wall_clock())
-        self._task = asyncio.create_task(self._run(), name="reconcile-loop")
+        self.periodic.start()
         log.info("reconcile_loop_started", interval_seconds=self.interval)
 
     async def stop(self, grace: float | None = None) -> None:
         """Let a pass in progress finish (up to ``grace``, default one pass's deadline), then
         cancel it: every write it makes is idempotent, the next pass of any replica redoes what
         was cut off."""
-        self._stopping.set()
-        task, self._task = self._task, None
-        if task is None:
-            return
-        done, _ = await asyncio.wait({task}, timeout=grace or self.deadline_seconds)
-        if not done:
-            task.cancel()
-            await asyncio.wait({task}, timeout=5.0)
+        await self.periodic.stop(grace)
 
     def next_delay(self, first: bool = False) -> float:
         if first:
             return self.interval * random.uniform(*FIRST_PASS_FRACTION)  # noqa: S311
-        return self.interval * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311
-
-    async def _run(self) -> None:
-        first = True
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.next_delay(first)):
-                    await self._stopping.wait()
-            first = False
-            if self._stopping.is_set():
-                return
-            await self.run_once()
+        return jittered(self.interval, JITTER)
 
     async def run_once(self) -> str:
         """One pass, counted by its outcome: ``ok``, ``unavailable`` (the API stayed
@@ -147,19 +134,3 @@ class ReconcileLoop:
     async def publish_volumes(self) -> None:
         if self.kube is not None:
             await publish_unreleased_volumes(self.kube, self.namespace, self.metrics)
-
-
-def reconcile_loop_for(
-    settings: Settings, pipeline: Reconciler, metrics: Metrics, decisions: DecisionLog | None
-) -> ReconcileLoop:
-    """The loop a serving receiver runs (not started; a zero interval makes it do nothing)."""
-    kube = getattr(pipeline, "kube", None)
-    return ReconcileLoop(
-        pipeline,
-        metrics,
-        interval=settings.reconcile_interval,
-        deadline_seconds=settings.request_deadline_seconds,
-        decisions=decisions,
-        kube=kube if isinstance(kube, KubeClient) else None,
-        namespace=settings.namespace,
-    )
