@@ -409,6 +409,34 @@ class ReleaseFenceAction:
         return self.same_node and bool(self.effect or self.remove_annotations)
 
 
+@dataclass(frozen=True)
+class RecordRejectionAction:
+    """A person rejected fencing ``incident`` (``engine.answer``): write it into the fence
+    record's question about the node, where it holds for that outage whatever is pressed next,
+    and show it on node object ``node_uid`` for people."""
+
+    node: str
+    node_uid: str
+    incident: Incident
+    # "rejected by <user> at <time>".
+    said: str
+    # When the question's buttons expire: a rejection written without a question is kept as long.
+    expires: datetime
+
+
+@dataclass(frozen=True)
+class WithdrawQuestionAction:
+    """Forget the answered question about node object ``node_uid`` and alert ``fingerprint``
+    when it did not lead to a fence, so the next alert that reaches approval asks afresh. A
+    rejection is never withdrawn, nor a question asked at or after ``asked_before`` (on the
+    requester's clock): acting on the answer asked it, and it is still open."""
+
+    node: str
+    node_uid: str
+    fingerprint: str
+    asked_before: datetime | None = None
+
+
 Action = (
     ClaimAction
     | PowerAction
@@ -422,6 +450,8 @@ Action = (
     | AskApprovalAction
     | ReleaseVolumeAttachmentAction
     | ReleaseFenceAction
+    | RecordRejectionAction
+    | WithdrawQuestionAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 

@@ -15,10 +15,12 @@ from nodefence.engine.model import (
     PowerAction,
     ProofContradictedAction,
     PurgePodAction,
+    RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
     ReleaseVolumeAttachmentAction,
     UnfenceAction,
+    WithdrawQuestionAction,
 )
 from nodefence.engine.record import CONFIGMAP, entry_json
 from nodefence.engine.wording import instant
@@ -127,6 +129,23 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             "why": action.why,
             "same_node": action.same_node,
         }
+    if isinstance(action, RecordRejectionAction):
+        return {
+            "type": "record-rejection",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "fingerprint": action.incident.fingerprint,
+            "not_ready_since": action.incident.not_ready_since,
+            "said": action.said,
+            "expires": instant(action.expires),
+        }
+    if isinstance(action, WithdrawQuestionAction):
+        return {
+            "type": "withdraw-question",
+            "node": action.node,
+            "node_uid": action.node_uid,
+            "fingerprint": action.fingerprint,
+        }
     raise TypeError(f"unknown action {action!r}")
 
 
@@ -188,7 +207,13 @@ def describe_action(action: Action) -> str:
         if not action.same_node:
             taken = ""
         return f"let go of node {action.node}'s fence: {taken}its entry in {CONFIGMAP}"
-    return f"remove the out-of-service taint from node {action.node} ({action.effect})"
+    if isinstance(action, RecordRejectionAction):
+        return f"record in {CONFIGMAP} that fencing node {action.node} was {action.said}"
+    if isinstance(action, WithdrawQuestionAction):
+        return f"withdraw the answered question about node {action.node} from {CONFIGMAP}"
+    if isinstance(action, UnfenceAction):
+        return f"remove the out-of-service taint from node {action.node} ({action.effect})"
+    raise TypeError(f"unknown action {action!r}")
 
 
 def describe(decision: Decision) -> str:

@@ -259,6 +259,41 @@ ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
             "same_node": {"type": "boolean"},
         },
     },
+    "RecordRejectionAction": {
+        "type": "object",
+        "description": "Record in the fence record that a person rejected fencing this "
+        "incident of the node (it holds for that outage), and show it on the node.",
+        "required": [
+            "type",
+            "node",
+            "node_uid",
+            "fingerprint",
+            "not_ready_since",
+            "said",
+            "expires",
+        ],
+        "properties": {
+            "type": {"const": "record-rejection"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "fingerprint": {"type": "string"},
+            "not_ready_since": {"type": "string"},
+            "said": {"type": "string"},
+            "expires": {"type": "string"},
+        },
+    },
+    "WithdrawQuestionAction": {
+        "type": "object",
+        "description": "Forget an answered approval question that did not lead to a fence, so "
+        "the next alert that reaches approval asks afresh.",
+        "required": ["type", "node", "node_uid", "fingerprint"],
+        "properties": {
+            "type": {"const": "withdraw-question"},
+            "node": {"type": "string"},
+            "node_uid": {"type": "string"},
+            "fingerprint": {"type": "string"},
+        },
+    },
     "AskApprovalAction": {
         "type": "object",
         "description": "Ask a person in Slack whether to fence this incident of the node (the "

@@ -1,5 +1,5 @@
-"""The approval channel as the commit and the report see it: a requester that asks, and the
-wait it reports.
+"""The approval channel as the commit and the report see it: a requester that asks, records
+an answer's outcome (a rejection, a question withdrawn), and the wait it reports.
 
 Whether to ask is the engine's (``engine.approval_ask``); the requester carries the question
 out (claim it in the fence record, post it, record where it is) and answers with what it did.
@@ -11,10 +11,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from nodefence.actions.executor import ActionResult
-from nodefence.engine.model import AskApprovalAction, Decision, Facts, Verdict
+from nodefence.engine.model import (
+    AskApprovalAction,
+    Decision,
+    Facts,
+    RecordRejectionAction,
+    Verdict,
+    WithdrawQuestionAction,
+)
 
 if TYPE_CHECKING:
-    from nodefence.kube.client import Deadline
+    from nodefence.kube.client import Deadline, Json
     from nodefence.kube.facts import Snapshot
     from nodefence.observability.metrics import Metrics
 
@@ -32,6 +39,15 @@ class ApprovalRequester(Protocol):
         record already holds an open question (another replica's claim won). Raise
         ClusterUnavailableError (or a subclass) when the record or the approval channel is down,
         so the alert is retried."""
+
+    async def reject(
+        self, action: RecordRejectionAction, node: Json | None, deadline: Deadline
+    ) -> ActionResult:
+        """Record a person's rejection for its incident (``node``: the node object as read,
+        to show it on)."""
+
+    async def withdraw(self, action: WithdrawQuestionAction, deadline: Deadline) -> ActionResult:
+        """Forget an answered question that did not lead to a fence."""
 
 
 def report_waiting(metrics: Metrics, decision: Decision, facts: Facts, now: datetime) -> None:

@@ -33,10 +33,12 @@ from nodefence.engine.model import (
     PowerAction,
     ProofContradictedAction,
     PurgePodAction,
+    RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
     ReleaseVolumeAttachmentAction,
     UnfenceAction,
+    WithdrawQuestionAction,
 )
 from nodefence.kube.client import Deadline, Json
 from nodefence.kube.facts import Snapshot
@@ -224,6 +226,20 @@ class Commit:
             )
         return await self.approvals.request(action, at.decision, at.snapshot, at.deadline)
 
+    async def _record_rejection(self, action: RecordRejectionAction, at: _Progress) -> Step:
+        if self.approvals is None:
+            return ActionResult(
+                "record-rejection", action.node, Outcome.SKIPPED, "no approval channel"
+            )
+        return await self.approvals.reject(action, at.snapshot.node, at.deadline)
+
+    async def _withdraw_question(self, action: WithdrawQuestionAction, at: _Progress) -> Step:
+        if self.approvals is None:
+            return ActionResult(
+                "withdraw-question", action.node, Outcome.SKIPPED, "no approval channel"
+            )
+        return await self.approvals.withdraw(action, at.deadline)
+
     async def _roll_back(
         self, claim: ClaimAction, token: str, failed: ActionResult, deadline: Deadline
     ) -> ActionResult:
@@ -269,6 +285,8 @@ HANDLERS: dict[type[Any], Handler] = {
     AskApprovalAction: Commit._ask_approval,
     ReleaseVolumeAttachmentAction: Commit._release_volume,
     ReleaseFenceAction: Commit._release_fence,
+    RecordRejectionAction: Commit._record_rejection,
+    WithdrawQuestionAction: Commit._withdraw_question,
 }
 
 

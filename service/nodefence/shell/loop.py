@@ -15,6 +15,10 @@ engine decides next on fresh facts: purging them, then, for a rule that reboots,
 (the engine decides it once nothing it may purge is left, and the fence record keeps it to one
 send), and the VolumeAttachments the rule lets nodefence delete once no pod uses a claim.
 Whatever the request has no time left for is the reconcile pass's to finish.
+
+The same loop commits what people ask for: an operator's release (``engine.release``) and a
+person's answer to an approval question (``engine.answer``) are decisions like the others, so
+their writes carry the same preconditions and a node that changed under them is read again.
 """
 
 from __future__ import annotations

@@ -28,7 +28,12 @@ from nodefence.engine import approval_request, mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_ask import question_open
 from nodefence.engine.approval_request import ApprovalRequest, Incident
-from nodefence.engine.model import Approval, AskApprovalAction, Decision
+from nodefence.engine.model import (
+    AskApprovalAction,
+    Decision,
+    RecordRejectionAction,
+    WithdrawQuestionAction,
+)
 from nodefence.engine.record import FenceRecord
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
@@ -218,22 +223,12 @@ class SlackApprovals:
         except KubeError as exc:
             log.info("approval_mirror_not_written", node=name, error=str(exc))
 
-    async def record_rejection(
-        self,
-        name: str,
-        token: tokens.ButtonToken,
-        approval: Approval,
-        deadline: Deadline,
-        *,
-        live: Json | None,
-    ) -> bool:
-        """Write the rejection into the record, bound to the incident the question was about;
-        False when ``live`` (the node as read for this answer) is not that node object."""
-        if live is None or (live.get("metadata") or {}).get("uid") != token.uid:
-            return False
-        incident = Incident(token.uid, token.fingerprint, Incident.since_text(token.since))
-        said = mirror.approval_text(approval)
-        expires = datetime.fromtimestamp(token.expires, UTC)
+    async def reject(
+        self, action: RecordRejectionAction, node: Json | None, deadline: Deadline
+    ) -> ActionResult:
+        """Write the rejection into the record, bound to the incident the question was about
+        (``node``: the node as read for the decision, which shows it to people)."""
+        name, incident = action.node, action.incident
 
         def reject(record: FenceRecord, at: datetime) -> FenceRecord | None:
             del at
@@ -241,30 +236,24 @@ class SlackApprovals:
             if current is not None and current.incident == incident:
                 if current.rejection:
                     return None
-                return fence_record.with_approval(record, replace(current, rejection=said))
-            answered = ApprovalRequest(name, incident, expires_at=expires, rejection=said)
+                rejected = replace(current, rejection=action.said)
+                return fence_record.with_approval(record, rejected)
+            answered = ApprovalRequest(
+                name, incident, expires_at=action.expires, rejection=action.said
+            )
             return fence_record.with_approval(record, answered)
 
         written = await self.records.approval_request("approval-reject", name, reject, deadline)
-        if written.outcome is Outcome.DONE:
-            await self._show(name, live, said, deadline)
+        if written.outcome is Outcome.DONE and node is not None:
+            await self._show(name, node, action.said, deadline)
         if self.metrics is not None:
             self.metrics.approval_settled(name)
-        return written.outcome in (Outcome.DONE, Outcome.SKIPPED)
+        return written
 
-    async def withdraw(
-        self,
-        name: str,
-        token: tokens.ButtonToken,
-        deadline: Deadline,
-        *,
-        asked_before: datetime | None = None,
-    ) -> None:
-        """Forget an answered request that did not lead to a fence, so the next alert that
-        reaches approval asks afresh instead of pointing at a message without buttons. A
-        rejection is never withdrawn: it holds for its incident; nor is a question asked at or
-        after ``asked_before`` (on this requester's clock): acting on the answer found a new
-        failure and asked about it, and that question is still open."""
+    async def withdraw(self, action: WithdrawQuestionAction, deadline: Deadline) -> ActionResult:
+        """Forget an answered request that did not lead to a fence (``WithdrawQuestionAction``
+        says which it is, and which it is not)."""
+        name, asked_before = action.node, action.asked_before
         gone: list[ApprovalRequest] = []
 
         def forget(record: FenceRecord, at: datetime) -> FenceRecord | None:
@@ -276,8 +265,8 @@ class SlackApprovals:
             if asked_before is not None and asked is not None and asked >= asked_before:
                 return None
             if (current.incident.node_uid, current.incident.fingerprint) != (
-                token.uid,
-                token.fingerprint,
+                action.node_uid,
+                action.fingerprint,
             ):
                 return None
             gone.append(current)
@@ -285,6 +274,8 @@ class SlackApprovals:
 
         written = await self.records.approval_request("approval-withdraw", name, forget, deadline)
         if written.outcome is Outcome.DONE and gone:
-            await self._unshow(name, token.uid, approval_request.mirror_text(gone[-1]), deadline)
+            text = approval_request.mirror_text(gone[-1])
+            await self._unshow(name, action.node_uid, text, deadline)
         if self.metrics is not None:
             self.metrics.approval_settled(name)
+        return written

@@ -7,15 +7,17 @@ many pods) is finished by the reconcile pass, as for any alert.
 
 A press acts only if, in this order: Slack signed the request within five minutes; the button
 value carries nodefence's signature and has not expired; it was pressed on the matching button,
-in the channel nodefence asked in; the person is an approver; the node is still the same object,
-still NotReady, in the same outage the question described. Then the pipeline runs with the
-answer, and every guard of the engine is judged again on live facts.
+in the channel nodefence asked in; the person is an approver; then the engine judges, on live
+facts, whether the answer still applies (``engine.answer``: the node is not fenced already, is
+still the same object, still NotReady, in the same outage the question described, and no
+rejection holds for it). The alert is then decided again with the answer, every guard of the
+engine judged again, and what is left to record (a rejection, a question withdrawn) is decided
+and committed by the shell's loop like any other change.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -28,22 +30,22 @@ from aiohttp import web
 from pydantic import SecretStr
 from slack_sdk.signature import SignatureVerifier
 
-from nodefence.engine import mirror
-from nodefence.engine.approval_request import Incident
+from nodefence.engine import answer
+from nodefence.engine.answer import Answer, decide_answer, decide_answered
 from nodefence.engine.model import (
     AlertEvent,
     AlertStatus,
     Approval,
     ApprovalDecision,
     Decision,
+    Facts,
 )
-from nodefence.engine.record import FenceRecord, Phase
 from nodefence.engine.wording import instant
 from nodefence.errors import ClusterUnavailableError
 from nodefence.http.handlers import read_bounded
 from nodefence.http.problems import Problem
-from nodefence.kube.client import Deadline, Json, KubeError
-from nodefence.kube.convert import node_facts
+from nodefence.kube.client import Deadline, Json
+from nodefence.kube.facts import Snapshot
 from nodefence.pipeline import Pipeline
 from nodefence.slack import messages, tokens
 from nodefence.slack.approvals import SlackApprovals
@@ -232,81 +234,62 @@ class Interactions:
             )
 
     async def _answer(self, click: Click, token: tokens.ButtonToken, approval: Approval) -> None:
+        """The engine decides whether the answer still applies (``engine.answer``) and the
+        shell's loop commits what it decides (a rejection recorded, a question withdrawn);
+        an answer that applies is acted on through the alert's own decision, on every guard."""
         deadline = Deadline(self.deadline_seconds)
-        # A question asked while this answer is acted on (the power step found a new failure)
-        # is not the one answered: it is never withdrawn with it.
-        answering = self.approvals.now()
         node = token.node
         who = f"<@{click.user}>"
-        reject = approval.decision is ApprovalDecision.REJECT
-        live, server_time = await self._node_dated(node, deadline)
-        if server_time is not None:
-            # The engine judges the answer's age on the API server's clock, as everything else.
-            approval = dataclasses.replace(approval, at=server_time)
-        held = await self.pipeline.read_record(deadline)
-        fenced = _fenced_by_us(live, token.uid, held)
-        if fenced is not None:
-            tail = (
-                f"the rejection by {who} came after the fence; nodefence removes its taint once "
-                "the node is verifiably healthy again"
-                if reject
-                else f"the approval by {who} changed nothing"
-            )
-            await self._replace(click, f"Node *{node}* is already fenced ({fenced}); {tail}.", None)
+        # A question asked while this answer is acted on (the power step found a new failure)
+        # is not the one answered: it is never withdrawn with it.
+        asked = Answer(
+            node,
+            approval,
+            token.since,
+            datetime.fromtimestamp(token.expires, UTC),
+            asked_before=self.approvals.now(),
+        )
+        policy = self.pipeline.policy
+
+        def judged(snapshot: Snapshot) -> Decision:
+            return decide_answer(snapshot.facts, asked, policy, snapshot.now)
+
+        first = await self.pipeline.loop.run(node, judged, deadline)
+        facts = first.snapshot.facts
+        # The engine judged the answer's age on the API server's clock, as everything else.
+        dated = answer.dated(asked, facts, first.snapshot.now)
+        if not answer.applies(first.decision):
+            await self._replace(click, _refusal(first.decision, dated, facts, who), None)
             return
-        stale = _stale(live, token)
-        if stale is not None:
-            # Dry-run writes nothing, Slack answers included (S8).
-            if reject and not self.pipeline.policy.dry_run:
-                await self.approvals.record_rejection(node, token, approval, deadline, live=live)
-            elif not self.pipeline.policy.dry_run:
-                await self.approvals.withdraw(node, token, deadline, asked_before=answering)
-            await self._replace(click, f"{stale} Nothing was fenced.", None)
-            return
-        rejected = _rejected(live, token, held)
-        if rejected is not None and not reject:
-            # A rejection holds for its incident whatever button is pressed next (a second
-            # approver, the approve button of the same message); nothing is withdrawn either,
-            # so a later press finds the rejection too.
-            await self._replace(
-                click,
-                f":no_entry_sign: Fencing node *{node}* was {rejected} for this outage; the "
-                f"approval by {who} changes nothing. A new outage of the node is asked again.",
-                None,
-            )
-            return
-        event = self._event(token)
-        decision = await self.pipeline.handle_event(event, deadline, approval=approval)
-        if reject:
-            if not decision.dry_run:
-                await self.approvals.record_rejection(node, token, approval, deadline, live=live)
-            await self._replace(
-                click,
+        decision = await self.pipeline.handle_event(
+            self._event(token), deadline, approval=dated.approval
+        )
+
+        def settled(snapshot: Snapshot) -> Decision:
+            return decide_answered(snapshot.facts, dated, decision, policy, snapshot.now)
+
+        after = await self.pipeline.loop.run(node, settled, deadline)
+        if dated.rejects:
+            headline = (
                 f":no_entry_sign: Fencing node *{node}* was rejected by {who}; nodefence does "
-                "not fence it during this outage.",
-                decision,
+                "not fence it during this outage."
             )
-            return
-        after = await self.pipeline.read_record(deadline)
-        fenced = _fenced_by_us(await self._node(node, deadline), token.uid, after)
-        mine = mirror.approval_text(approval)
-        if fenced is not None and mine in fenced:
+        elif answer.applies(after.decision):
             headline = (
                 f":lock: Node *{node}* is fenced (out-of-service taint applied), approved by "
                 f"{who}; its stuck pods are being purged."
             )
             self._settled(node)
-        elif fenced is not None:
+        else:
+            facts = after.snapshot.facts
+            fenced = answer.fenced_by_us(facts.node, token.uid, facts.record)
             headline = (
                 f"Node *{node}* is already fenced ({fenced}); the approval by {who} changed "
                 "nothing."
-            )
-        else:
-            if not decision.dry_run:
-                await self.approvals.withdraw(node, token, deadline, asked_before=answering)
-            headline = (
-                f"Node *{node}* was not fenced although {who} approved: {decision.summary}. "
-                "If the alert keeps firing and every guard passes, nodefence asks again."
+                if fenced is not None
+                else f"Node *{node}* was not fenced although {who} approved: "
+                f"{decision.summary}. If the alert keeps firing and every guard passes, "
+                "nodefence asks again."
             )
         await self._replace(click, headline, decision)
 
@@ -331,64 +314,36 @@ class Interactions:
             labels=labels,
         )
 
-    async def _node(self, name: str, deadline: Deadline) -> Json | None:
-        return (await self._node_dated(name, deadline))[0]
 
-    async def _node_dated(
-        self, name: str, deadline: Deadline
-    ) -> tuple[Json | None, datetime | None]:
-        try:
-            reply = await self.pipeline.kube.get_node(name, deadline)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None, None
-            raise
-        return reply.body, reply.server_time
-
-
-def token_node(node: Json) -> str:
-    return str(node.get("metadata", {}).get("name", ""))
-
-
-def _fenced_by_us(node: Json | None, uid: str, record: FenceRecord) -> str | None:
-    """How nodefence's fence on this node object reads in the fence record (the authority;
-    the node's annotations could say anything), or None when it is not fenced."""
-    if node is None or node.get("metadata", {}).get("uid") != uid:
-        return None
-    entry = record.entry(token_node(node))
-    if entry is None or entry.uid != uid or entry.phase is not Phase.FENCED:
-        return None
-    parts = [f"since {instant(entry.fenced_at or entry.claimed_at)}"]
-    if entry.approval:
-        parts.append(entry.approval)
-    return ", ".join(parts)
-
-
-def _rejected(node: Json | None, token: tokens.ButtonToken, record: FenceRecord) -> str | None:
-    """The rejection ("rejected by ...") the fence record holds for the incident the button
-    was for, if any (S12: never one from the node's annotations)."""
-    if node is None:
-        return None
-    requested = record.approval(token_node(node))
-    incident = Incident.of(node_facts(node), token.fingerprint)
-    return requested.rejection if requested is not None and requested.rejected(incident) else None
-
-
-def _stale(node: Json | None, token: tokens.ButtonToken) -> str | None:
-    """Why the question no longer describes the node, or None while it still does."""
-    if node is None:
-        return f"Node *{token.node}* no longer exists."
-    if node.get("metadata", {}).get("uid") != token.uid:
-        return f"Node *{token.node}* was deleted and re-created since the question was asked."
-    facts = node_facts(node)
-    if facts.ready is not None and facts.ready.status == "True":
-        return f"Node *{token.node}* is Ready again; the answer is not needed any more."
-    if token.since and Incident.of(facts, token.fingerprint).since_unix != token.since:
-        return (
-            f"Node *{token.node}* recovered and failed again since the question was asked; "
-            "this answer does not apply to the new outage (nodefence asks again)."
+def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
+    """The message's new headline for an answer that no longer applies, by the guard that
+    refused it."""
+    node = asked.node
+    refused = next(r for r in decision.reasons if not r.passed)
+    if refused.guard == answer.NOT_FENCED:
+        fenced = answer.fenced_by_us(facts.node, asked.approval.node_uid, facts.record)
+        tail = (
+            f"the rejection by {who} came after the fence; nodefence removes its taint once "
+            "the node is verifiably healthy again"
+            if asked.rejects
+            else f"the approval by {who} changed nothing"
         )
-    return None
+        return f"Node *{node}* is already fenced ({fenced}); {tail}."
+    if refused.guard == answer.NOT_REJECTED:
+        request = facts.record.approval(node)
+        rejected = request.rejection if request is not None else ""
+        return (
+            f":no_entry_sign: Fencing node *{node}* was {rejected} for this outage; the "
+            f"approval by {who} changes nothing. A new outage of the node is asked again."
+        )
+    stale = {
+        answer.NODE_EXISTS: f"Node *{node}* no longer exists.",
+        answer.SAME_NODE: f"Node *{node}* was deleted and re-created since the question was asked.",
+        answer.STILL_NOT_READY: f"Node *{node}* is Ready again; the answer is not needed any more.",
+        answer.SAME_OUTAGE: f"Node *{node}* recovered and failed again since the question was "
+        "asked; this answer does not apply to the new outage (nodefence asks again).",
+    }
+    return f"{stale[refused.guard]} Nothing was fenced."
 
 
 __all__ = ["BackgroundTasks", "Click", "Interactions", "parse_click"]
