@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nodefence.commands.configured import policy_or_exit, settings_or_exit
+
 # The commands that talk to a cluster: each takes kubectl's cluster flags.
 CLUSTER_COMMANDS = (
     "serve",
@@ -209,30 +211,6 @@ def _simulate_conflicts(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _settings(**overrides: Any) -> Any:
-    from nodefence.errors import ConfigError
-    from nodefence.settings import load_settings
-
-    try:
-        return load_settings(**overrides)
-    except ConfigError as exc:
-        # The message already begins "invalid settings:".
-        print(f"nodefence: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _policy_or_exit(settings: Any) -> Any:
-    from nodefence.policy import PolicyError
-    from nodefence.runtime import effective_policy
-
-    try:
-        return effective_policy(settings)
-    except PolicyError as exc:
-        # The message already says "invalid policy FILE:" or "cannot read policy FILE:".
-        print(f"nodefence: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def _print_decisions(decisions: Sequence[Any]) -> None:
     from nodefence.engine.render import decision_to_dict
 
@@ -281,9 +259,9 @@ def _serve() -> int:
     from nodefence.observability.logging import configure_logging
     from nodefence.runtime import build_service
 
-    settings = _settings()
+    settings = settings_or_exit()
     configure_logging(settings.log_format, settings.log_level)
-    policy = _policy_or_exit(settings)
+    policy = policy_or_exit(settings)
     inventory = _fencing_or_exit(settings, policy)
 
     async def main() -> None:
@@ -310,9 +288,9 @@ def _plan(payload_file: Path) -> int:
     from nodefence.observability.logging import configure_logging
 
     # Planning only reads; it needs no webhook credentials.
-    settings = _settings(auth_disabled=True, dry_run=True, log_level="warning")
+    settings = settings_or_exit(auth_disabled=True, dry_run=True, log_level="warning")
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
-    policy = _policy_or_exit(settings)
+    policy = policy_or_exit(settings)
     try:
         payload = WebhookPayload.model_validate_json(payload_file.read_bytes())
     except OSError as exc:
@@ -342,9 +320,9 @@ def _reconcile() -> int:
     from nodefence.commands.common import connected_pipeline
     from nodefence.observability.logging import configure_logging
 
-    settings = _settings(auth_disabled=True)
+    settings = settings_or_exit(auth_disabled=True)
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
-    policy = _policy_or_exit(settings)
+    policy = policy_or_exit(settings)
 
     async def main() -> int:
         async with connected_pipeline(settings, policy) as pipeline:
@@ -361,10 +339,10 @@ def _status(output: str) -> int:
     from nodefence.observability.logging import configure_logging
     from nodefence.status import as_text, gather
 
-    settings = _settings(auth_disabled=True, log_level="warning")
+    settings = settings_or_exit(auth_disabled=True, log_level="warning")
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
     # Dry-run: status judges the NotReady nodes it lists as explain does, writing nothing.
-    policy = _policy_or_exit(settings).model_copy(update={"dry_run": True})
+    policy = policy_or_exit(settings).model_copy(update={"dry_run": True})
 
     async def main() -> int:
         async with connected_pipeline(settings, policy) as pipeline:
@@ -422,8 +400,8 @@ def _check_config(offline: bool) -> int:
     from nodefence.errors import ConfigError
     from nodefence.runtime import bmc_inventory
 
-    settings = _settings()
-    policy = _policy_or_exit(settings)
+    settings = settings_or_exit()
+    policy = policy_or_exit(settings)
     try:
         inventory = bmc_inventory(settings)
     except ConfigError as exc:
@@ -535,7 +513,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if args.command == "status":
         return _status(args.output)
     if args.command == "check-fencing":
-        from nodefence.fencing.check import main as check_fencing
+        from nodefence.commands.check_fencing import main as check_fencing
 
         return check_fencing(
             args.node, args.output, timeout=args.timeout, concurrency=args.concurrency

@@ -90,12 +90,12 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 def _configured() -> tuple[Any, Any]:
     """Settings and policy as ``status`` reads them: no webhook credential needed, warnings and
     errors only, on stderr (stdout is the command's answer)."""
-    from nodefence.cli import _policy_or_exit, _settings
+    from nodefence.commands.configured import policy_or_exit, settings_or_exit
     from nodefence.observability.logging import configure_logging
 
-    settings = _settings(auth_disabled=True, log_level="warning")
+    settings = settings_or_exit(auth_disabled=True, log_level="warning")
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
-    return settings, _policy_or_exit(settings)
+    return settings, policy_or_exit(settings)
 
 
 def _explain(args: argparse.Namespace) -> int:
