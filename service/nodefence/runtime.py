@@ -14,13 +14,13 @@ from nodefence.actions.executor import Executor
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alertmanager.reachability import Reachability
+from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.background.reconcile import ReconcileLoop
 from nodefence.background.refresh import BackgroundRefresh
 from nodefence.background.runner import Runner, Worker
 from nodefence.decision_log import DecisionLog
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
-from nodefence.fencing.probe import FencingProbe, ProbeMetrics
 from nodefence.kube.cached_facts import NodeFactsCache
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.events import EventRecorder

@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.fencing.inventory import load_inventory
-from nodefence.fencing.probe import FencingProbe, ProbeMetrics
 from nodefence_sim.testing import SimulatorHandle
 from pipeline.harness import eventually
 

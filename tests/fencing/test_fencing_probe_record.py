@@ -21,11 +21,11 @@ import yaml
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.decision_log import DecisionLog
 from nodefence.fencing import probe_record
 from nodefence.fencing.check import NodeCheck
 from nodefence.fencing.inventory import load_inventory
-from nodefence.fencing.probe import FencingProbe, ProbeMetrics
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence.kube.ratelimit import Priority, RateLimiter
 from nodefence.observability.metrics import Metrics
