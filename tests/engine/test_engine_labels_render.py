@@ -19,7 +19,7 @@ from engine_factories import (
 )
 
 from nodefence.engine import mirror
-from nodefence.engine.alerts import node_from_labels, strip_port
+from nodefence.engine.alerts import host_of_instance, node_from_labels
 from nodefence.engine.decide import decide
 from nodefence.engine.labels import SelectorError, parse_selector
 from nodefence.engine.model import AlertStatus
@@ -65,8 +65,11 @@ def test_node_from_labels() -> None:
     assert node_from_labels({"kubernetes_node": "n1", "instance": "x:9100"}, order) == "n1"
     assert node_from_labels({"instance": "n2:9100"}, order) == "n2"
     assert node_from_labels({"node": " "}, order) is None
-    assert strip_port("[fe80::1]:9100") == "fe80::1"
-    assert strip_port("fe80::1") == "fe80::1"
+    assert host_of_instance("[fe80::1]:9100") == "fe80::1"
+    assert host_of_instance("fe80::1") == "fe80::1"
+    # A blackbox probe's URL names its host, as the webhook's events read it.
+    assert node_from_labels({"instance": "https://n3.example:443/x"}, order) == "n3.example"
+    assert node_from_labels({"instance": ":9100", "node": "n4"}, ["instance", "node"]) == "n4"
 
 
 def test_durations_read_like_kubectl() -> None:

@@ -8,9 +8,9 @@ rather than the alert disappearing without a trace.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit
 
 from nodefence.alerts.webhook import WebhookAlert, WebhookPayload
+from nodefence.engine.alerts import node_from_labels
 from nodefence.engine.model import AlertEvent, AlertStatus
 
 _FNV64_OFFSET = 14695981039346656037
@@ -36,42 +36,13 @@ def label_fingerprint(labels: Mapping[str, str]) -> str:
     return f"{digest:016x}"
 
 
-def host_of_instance(instance: str) -> str:
-    """The host part of a Prometheus ``instance`` label.
-
-    Handles ``host:port``, ``[ipv6]:port``, a bare IPv6 address (several colons, no brackets,
-    left as it is) and a URL such as a blackbox probe target.
-    """
-    value = instance.strip()
-    if "://" in value:
-        return urlsplit(value).hostname or value
-    if value.startswith("["):
-        closing = value.find("]")
-        return value[1:closing] if closing > 0 else value
-    if value.count(":") == 1:
-        return value.split(":", 1)[0]
-    return value
-
-
-def resolve_node(labels: Mapping[str, str], node_labels: Sequence[str]) -> str | None:
-    """The node named by the first of ``node_labels`` that the alert carries, if any."""
-    for label in node_labels:
-        value = labels.get(label, "").strip()
-        if not value:
-            continue
-        node = host_of_instance(value) if label == "instance" else value
-        if node:
-            return node
-    return None
-
-
 def _event(
     alert: WebhookAlert, alert_names: Sequence[str], node_labels: Sequence[str]
 ) -> AlertEvent:
     alertname = alert.labels.get("alertname", "")
     # The node is resolved only for alerts nodefence handles: an unrelated alert that happens
     # to carry an instance label must never be read as naming a node to act on.
-    node = resolve_node(alert.labels, node_labels) if alertname in alert_names else None
+    node = node_from_labels(alert.labels, node_labels) if alertname in alert_names else None
     return AlertEvent(
         alertname=alertname,
         status=AlertStatus(alert.status),

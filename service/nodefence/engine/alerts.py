@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
 
 from nodefence.engine.labels import parse_selector
 from nodefence.engine.model import AlertEvent, NodeFacts
 from nodefence.policy import Policy, Rule
 
-# ``host:port``, ``[v6::addr]:port``; a bare IPv6 address has several colons and is kept whole.
-_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:\[\]]+)):\d+$")
 
+def host_of_instance(instance: str) -> str:
+    """The host part of a Prometheus ``instance`` label.
 
-def strip_port(instance: str) -> str:
-    m = _HOST_PORT.match(instance)
-    if m is None:
-        return instance
-    return m.group("v6") or m.group("host")
+    Handles ``host:port``, ``[ipv6]:port``, a bare IPv6 address (several colons, no brackets,
+    left as it is) and a URL such as a blackbox probe target.
+    """
+    value = instance.strip()
+    if "://" in value:
+        return urlsplit(value).hostname or value
+    if value.startswith("["):
+        closing = value.find("]")
+        return value[1:closing] if closing > 0 else value
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
 
 
 def node_from_labels(labels: Mapping[str, str], node_labels: Sequence[str]) -> str | None:
-    """The first non-empty node label, in policy order; ``instance`` loses its scrape port."""
-    for key in node_labels:
-        value = (labels.get(key) or "").strip()
+    """The node named by the first of ``node_labels`` that the alert carries, in policy order;
+    ``instance`` is read as its host (``host_of_instance``). The webhook's events and the
+    engine's own reading of an event's labels use this one function, so they cannot disagree
+    on which node an alert is about."""
+    for label in node_labels:
+        value = (labels.get(label) or "").strip()
         if not value:
             continue
-        return strip_port(value) if key == "instance" else value
+        node = host_of_instance(value) if label == "instance" else value
+        if node:
+            return node
     return None
 
 
