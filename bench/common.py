@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import yaml
 
 from bench.processes import eventually, free_port
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.testing import SimulatorProcess
 
 DEAD_NODE = "dead01"

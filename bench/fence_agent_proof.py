@@ -14,10 +14,10 @@ import shutil
 import statistics
 import time
 
-from nodefence.demo.tls_front import tls_front
 from nodefence.fencing.drivers.fence_agent import FenceAgentDriver
 from nodefence.fencing.drivers.redfish import RedfishDriver
 from nodefence.fencing.model import PowerDriver
+from nodefence_sim.demo.tls_front import tls_front
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator

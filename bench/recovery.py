@@ -50,8 +50,8 @@ from bench.processes import (
     processes,
     tail,
 )
-from nodefence.demo.cluster_view import pod_status
 from nodefence.policy import parse_policy
+from nodefence_sim.demo.cluster_view import pod_status
 from nodefence_sim.server import LISTENING
 from nodefence_sim.simulation import SimSettings
 

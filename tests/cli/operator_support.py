@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from bench.processes import Processes, eventually, free_port, get_json, http, tail
 
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 
 OOS = "node.kubernetes.io/out-of-service"
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from bench.processes import free_port, processes
 
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.kubeconfig import write_kubeconfig
 
 from .operator_support import Cluster, start_cluster

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from bench.processes import Processes, eventually, get_json, http
 
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator

@@ -18,13 +18,13 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from nodefence.decision_log import DecisionLog
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.http.app import build_app
 from nodefence.observability.metrics import Metrics
 from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy, parse_policy
 from nodefence.runtime import background_for, build_pipeline
 from nodefence.settings import Settings
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.faults import WRITE_VERBS
 from nodefence_sim.testing import SimulatorHandle
 

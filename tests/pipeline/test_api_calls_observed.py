@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.testing import SimulatorHandle
 
 from .api_calls_support import PATH, granted, named

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.testing import SimulatorHandle
 
 from .harness import start_receiver

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.resources import PODS
 from nodefence_sim.testing import SimulatorHandle
 

@@ -23,7 +23,7 @@ from bench.processes import Processes, eventually, http
 from kubernetes import client
 from tests.e2e.harness import OOS, Nodefence, Simulator, start_nodefence
 
-from nodefence.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.payloads import node_alert, webhook
 
 from .conftest import GRACE_SECONDS, RealBackend
 

@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 from bench.processes import free_port
 
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import mirror
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.resources import NODES, PODS
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle

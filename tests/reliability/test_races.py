@@ -509,7 +509,7 @@ async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
     """Attack 8: one payload of 1,000 alerts (firing and resolved) for nodes that do not
     exist. No Event is created per name (at most one for the whole payload), a counter says
     how many were refused, and the API cost is bounded: far fewer requests than alerts."""
-    from nodefence.demo.payloads import webhook
+    from nodefence_sim.demo.payloads import webhook
 
     from .support import alert as one_alert
 

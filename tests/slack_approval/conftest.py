@@ -17,7 +17,6 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.http.app import build_app
@@ -27,6 +26,7 @@ from nodefence.runtime import build_service
 from nodefence.settings import Settings
 from nodefence.slack.messages import APPROVE_ACTION_ID
 from nodefence.slack.routes import SLACK, SlackIntegration
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.fake_slack import (
     FakeSlack,
     button,

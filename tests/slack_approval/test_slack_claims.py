@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import SecretStr
 
-from nodefence.demo.payloads import node_alert
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import CLAIM_GRACE, ApprovalRequest, Incident
 from nodefence.engine.model import AlertEvent, AlertStatus
@@ -24,6 +23,7 @@ from nodefence.pipeline import Pipeline
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
+from nodefence_sim.demo.payloads import node_alert
 from nodefence_sim.resources import CONFIGMAPS
 
 from .conftest import (

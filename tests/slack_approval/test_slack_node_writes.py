@@ -14,10 +14,10 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 
-from nodefence.demo.payloads import node_alert
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.wording import instant
+from nodefence_sim.demo.payloads import node_alert
 from nodefence_sim.resources import NODES
 
 from .conftest import APPROVER, NODE, World, eventually

@@ -12,11 +12,11 @@ import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
-from nodefence.demo.payloads import node_alert, webhook
 from nodefence.http.app import build_app
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
+from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.fake_slack import running_fake_slack
 from nodefence_sim.resources import PODS
 from nodefence_sim.simulation import Simulation

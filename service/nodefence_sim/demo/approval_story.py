@@ -19,16 +19,16 @@ from typing import Any, TextIO
 import aiohttp
 from pydantic import SecretStr
 
-from nodefence.demo.cluster_view import ClusterView, pod_status, taints
-from nodefence.demo.payloads import node_alert, webhook
-from nodefence.demo.receiver import serving
-from nodefence.demo.timeline import StepFailedError, Timeline
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
 from nodefence.slack.messages import APPROVE_ACTION_ID
+from nodefence_sim.demo.cluster_view import ClusterView, pod_status, taints
+from nodefence_sim.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.receiver import serving
+from nodefence_sim.demo.timeline import StepFailedError, Timeline
 from nodefence_sim.fake_slack import (
     FakeSlack,
     button,

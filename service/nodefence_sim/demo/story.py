@@ -28,16 +28,22 @@ import aiohttp
 import yaml
 from pydantic import SecretStr
 
-from nodefence.demo.cluster_view import ClusterView, owner_kind, pod_status, ready_status, taints
-from nodefence.demo.payloads import node_alert, webhook
-from nodefence.demo.receiver import serving
-from nodefence.demo.timeline import StepFailedError, Timeline
-from nodefence.demo.tls_front import tls_front
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import Policy, parse_policy
 from nodefence.runtime import build_pipeline
 from nodefence.settings import Settings
+from nodefence_sim.demo.cluster_view import (
+    ClusterView,
+    owner_kind,
+    pod_status,
+    ready_status,
+    taints,
+)
+from nodefence_sim.demo.payloads import node_alert, webhook
+from nodefence_sim.demo.receiver import serving
+from nodefence_sim.demo.timeline import StepFailedError, Timeline
+from nodefence_sim.demo.tls_front import tls_front
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
