@@ -16,7 +16,7 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, held_nod
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
-from nodefence.engine.record import BmcReading, FenceRecord, Phase
+from nodefence.engine.record import FenceRecord, Phase, RecordedReading
 from nodefence.engine.wording import duration, instant, parse_instant
 from nodefence.kube.client import Deadline, Json, KubeError
 from nodefence.pipeline import Pipeline
@@ -84,7 +84,7 @@ def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
     }
 
 
-def _reading(reading: BmcReading) -> dict[str, Any]:
+def _reading(reading: RecordedReading) -> dict[str, Any]:
     identity = reading.identity
     return {
         "node": reading.node,

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 
 from nodefence.engine import record as fence_record
 from nodefence.engine.identity import Reported
-from nodefence.engine.record import BmcReading, FenceRecord
+from nodefence.engine.record import FenceRecord, RecordedReading
 from nodefence.status import as_text, report
 
 AT = datetime(2026, 12, 2, 3, 4, 5, tzinfo=UTC)
 SOURCE = "redfish https://bmc-7/redfish/v1/Systems/1"
 
 
-def readings() -> tuple[BmcReading, ...]:
-    off = BmcReading(
+def readings() -> tuple[RecordedReading, ...]:
+    off = RecordedReading(
         node="worker-7",
         uid="uid-7",
         by="replica-1/abc",
@@ -28,7 +28,7 @@ def readings() -> tuple[BmcReading, ...]:
         reset_sent=True,
         identity=Reported("4C4C4544-0037", SOURCE),
     )
-    on = BmcReading(
+    on = RecordedReading(
         node="worker-3",
         uid="uid-3",
         by="replica-2/def",

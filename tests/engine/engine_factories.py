@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nodefence.engine.authorship import FIELD_MANAGER
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     OUT_OF_SERVICE_KEY,
@@ -25,7 +26,6 @@ from nodefence.engine.model import (
     LeaseFacts,
     NodeFacts,
     PodFacts,
-    PowerEvidence,
     Taint,
 )
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase, Release

@@ -21,6 +21,7 @@ from nodefence.engine import escalation
 from nodefence.engine.approval_ask import question_open, with_question
 from nodefence.engine.approval_request import CLAIM_GRACE, ApprovalRequest, Incident
 from nodefence.engine.decide import decide
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import MachineBinding, Reported
 from nodefence.engine.model import (
     Approval,
@@ -28,7 +29,6 @@ from nodefence.engine.model import (
     AskApprovalAction,
     Decision,
     Facts,
-    PowerEvidence,
     Verdict,
 )
 from nodefence.engine.record import Phase, with_approval, without_approval

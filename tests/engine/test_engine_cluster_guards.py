@@ -11,7 +11,8 @@ from engine_factories import NODE, NOW, UID, ago, cluster, event, facts, node, p
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.decide import decide
-from nodefence.engine.model import PREFIX, Approval, ApprovalDecision, PowerEvidence, Verdict
+from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.model import PREFIX, Approval, ApprovalDecision, Verdict
 from nodefence.engine.record import FenceRecord
 
 

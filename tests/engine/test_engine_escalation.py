@@ -32,6 +32,7 @@ from nodefence.engine import escalation
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.decide import decide, decide_reconcile
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import PLUG, MachineBinding, Reported
 from nodefence.engine.model import (
     Approval,
@@ -43,7 +44,6 @@ from nodefence.engine.model import (
     Facts,
     FenceAction,
     PowerAction,
-    PowerEvidence,
     ReleaseAction,
     Verdict,
 )

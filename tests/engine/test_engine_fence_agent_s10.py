@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodefence.engine.decide import decide
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import PLUG, MachineBinding, Reported
-from nodefence.engine.model import Facts, FenceAction, PowerAction, PowerEvidence, Verdict
+from nodefence.engine.model import Facts, FenceAction, PowerAction, Verdict
 from nodefence.engine.record import Phase
 from nodefence.policy import Policy, parse_policy
 

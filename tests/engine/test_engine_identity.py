@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodefence.engine.decide import decide, decide_reconcile
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import (
     PLUG,
     MachineBinding,
@@ -34,7 +35,6 @@ from nodefence.engine.model import (
     Facts,
     FenceAction,
     PowerAction,
-    PowerEvidence,
     ProofContradictedAction,
     UnfenceAction,
 )

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from nodefence.engine import power_reading
 from nodefence.engine import record as fence_record
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import Reported
-from nodefence.engine.model import PowerEvidence
-from nodefence.engine.record import MAX_DETAIL, MAX_READINGS, READING_PREFIX, BmcReading
+from nodefence.engine.record import MAX_DETAIL, MAX_READINGS, READING_PREFIX, RecordedReading
 
 
 def every_field_set() -> Reported:
@@ -26,8 +26,8 @@ def every_field_set() -> Reported:
     return Reported(**values)  # type: ignore[arg-type]
 
 
-def reading(by: str = "req-1", *, at: float = 5, **changes: object) -> BmcReading:
-    base = BmcReading(
+def reading(by: str = "req-1", *, at: float = 5, **changes: object) -> RecordedReading:
+    base = RecordedReading(
         node=NODE,
         uid=UID,
         by=by,

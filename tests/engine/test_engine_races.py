@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from nodefence.engine import record as fence_record
 from nodefence.engine.authorship import FIELD_MANAGER, taint_authorship
 from nodefence.engine.decide import decide, decide_reconcile
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.mirror import FENCED_AT, FENCED_BY, FENCED_BY_VALUE, NODE_UID, RULE
 from nodefence.engine.model import (
     ClaimAction,
@@ -40,7 +41,6 @@ from nodefence.engine.model import (
     Decision,
     NodeFacts,
     PowerAction,
-    PowerEvidence,
     PurgePodAction,
     ReleaseAction,
     Taint,

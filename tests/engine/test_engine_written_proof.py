@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodefence.engine.decide import decide
-from nodefence.engine.model import PowerEvidence, Verdict
+from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.model import Verdict
 
 KEY = "nodefence.io/power-state"
 RULE = {"fencing": {"driver": "annotation"}}

@@ -56,7 +56,8 @@ async def test_sushy_systems_are_bound_to_their_nodes_only(sushy_nodes: Sushy) -
         finally:
             await driver.close()
         # Read with the state, from the same GET.
-        assert status.identity.lower() == system.lower()
+        assert status.identity is not None
+        assert status.identity.value.lower() == system.lower()
     for node, said in reported.items():
         assert said.value.lower() == systems[node].lower(), said
         for candidate in (NODE, OTHER):

@@ -15,7 +15,7 @@ import pytest
 from nodefence import status
 from nodefence.engine import record as fence_record
 from nodefence.engine.identity import Reported
-from nodefence.engine.record import BmcReading, FenceEntry, FenceRecord, Phase
+from nodefence.engine.record import FenceEntry, FenceRecord, Phase, RecordedReading
 from nodefence.engine.wording import instant
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import bmcs_of
@@ -75,12 +75,12 @@ async def test_the_fence_stands_on_the_reading_its_entry_holds(
     assert shown["identity"] == system_uuid(NODE)
 
 
-def record_readings(cluster: SimulatorHandle) -> tuple[BmcReading, ...]:
+def record_readings(cluster: SimulatorHandle) -> tuple[RecordedReading, ...]:
     held = cluster.sim.store.peek(CONFIGMAPS, "nodefence", fence_record.CONFIGMAP)
     return () if held is None else fence_record.decode(held.get("data"), "1").readings
 
 
-def plant(cluster: SimulatorHandle, entry: FenceEntry, reading: BmcReading) -> None:
+def plant(cluster: SimulatorHandle, entry: FenceEntry, reading: RecordedReading) -> None:
     """The fence record as another replica left it mid-fence: its claim, and an Off reading
     from its own request, naming this node's machine."""
     data = fence_record.encode(FenceRecord(entries=(entry,), readings=(reading,)))
@@ -97,7 +97,7 @@ async def test_a_reading_another_request_wrote_is_no_proof(
     await kill(cluster, NODE)
     node = cluster.sim.store.get(NODES, "", NODE)
     now = datetime.now(UTC).replace(microsecond=0)
-    off = BmcReading(
+    off = RecordedReading(
         node=NODE,
         uid=node["metadata"]["uid"],
         by=OTHER_REQUEST,

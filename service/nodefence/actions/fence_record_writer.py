@@ -23,7 +23,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     ReleaseAction,
 )
-from nodefence.engine.record import BmcReading, FenceEntry, FenceRecord, Phase
+from nodefence.engine.record import FenceEntry, FenceRecord, Phase, RecordedReading
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
 from nodefence.kube.ratelimit import Priority, reads_at
@@ -314,7 +314,7 @@ class FenceRecordWriter:
         node: str,
         uid: str,
         claimed_by: str,
-        make: Callable[[datetime], tuple[BmcReading, str]],
+        make: Callable[[datetime], tuple[RecordedReading, str]],
         deadline: Deadline,
         *,
         unsent: bool = False,

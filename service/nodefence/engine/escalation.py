@@ -24,15 +24,9 @@ from datetime import datetime
 
 from nodefence.engine import guards, machine, mirror
 from nodefence.engine.approval_request import ApprovalRequest, Incident, rejection_of
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import judge
-from nodefence.engine.model import (
-    Approval,
-    ApprovalDecision,
-    Facts,
-    NodeFacts,
-    PowerEvidence,
-    Reason,
-)
+from nodefence.engine.model import Approval, ApprovalDecision, Facts, NodeFacts, Reason
 from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import instant
 from nodefence.policy import Rule

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     ClusterFacts,
     LeaseFacts,
     NodeFacts,
     PodFacts,
-    PowerEvidence,
     Reason,
 )
 from nodefence.engine.readiness import is_ready as condition_is_ready

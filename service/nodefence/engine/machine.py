@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import judge
-from nodefence.engine.model import Decision, Facts, NodeFacts, PowerEvidence, Reason
+from nodefence.engine.model import Decision, Facts, NodeFacts, Reason
 from nodefence.engine.wording import instant
 from nodefence.policy import Policy
 

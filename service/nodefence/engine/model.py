@@ -12,7 +12,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from nodefence.engine.approval_request import Incident
-from nodefence.engine.identity import MachineBinding, Reported
+from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.identity import MachineBinding
 from nodefence.engine.record import FenceEntry, FenceRecord
 
 if TYPE_CHECKING:
@@ -148,29 +149,6 @@ class ClusterFacts:
     # fenced them (compared with the record, they show a record that lost entries).
     out_of_service: tuple[str, ...] = ()
     mirrored: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PowerEvidence:
-    """Evidence that the machine behind a node is powered off (from its BMC, a power-status
-    service, or a proof external fencing wrote in nodefence's namespace). Only ``state ==
-    "off"`` counts as proof, for a BMC only a state read back after any power action, and for a
-    written proof only one written after the node's last sign of life."""
-
-    state: str  # "off", "on" or "unknown"
-    source: str
-    detail: str = ""
-    # When it was read (the first reply after the reading) or, for a written proof, when it was
-    # written; on the API server's clock either way.
-    at: datetime | None = None
-    # Whether nodefence sent the power action itself in this incident.
-    action_sent: bool = False
-    # Which machine the BMC or agent said it controls, read with the proof (None: not read,
-    # e.g. for external proof, which names no machine).
-    identity: Reported | None = None
-    # Whether a reset went out in this very step (``action_sent`` also covers one sent by an
-    # earlier attempt of the incident).
-    reset_sent: bool = False
 
 
 @dataclass(frozen=True)

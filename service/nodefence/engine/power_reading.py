@@ -10,43 +10,26 @@ replica, asks the machine itself, since a state read minutes ago says nothing of
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime
 
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.machine import bound_to_node, proof_text
-from nodefence.engine.model import Facts, PowerEvidence
-from nodefence.engine.record import BmcReading, reading_by
+from nodefence.engine.model import Facts
+from nodefence.engine.record import RecordedReading, reading_by
 
 
 def stored(
     evidence: PowerEvidence, *, node: str, uid: str, by: str, operation: str, at: datetime
-) -> BmcReading:
+) -> RecordedReading:
     """The reading to write, stamped ``at`` (the API server's time of the write)."""
-    return BmcReading(
-        node=node,
-        uid=uid,
-        by=by,
-        operation=operation,
-        state=evidence.state,
-        source=evidence.source,
-        at=at,
-        detail=evidence.detail,
-        action_sent=evidence.action_sent,
-        reset_sent=evidence.reset_sent,
-        identity=evidence.identity,
-    )
+    answer = {f.name: getattr(evidence, f.name) for f in fields(PowerEvidence)}
+    return RecordedReading(**{**answer, "at": at}, node=node, uid=uid, by=by, operation=operation)
 
 
-def evidence(reading: BmcReading) -> PowerEvidence:
-    return PowerEvidence(
-        reading.state,
-        reading.source,
-        reading.detail,
-        at=reading.at,
-        action_sent=reading.action_sent,
-        identity=reading.identity,
-        reset_sent=reading.reset_sent,
-    )
+def evidence(reading: RecordedReading) -> PowerEvidence:
+    """The answer the reading holds, without who asked."""
+    return PowerEvidence(**{f.name: getattr(reading, f.name) for f in fields(PowerEvidence)})
 
 
 def of_request(facts: Facts, token: str) -> PowerEvidence | None:

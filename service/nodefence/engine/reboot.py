@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from nodefence.engine.model import NodeFacts, PodFacts, PowerAction, PowerEvidence, PurgePodAction
+from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.model import NodeFacts, PodFacts, PowerAction, PurgePodAction
 from nodefence.engine.record import FenceEntry
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import Fencing

@@ -33,6 +33,7 @@ from nodefence.engine.approval_request import (
     parse_request,
     request_json,
 )
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import Reported
 from nodefence.engine.wording import instant, parse_instant
 
@@ -62,29 +63,21 @@ class Phase(StrEnum):
     FENCED = "fenced"
 
 
-@dataclass(frozen=True)
-class BmcReading:
-    """What a BMC or fence agent answered to one request's power step on node object ``uid``,
-    as the power step wrote it into the record: the request (``by``, its token) reads it back
-    as the machine's power state. ``at`` is the API server's time of that write, after the
-    answer came. A reading counts only for the request that asked; any other asks the machine
-    itself. It is kept beside the node's entry, not in it: a claim rolled back on a reading that
-    proves nothing takes its entry away, while the request must still see that it has asked."""
+@dataclass(frozen=True, kw_only=True)
+class RecordedReading(PowerEvidence):
+    """A BMC's or fence agent's answer to one request's power step on node object ``uid``, as
+    the power step wrote it into the record: the answer itself, and who asked. The request
+    (``by``, its token) reads it back as the machine's power state. ``at`` is the API server's
+    time of that write, after the answer came. A reading counts only for the request that
+    asked; any other asks the machine itself. It is kept beside the node's entry, not in it: a
+    claim rolled back on a reading that proves nothing takes its entry away, while the request
+    must still see that it has asked."""
 
     node: str
     uid: str
     by: str
     operation: str
-    state: str
-    source: str
     at: datetime
-    detail: str = ""
-    # A power action went out in this incident (this step or an earlier one), and in this
-    # very step.
-    action_sent: bool = False
-    reset_sent: bool = False
-    # Which machine the target said it controls, read with the reading (None: not read).
-    identity: Reported | None = None
 
 
 @dataclass(frozen=True)
@@ -148,8 +141,8 @@ class FenceRecord:
     # Approval keys whose value could not be read: carried over as they are, and counted as no
     # request (at worst a person is asked again; a fence still needs an approval).
     unreadable_approvals: tuple[str, ...] = ()
-    # The power steps' readings (``BmcReading``), grouped by node, oldest first in each.
-    readings: tuple[BmcReading, ...] = ()
+    # The power steps' readings (``RecordedReading``), grouped by node, oldest first in each.
+    readings: tuple[RecordedReading, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -233,9 +226,9 @@ def _reported(raw: Any) -> Reported | None:
     return Reported(**values)
 
 
-def _reading(node: str, raw: Any) -> BmcReading:
+def _reading(node: str, raw: Any) -> RecordedReading:
     fields = _object(raw)
-    return BmcReading(
+    return RecordedReading(
         node=node,
         uid=str(fields["uid"]),
         by=str(fields["by"]),
@@ -250,12 +243,12 @@ def _reading(node: str, raw: Any) -> BmcReading:
     )
 
 
-def _readings(key: str, raw: Any) -> tuple[BmcReading, ...]:
+def _readings(key: str, raw: Any) -> tuple[RecordedReading, ...]:
     """A reading that cannot be read is left out: without it the request asks the machine
     again, where a wrongly read one could stand as proof."""
     if not isinstance(raw, list):
         return ()
-    kept: list[BmcReading] = []
+    kept: list[RecordedReading] = []
     for item in raw:
         try:
             kept.append(_reading(key.removeprefix(READING_PREFIX), item))
@@ -270,7 +263,7 @@ def _reported_json(reported: Reported) -> dict[str, Any]:
     return out
 
 
-def reading_json(reading: BmcReading) -> dict[str, Any]:
+def reading_json(reading: RecordedReading) -> dict[str, Any]:
     out: dict[str, Any] = {
         "uid": reading.uid,
         "by": reading.by,
@@ -353,7 +346,7 @@ def decode(data: Mapping[str, str] | None, resource_version: str) -> FenceRecord
     except a power step's reading: one that cannot be read is no reading, and its request asks
     the machine again."""
     entries: list[FenceEntry] = []
-    readings: list[BmcReading] = []
+    readings: list[RecordedReading] = []
     released: list[Release] = []
     unreadable: list[str] = []
     approvals: list[ApprovalRequest] = []
@@ -463,7 +456,7 @@ def claim_lost(
     return ""
 
 
-def with_reading(record: FenceRecord, reading: BmcReading) -> FenceRecord:
+def with_reading(record: FenceRecord, reading: RecordedReading) -> FenceRecord:
     """The record with ``reading`` as its node's newest (its request's earlier one replaced):
     at most ``MAX_READINGS`` a node, none older than ``READING_KEEP_SECONDS`` before it."""
     cut = reading.at.timestamp() - READING_KEEP_SECONDS
@@ -474,7 +467,7 @@ def with_reading(record: FenceRecord, reading: BmcReading) -> FenceRecord:
     return replace(record, readings=(*others, *[*mine, added][-MAX_READINGS:]))
 
 
-def reading_by(record: FenceRecord, node: str, uid: str, token: str) -> BmcReading | None:
+def reading_by(record: FenceRecord, node: str, uid: str, token: str) -> RecordedReading | None:
     """The reading the request named ``token`` wrote for node object ``uid``, if it is still
     there."""
     if not token:

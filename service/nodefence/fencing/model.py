@@ -1,10 +1,11 @@
-"""What a power driver answers, the contract every driver keeps, and what every driver's
-inventory entry can be asked.
+"""The contract every power driver keeps, what every driver's inventory entry can be asked, and
+how a driver that only reads proof is called.
 
-A fence is allowed only on ``state == "off"``, so a driver must never produce it from anything but
-a read-back of Off: errors, timeouts and answers it does not understand are all ``unknown``, with a
-``detail`` a person can act on. Neither ``source`` nor ``detail`` ever carries a credential, because
-both end up in decisions, Events and logs.
+A driver answers with ``engine.evidence.PowerEvidence``. A fence is allowed only on
+``state == "off"``, so a driver must never produce it from anything but a read-back of Off:
+errors, timeouts and answers it does not understand are all ``unknown``, with a ``detail`` a
+person can act on. Neither ``source`` nor ``detail`` ever carries a credential, because both end
+up in decisions, Events and logs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from nodefence.engine.identity import UNCHECKED, Reported, parse_uuid
 
 if TYPE_CHECKING:
-    from nodefence.engine.model import PowerEvidence
+    from nodefence.engine.evidence import PowerEvidence
     from nodefence.kube.client import Deadline, KubeClient
     from nodefence.policy import Fencing
 
@@ -29,26 +30,6 @@ PowerState = Literal["on", "off", "unknown"]
 # else says why it must not (the claim that decided it is no longer the fence record's), and
 # then nothing is sent. A BMC that answered late must not act for a claim that is gone.
 SendCheck = Callable[[], Awaitable[str]]
-
-
-@dataclass(frozen=True)
-class PowerReading:
-    """One answer about a machine's power: ``raw_state`` keeps the BMC's own word (``Off``,
-    ``PoweringOff``) for the record, ``state`` is the only part a guard may decide on."""
-
-    state: PowerState
-    source: str
-    detail: str = ""
-    raw_state: str = ""
-    # Whether this call sent a power action (a machine already in the target state gets none):
-    # a proof says "powered it off" only when one was sent.
-    reset_sent: bool = False
-    # The machine's identity as read together with the state (a Redfish system's UUID from the
-    # same GET), or "" when the driver reads it separately (``PowerDriver.identity``).
-    identity: str = ""
-    # Why the action this call was to send was not sent ("": nothing was held back): the
-    # ``before_send`` check said the claim that decided it no longer holds.
-    withheld: str = ""
 
 
 class PowerDriver(Protocol):
@@ -63,21 +44,21 @@ class PowerDriver(Protocol):
     reads before a send can take long (a stalled BMC), and the claim may be gone when they end;
     a held-back action is ``unknown`` with ``withheld`` saying why."""
 
-    async def status(self, timeout: float) -> PowerReading: ...  # noqa: ASYNC109
+    async def status(self, timeout: float) -> PowerEvidence: ...  # noqa: ASYNC109
 
     async def power_off(
         self,
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading: ...
+    ) -> PowerEvidence: ...
 
     async def power_on(
         self,
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading: ...
+    ) -> PowerEvidence: ...
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
         """Which machine this target controls (S10): a Redfish system's ``UUID``, the IPMI system

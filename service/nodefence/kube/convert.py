@@ -8,14 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodefence.engine import readiness
-from nodefence.engine.model import (
-    Condition,
-    LeaseFacts,
-    NodeFacts,
-    PodFacts,
-    PowerEvidence,
-    Taint,
-)
+from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.model import Condition, LeaseFacts, NodeFacts, PodFacts, Taint
 from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.engine.wording import parse_instant
 

@@ -43,6 +43,7 @@ from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import power_reading
 from nodefence.engine.alerts import match_rule
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import Judgement, Reported, canonical_identity, judge
 from nodefence.engine.model import (
     AlertEvent,
@@ -51,14 +52,13 @@ from nodefence.engine.model import (
     Facts,
     NodeFacts,
     PowerAction,
-    PowerEvidence,
     Reason,
 )
-from nodefence.engine.record import BmcReading, Phase
+from nodefence.engine.record import Phase, RecordedReading
 from nodefence.fencing import registry
 from nodefence.fencing.binding import machine_binding, shared
 from nodefence.fencing.inventory import Inventory
-from nodefence.fencing.model import PowerDriver, PowerReading, ProofPlace, SendCheck
+from nodefence.fencing.model import PowerDriver, ProofPlace, SendCheck
 from nodefence.kube.client import Deadline, KubeClient
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.node_index import NodeIndex, NodeSummary, list_summaries
@@ -208,7 +208,7 @@ class PowerStep:
         next turn reads."""
         proving = self._proving(action)
 
-        def make(now: datetime) -> tuple[BmcReading, str]:
+        def make(now: datetime) -> tuple[RecordedReading, str]:
             timed = power_reading.timed(evidence, now)
             proof = power_reading.proof_to_record(facts, timed) if proving else ""
             answer = power_reading.stored(
@@ -375,7 +375,7 @@ def refused(
 
 async def with_proof_read(
     driver: PowerDriver,
-    reading: PowerReading,
+    reading: PowerEvidence,
     facts: Facts,
     timeout: float,  # noqa: ASYNC109
 ) -> Reported | None:
@@ -385,25 +385,20 @@ async def with_proof_read(
     machine = facts.machine
     if reading.state != "off" or machine is None or machine.unchecked:
         return None
-    if reading.identity:
-        return Reported(reading.identity, reading.source)
+    if reading.identity is not None:
+        return reading.identity
     return await driver.identity(min(timeout, IDENTITY_TIMEOUT_SECONDS))
 
 
 def evidence_of(
-    action: PowerAction, reading: PowerReading, identity: Reported | None
+    action: PowerAction, reading: PowerEvidence, identity: Reported | None
 ) -> PowerEvidence:
     """A power-off counts as sent when this step sent it, or when an earlier step of the
     incident did (the record said so, and this one only read); a machine found already off
     was sent nothing, and its proof must not say nodefence powered it off."""
     earlier = action.operation == "off" and not action.send
-    return PowerEvidence(
-        reading.state,
-        reading.source,
-        reading.detail,
-        action_sent=reading.reset_sent or earlier,
-        identity=identity,
-        reset_sent=reading.reset_sent,
+    return dataclasses.replace(
+        reading, action_sent=reading.reset_sent or earlier, identity=identity
     )
 
 

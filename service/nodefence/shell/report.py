@@ -15,11 +15,11 @@ from typing import Protocol
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import escalation, guards, machine, orphans, reboot
 from nodefence.engine.audit import PROOF_CONTRADICTED
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.fallback import NO_ALERT
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe_action
 from nodefence.engine.volumes import unreleased
-from nodefence.fencing.model import PowerReading
 from nodefence.kube.client import Deadline
 from nodefence.kube.events import EventRecorder
 from nodefence.observability.logging import get_logger
@@ -167,7 +167,7 @@ class Reporter:
         """A BMC step that could not even be tried (no BMC to ask)."""
         self.metrics.power_action(action.driver, action.operation, "unknown")
 
-    def power_reading(self, action: PowerAction, reading: PowerReading) -> None:
+    def power_reading(self, action: PowerAction, reading: PowerEvidence) -> None:
         outcome = reading.state if action.send or action.operation == "status" else "not-sent"
         self.metrics.power_action(action.driver, action.operation, outcome)
         log.info(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nodefence.engine.model import PowerEvidence
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.kube.client import KubeError
 from nodefence.kube.convert import power_proof
 

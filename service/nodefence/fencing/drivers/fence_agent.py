@@ -29,11 +29,12 @@ from typing import Any, BinaryIO, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import PLUG, UNCHECKED, Reported, agent_name
 from nodefence.fencing.drivers import fence_agent_identity as agent_identity
 from nodefence.fencing.drivers import ipmi, redfish
 from nodefence.fencing.drivers.fence_agent_metadata import SAFE_PATH, agent_options
-from nodefence.fencing.model import MASK, BmcEntry, PowerReading, SendCheck
+from nodefence.fencing.model import MASK, BmcEntry, SendCheck
 
 # Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
 MAX_OUTPUT_BYTES = 16 * 1024
@@ -188,7 +189,7 @@ class FenceAgentDriver:
         return " ".join([os.path.basename(self._agent), *shown])
 
     # ------------------------------------------------------------------ public
-    async def status(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+    async def status(self, timeout: float) -> PowerEvidence:  # noqa: ASYNC109
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         return self._reading(await self.run("status", deadline))
@@ -198,7 +199,7 @@ class FenceAgentDriver:
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         return await self._power("off", timeout, before_send)
 
     async def power_on(
@@ -206,7 +207,7 @@ class FenceAgentDriver:
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         return await self._power("on", timeout, before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
@@ -351,7 +352,7 @@ class FenceAgentDriver:
         return raw.decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------ readings
-    def _reading(self, run: AgentRun) -> PowerReading:
+    def _reading(self, run: AgentRun) -> PowerEvidence:
         said = f": {run.output}" if run.output else ""
         if run.failed_to_start:
             return self._unknown(run.failed_to_start)
@@ -364,13 +365,13 @@ class FenceAgentDriver:
         reported = text.group(1).upper() if text else ""
         if run.exit_code == STATUS_OFF:
             if reported == "OFF":
-                return PowerReading("off", self.source, "", "Status: OFF")
+                return PowerEvidence("off", self.source, raw_state="Status: OFF")
             return self._unknown(
                 f"{self._name} status exited 2 (off) without printing Status: OFF{said}", "?"
             )
         if run.exit_code == STATUS_ON:
             if reported == "ON":
-                return PowerReading("on", self.source, "", "Status: ON")
+                return PowerEvidence("on", self.source, raw_state="Status: ON")
             return self._unknown(
                 f"{self._name} status exited 0 (on) without printing Status: ON{said}", "?"
             )
@@ -384,7 +385,7 @@ class FenceAgentDriver:
 
     async def _power(
         self, target: Target, seconds: float, before_send: SendCheck | None = None
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         """Read; send ``target`` once if the machine is not there yet and ``before_send``
         lets it go; then read ``status`` again until it reports ``target`` or the time is up.
         The action's own answer only explains a failure; it never stands for the state."""
@@ -442,8 +443,8 @@ class FenceAgentDriver:
     def _name(self) -> str:
         return os.path.basename(self._agent)
 
-    def _unknown(self, detail: str, raw: str = "") -> PowerReading:
-        return PowerReading("unknown", self.source, detail, raw)
+    def _unknown(self, detail: str, raw: str = "") -> PowerEvidence:
+        return PowerEvidence("unknown", self.source, detail, raw_state=raw)
 
 
 async def _drain(

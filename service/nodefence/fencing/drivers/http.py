@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from nodefence.engine.model import PowerEvidence
+from nodefence.engine.evidence import PowerEvidence
 
 if TYPE_CHECKING:
     from nodefence.fencing.model import ProofPlace

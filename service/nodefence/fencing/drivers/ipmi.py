@@ -21,8 +21,9 @@ from pyghmi.ipmi.command import Command  # type: ignore[import-untyped]
 from pyghmi.ipmi.private.session import Session  # type: ignore[import-untyped]
 from pyghmi.ipmi.private.util import decode_wireformat_uuid  # type: ignore[import-untyped]
 
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import Reported
-from nodefence.fencing.model import BmcEntry, PowerReading, PowerState, SendCheck, machine_host
+from nodefence.fencing.model import BmcEntry, PowerState, SendCheck, machine_host
 
 DEFAULT_PORT = 623
 _STATES: dict[str, PowerState] = {"on": "on", "off": "off"}
@@ -72,7 +73,7 @@ class IpmiDriver:
     def source(self) -> str:
         return f"ipmi {self._address}:{self._port}"
 
-    async def status(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+    async def status(self, timeout: float) -> PowerEvidence:  # noqa: ASYNC109
         last_error = ""
         try:
             async with asyncio.timeout(timeout):
@@ -93,7 +94,7 @@ class IpmiDriver:
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         return await self._power(timeout, "off", before_send)
 
     async def power_on(
@@ -101,7 +102,7 @@ class IpmiDriver:
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         return await self._power(timeout, "on", before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
@@ -143,7 +144,7 @@ class IpmiDriver:
 
     async def _power(
         self, seconds: float, target: Target, before_send: SendCheck | None = None
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         sent = False
         last = ""
         last_error = ""
@@ -178,12 +179,12 @@ class IpmiDriver:
                 detail = f"no power {target} read back within {seconds:g}s{why}"
             return self._unknown(detail, last, sent=sent)
 
-    async def _read(self) -> PowerReading:
+    async def _read(self) -> PowerEvidence:
         answer = await self._call(lambda c: c.get_power())
         raw = str(answer.get("powerstate", "")) if isinstance(answer, dict) else ""
         state = _STATES.get(raw, "unknown")
         detail = "" if state != "unknown" else f"the BMC reports power state {raw!r}"
-        return PowerReading(state, self.source, detail, raw)
+        return PowerEvidence(state, self.source, detail, raw_state=raw)
 
     async def _call(self, operation: Callable[[Any], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -220,8 +221,8 @@ class IpmiDriver:
             )
         return _Failure(f"{type(exc).__name__}: {message}", transient=True)
 
-    def _unknown(self, detail: str, raw: str = "", *, sent: bool = False) -> PowerReading:
-        return PowerReading("unknown", self.source, detail, raw, reset_sent=sent)
+    def _unknown(self, detail: str, raw: str = "", *, sent: bool = False) -> PowerEvidence:
+        return PowerEvidence("unknown", self.source, detail, raw_state=raw, reset_sent=sent)
 
 
 def _logout(command: Any) -> None:

@@ -27,10 +27,10 @@ import aiohttp
 from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
+from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import Reported
 from nodefence.fencing.model import (
     BmcEntry,
-    PowerReading,
     PowerState,
     SendCheck,
     Strict,
@@ -121,7 +121,7 @@ def system_path(system: str) -> str:
     return f"{SYSTEMS}/{text}"
 
 
-def choose_reset_type(allowed: Iterable[str] | None, target: Target, current: PowerState) -> str:
+def choose_reset_type(allowed: Iterable[str] | None, target: Target, current: str) -> str:
     """The reset type that brings the machine to ``target``, from what the BMC allows (``None``:
     it does not say, so the standard value)."""
     if allowed is None:
@@ -203,7 +203,7 @@ class RedfishDriver:
         return f"redfish {self._base}{self._system or ''}"
 
     # ------------------------------------------------------------------ public
-    async def status(self, timeout: float) -> PowerReading:  # noqa: ASYNC109
+    async def status(self, timeout: float) -> PowerEvidence:  # noqa: ASYNC109
         attempt = _Attempt(timeout)
         try:
             async with asyncio.timeout(timeout):
@@ -218,7 +218,7 @@ class RedfishDriver:
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         return await self._power(timeout, "off", before_send)
 
     async def power_on(
@@ -226,7 +226,7 @@ class RedfishDriver:
         timeout: float,  # noqa: ASYNC109
         *,
         before_send: SendCheck | None = None,
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         return await self._power(timeout, "on", before_send)
 
     async def identity(self, timeout: float) -> Reported:  # noqa: ASYNC109
@@ -263,7 +263,7 @@ class RedfishDriver:
     # ----------------------------------------------------------------- actions
     async def _power(
         self, seconds: float, target: Target, before_send: SendCheck | None = None
-    ) -> PowerReading:
+    ) -> PowerEvidence:
         attempt = _Attempt(seconds)
         try:
             async with asyncio.timeout(seconds):
@@ -294,7 +294,7 @@ class RedfishDriver:
         self,
         system: dict[str, Any],
         target: Target,
-        current: PowerState,
+        current: str,
         attempt: _Attempt,
         before_send: SendCheck | None = None,
     ) -> None:
@@ -386,16 +386,20 @@ class RedfishDriver:
             raise _Failure(f"GET {path} did not answer a JSON object", transient=False)
         return parsed
 
-    def _reading(self, system: dict[str, Any]) -> PowerReading:
+    def _reading(self, system: dict[str, Any]) -> PowerEvidence:
         raw = system.get("PowerState")
         if not isinstance(raw, str):
             return self._unknown("the system reports no PowerState")
         state = _STATES.get(raw, "unknown")
         detail = "" if state != "unknown" else f"the system reports PowerState {raw!r}"
-        return PowerReading(state, self.source, detail, raw, identity=_uuid_of(system))
+        uuid = _uuid_of(system)
+        identity = Reported(uuid, self.source) if uuid else None
+        return PowerEvidence(state, self.source, detail, raw_state=raw, identity=identity)
 
-    def _unknown(self, detail: str, raw: str = "", *, sent: bool = False) -> PowerReading:
-        return PowerReading("unknown", self.source, self._scrub(detail), raw, reset_sent=sent)
+    def _unknown(self, detail: str, raw: str = "", *, sent: bool = False) -> PowerEvidence:
+        return PowerEvidence(
+            "unknown", self.source, self._scrub(detail), raw_state=raw, reset_sent=sent
+        )
 
     def _scrub(self, text: str) -> str:
         """Last line of defence: whatever a library put in a message, the password stays out."""
