@@ -36,7 +36,7 @@ STOP_WAIT_SECONDS = 5.0
 class Informer(ABC):
     """A list followed by watches, for ever, until ``stop``."""
 
-    # The task's name and the log events' prefix, e.g. ``node_index``.
+    # The task's name, e.g. ``node-index``; its log events begin with it (``node_index_...``).
     name: str = "informer"
 
     def __init__(self, backoff: Backoff, clock: Callable[[], float] = time.monotonic) -> None:
@@ -60,7 +60,7 @@ class Informer(ABC):
     def start(self) -> None:
         """Once; never again after ``stop``."""
         if self._task is None and not self._stopping:
-            self._task = asyncio.create_task(self._follow(), name=self.name.replace("_", "-"))
+            self._task = asyncio.create_task(self._follow(), name=self.name)
 
     async def stop(self) -> None:
         """Cancel the follower; the loop also checks ``_stopping``, so a cancel lost in a race
@@ -93,7 +93,7 @@ class Informer(ABC):
                 failures += 1
                 pause = self.backoff.delay(failures)
                 log.warning(
-                    f"{self.name}_interrupted",
+                    f"{self.name.replace('-', '_')}_interrupted",
                     error=str(exc) or type(exc).__name__,
                     relist=not self.resource_version,
                     retry_in=round(pause, 2),

@@ -176,7 +176,7 @@ class Counts:
 class NodeIndex(Informer):
     """Nodes by name, each as a ``NodeSummary``, kept current by a list and a watch."""
 
-    name = "node_index"
+    name = "node-index"
 
     def __init__(
         self,

@@ -75,7 +75,7 @@ def pause_state(configmap: Json, namespace: str) -> PauseState:
 
 
 class PauseWatch(Informer):
-    name = "pause_watch"
+    name = "pause-watch"
 
     def __init__(
         self,
