@@ -18,12 +18,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nodefence.engine.wording import instant, parse_instant
 
-if TYPE_CHECKING:
-    from nodefence.engine.model import NodeFacts
+
+class _Transition(Protocol):
+    @property
+    def last_transition(self) -> datetime | None: ...
+
+
+class IncidentNode(Protocol):
+    """What an incident is told apart by, of a node (``model.NodeFacts`` has it): its object's
+    uid and when its Ready condition last changed. A protocol, so that this module, which the
+    model's actions carry, does not import the model back."""
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def ready(self) -> _Transition | None: ...
+
 
 APPROVAL_PREFIX = "approval."
 FORMAT = 1
@@ -43,7 +58,7 @@ class Incident:
     not_ready_since: str
 
     @classmethod
-    def of(cls, node: NodeFacts, fingerprint: str) -> Incident:
+    def of(cls, node: IncidentNode, fingerprint: str) -> Incident:
         since = node.ready.last_transition if node.ready is not None else None
         return cls(node.uid, fingerprint, instant(since) if since else "")
 
@@ -97,7 +112,9 @@ class ApprovalRequest:
         return bool(self.channel and self.ts)
 
 
-def rejection_of(request: ApprovalRequest | None, node: NodeFacts, fingerprint: str) -> str | None:
+def rejection_of(
+    request: ApprovalRequest | None, node: IncidentNode, fingerprint: str
+) -> str | None:
     """The recorded "rejected by ..." if a person rejected fencing this very node object for
     this alert in its current outage; a new node object or a new outage is asked again."""
     if request is None or not request.rejected(Incident.of(node, fingerprint)):
