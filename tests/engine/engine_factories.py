@@ -27,9 +27,9 @@ from nodefence.engine.model import (
     NodeFacts,
     PodFacts,
     Taint,
+    VolumeAttachmentFacts,
 )
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase, Release
-from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.policy import Policy, parse_policy
 
 NOW = datetime(2026, 11, 30, 8, 20, tzinfo=UTC)

@@ -46,10 +46,10 @@ from nodefence.engine.model import (
     Taint,
     UnfenceAction,
     Verdict,
+    VolumeAttachmentFacts,
 )
 from nodefence.engine.reboot import MAX_POWER_ONS
 from nodefence.engine.record import FenceEntry, Phase
-from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.engine.wording import instant
 
 OOS = "node.kubernetes.io/out-of-service"

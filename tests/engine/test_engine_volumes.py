@@ -35,9 +35,10 @@ from nodefence.engine.model import (
     Reason,
     ReleaseVolumeAttachmentAction,
     Verdict,
+    VolumeAttachmentFacts,
 )
 from nodefence.engine.readiness import node_is_ready
-from nodefence.engine.volumes import GUARD, VolumeAttachmentFacts, settled
+from nodefence.engine.volumes import GUARD, settled
 from nodefence.policy import Policy
 
 OLD = "v1.24.8"

@@ -17,11 +17,11 @@ from nodefence.engine.model import (
     NodeFacts,
     PodFacts,
     Reason,
+    VolumeAttachmentFacts,
 )
 from nodefence.engine.readiness import is_ready as condition_is_ready
 from nodefence.engine.readiness import node_is_ready, node_takes_workloads
 from nodefence.engine.record import FenceEntry, FenceRecord, Release
-from nodefence.engine.volumes import VolumeAttachmentFacts
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import ClusterPolicy, Rule
 

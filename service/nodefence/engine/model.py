@@ -9,15 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from nodefence.engine.approval_request import Incident
 from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import MachineBinding
 from nodefence.engine.record import FenceEntry, FenceRecord
-
-if TYPE_CHECKING:
-    from nodefence.engine.volumes import VolumeAttachmentFacts
 
 OUT_OF_SERVICE_KEY = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_VALUE = "nodeshutdown"
@@ -149,6 +145,22 @@ class ClusterFacts:
     # fenced them (compared with the record, they show a record that lost entries).
     out_of_service: tuple[str, ...] = ()
     mirrored: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VolumeAttachmentFacts:
+    name: str
+    node_name: str
+    persistent_volume: str
+    attached: bool
+    # When the API server created it (its own clock).
+    created: datetime | None = None
+    # Already being deleted (a finalizer holds it until the attacher lets go): never again.
+    deleting: bool = False
+    # Its metadata.uid: the delete names it, so an attachment re-created under the same name
+    # (the name is a hash of volume, attacher and node name: a re-created node of the same
+    # name gets the same one) is never the one deleted (S9).
+    uid: str = ""
 
 
 @dataclass(frozen=True)

@@ -20,27 +20,16 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
-from nodefence.engine.model import Decision, Facts, Reason, ReleaseVolumeAttachmentAction
+from nodefence.engine.model import (
+    Decision,
+    Facts,
+    Reason,
+    ReleaseVolumeAttachmentAction,
+    VolumeAttachmentFacts,
+)
 
 AUTOMATIC_DETACH_FROM = (1, 26)
-
-
-@dataclass(frozen=True)
-class VolumeAttachmentFacts:
-    name: str
-    node_name: str
-    persistent_volume: str
-    attached: bool
-    # When the API server created it (its own clock).
-    created: datetime | None = None
-    # Already being deleted (a finalizer holds it until the attacher lets go): never again.
-    deleting: bool = False
-    # Its metadata.uid: the delete names it, so an attachment re-created under the same name
-    # (the name is a hash of volume, attacher and node name: a re-created node of the same
-    # name gets the same one) is never the one deleted (S9).
-    uid: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,14 @@ from typing import Any
 
 from nodefence.engine import readiness
 from nodefence.engine.evidence import PowerEvidence
-from nodefence.engine.model import Condition, LeaseFacts, NodeFacts, PodFacts, Taint
-from nodefence.engine.volumes import VolumeAttachmentFacts
+from nodefence.engine.model import (
+    Condition,
+    LeaseFacts,
+    NodeFacts,
+    PodFacts,
+    Taint,
+    VolumeAttachmentFacts,
+)
 from nodefence.engine.wording import parse_instant
 
 Json = dict[str, Any]

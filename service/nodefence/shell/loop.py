@@ -30,8 +30,7 @@ from collections.abc import Awaitable, Callable
 from nodefence.actions.executor import ActionResult
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import power_reading
-from nodefence.engine.model import Decision
-from nodefence.engine.volumes import VolumeAttachmentFacts
+from nodefence.engine.model import Decision, VolumeAttachmentFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, KubeClient

@@ -9,7 +9,7 @@ from __future__ import annotations
 import structlog
 
 from nodefence.engine import record as fence_record
-from nodefence.engine.volumes import VolumeAttachmentFacts
+from nodefence.engine.model import VolumeAttachmentFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, KubeClient, KubeError
 from nodefence.kube.convert import volume_attachment_facts
