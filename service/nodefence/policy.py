@@ -15,8 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nodefence import strict_yaml
+from nodefence.engine import drivers
 from nodefence.engine.labels import SelectorError, parse_selector
-from nodefence.fencing import registry
 
 DEFAULT_ALERT_NAMES = ("KubeNodeNotReady", "KubeNodeUnreachable", "NodefenceNodeNotReady")
 
@@ -81,7 +81,7 @@ class Fencing(_Model):
     API server's clock), and every decision made so says "no proof". No answer, no fence.
     """
 
-    # A name in the driver registry (``nodefence.fencing.registry``), checked against it.
+    # A name in the driver registry (``nodefence.engine.drivers``), checked against it.
     driver: str
     action: Literal["verify", "off", "reboot"] = "off"
     # How long a power action may take to be read back (Off after off, On after on).
@@ -97,7 +97,7 @@ class Fencing(_Model):
     @field_validator("driver")
     @classmethod
     def _known_driver(cls, value: str) -> str:
-        return registry.lookup(value).name
+        return drivers.lookup(value).name
 
     @field_validator("action", mode="before")
     @classmethod
@@ -109,7 +109,7 @@ class Fencing(_Model):
     def _consistent(self) -> Fencing:
         if self.driver == "http" and "://" not in self.url:
             raise ValueError("url is required (http or https) when driver is http")
-        powering = " or ".join(registry.power_drivers())
+        powering = " or ".join(drivers.power_drivers())
         if not self.powers and self.action != "off":
             raise ValueError(
                 f"action {self.action} needs a BMC (driver {powering}); driver "
@@ -124,7 +124,7 @@ class Fencing(_Model):
 
     @property
     def powers(self) -> bool:
-        return registry.lookup(self.driver).powers
+        return drivers.lookup(self.driver).powers
 
 
 def _legacy_proof(rule: dict[str, Any]) -> dict[str, Any]:

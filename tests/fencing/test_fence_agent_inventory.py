@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from nodefence.engine.drivers import lookup, names, power_drivers
 from nodefence.fencing.drivers.fence_agent import FenceAgentBmc, FenceAgentDriver
 from nodefence.fencing.inventory import InventoryError
-from nodefence.fencing.registry import conflicts, lookup, names, power_driver, power_drivers
+from nodefence.fencing.registry import conflicts, power_driver
 from nodefence.policy import PolicyError, parse_policy
 
 from .agents import load_yaml_inventory, scripted_agent

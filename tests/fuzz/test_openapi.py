@@ -21,9 +21,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from nodefence.engine.drivers import power_drivers
 from nodefence.engine.model import Action, PowerAction, ReleaseVolumeAttachmentAction
 from nodefence.engine.render import action_to_dict
-from nodefence.fencing.registry import power_drivers
 from nodefence.http.app import build_app
 from nodefence.http.openapi import ACTION_SCHEMAS, OPENAPI_PATH, openapi_document
 from nodefence.pipeline_api import PipelineApi

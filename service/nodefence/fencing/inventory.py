@@ -65,7 +65,8 @@ import yaml
 from pydantic import Field, ValidationError, create_model
 
 from nodefence import strict_yaml
-from nodefence.fencing import registry
+from nodefence.engine import drivers
+from nodefence.fencing.drivers import entries, entry_model
 from nodefence.fencing.model import BmcEntry, PowerDriver, Strict
 
 MAX_INVENTORY_BYTES = 1 << 20
@@ -117,7 +118,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
     # The discriminated union adds the driver name as a path step (nodes.<node>.<driver>.field);
     # people think in keys.
     parts = [str(p) for p in loc]
-    if len(parts) > 2 and parts[0] == "nodes" and parts[2] in registry.power_drivers():
+    if len(parts) > 2 and parts[0] == "nodes" and parts[2] in drivers.power_drivers():
         del parts[2]
     return ".".join(parts) or "(top level)"
 
@@ -165,15 +166,15 @@ def load_inventory(path: str | Path) -> Inventory:
     except ValueError as exc:
         raise InventoryError(f"{where}: {exc}") from None
     try:
-        return _model(registry.entries()).model_validate(data)
+        return _model(entries()).model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{_where(error['loc'])}: {_explain(error)}" for error in exc.errors())
         raise InventoryError(f"{where}: {problems}") from None
 
 
 def _driver_choices() -> str:
-    drivers = registry.power_drivers()
-    return ", ".join(drivers[:-1]) + f" or {drivers[-1]}"
+    powering = drivers.power_drivers()
+    return ", ".join(powering[:-1]) + f" or {powering[-1]}"
 
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -194,7 +195,7 @@ def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
     for name, shared in defaults.items():
         if not isinstance(shared, dict):
             raise ValueError(f"defaults.{name}: must be a mapping of fields")  # noqa: TRY004 - pydantic reports ValueError
-        if name in registry.power_drivers() and shared.get("driver", name) != name:
+        if name in drivers.power_drivers() and shared.get("driver", name) != name:
             raise ValueError(f"defaults.{name}.driver: the defaults of a driver are its own")
         _check_placeholders(shared, f"defaults.{name}")
     nodes = data.get("nodes")
@@ -236,8 +237,9 @@ def _not_overridden(
 ) -> dict[Any, Any]:
     """The default parameters an entry does not give under any spelling: an entry's
     ``systems-uri`` replaces the default's ``systems_uri`` rather than standing beside it."""
-    kind = registry.DRIVERS.get(str(entry.get("driver")))
-    canonical = kind.entry.canonical_option(entry) if kind and kind.entry else None
+    kind = drivers.DRIVERS.get(str(entry.get("driver")))
+    model = entry_model(kind) if kind is not None and kind.powers else None
+    canonical = model.canonical_option(entry) if model is not None else None
     if canonical is None:
         return base
     given = {canonical(key) for key in own if isinstance(key, str)} - {None}

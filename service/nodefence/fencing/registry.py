@@ -1,5 +1,5 @@
-"""Every fencing driver, in one table: what policy validation, the inventory loader, the power
-step, ``check-config`` and ``check-fencing`` look a driver up in.
+"""Which driver a node's power step may use: the one its rule names, and only if its inventory
+entry is of that driver.
 
 A rule names the driver it trusts, and a node's inventory entry names the driver that reaches its
 machine. When the two disagree, acting through the entry's driver would be a silent substitution
@@ -10,80 +10,13 @@ machine. When the two disagree, acting through the entry's driver would be a sil
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodefence.fencing.drivers import annotation, http
-from nodefence.fencing.drivers.fence_agent import FenceAgentBmc
-from nodefence.fencing.drivers.ipmi import IpmiBmc
-from nodefence.fencing.drivers.redfish import RedfishBmc
-from nodefence.fencing.model import BmcEntry, PowerDriver, ProofReader
+from nodefence.fencing.model import PowerDriver
 
 if TYPE_CHECKING:
     from nodefence.fencing.inventory import Inventory
     from nodefence.policy import Policy
-
-
-@dataclass(frozen=True)
-class DriverKind:
-    """A driver with an ``entry`` reaches the machine through its inventory entry of that model
-    and can read and change its power (the power step); one with ``read_proof`` reads proof
-    someone else produced, before deciding; ``none`` has neither."""
-
-    name: str
-    proof: str
-    entry: type[BmcEntry] | None = None
-    read_proof: ProofReader | None = None
-
-    @property
-    def powers(self) -> bool:
-        return self.entry is not None
-
-
-DRIVERS: dict[str, DriverKind] = {
-    kind.name: kind
-    for kind in (
-        DriverKind("redfish", "the BMC's Redfish PowerState read back Off", RedfishBmc),
-        DriverKind("ipmi", "the BMC's IPMI chassis power read back off", IpmiBmc),
-        DriverKind(
-            "fence-agent",
-            "a separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF)",
-            FenceAgentBmc,
-        ),
-        DriverKind(
-            "annotation",
-            "external fencing's written proof ConfigMap",
-            read_proof=annotation.read_proof,
-        ),
-        DriverKind("http", "a power-status endpoint answering off", read_proof=http.read_proof),
-        DriverKind("none", "none: inference alone"),
-    )
-}
-
-
-def names() -> tuple[str, ...]:
-    return tuple(DRIVERS)
-
-
-def power_drivers() -> tuple[str, ...]:
-    """The drivers that power a machine, in the table's order."""
-    return tuple(name for name, kind in DRIVERS.items() if kind.powers)
-
-
-def entries() -> tuple[type[BmcEntry], ...]:
-    """The inventory entry models, one per powering driver."""
-    return tuple(kind.entry for kind in DRIVERS.values() if kind.entry is not None)
-
-
-class UnknownDriverError(ValueError):
-    pass
-
-
-def lookup(name: str) -> DriverKind:
-    kind = DRIVERS.get(name)
-    if kind is None:
-        raise UnknownDriverError(f"unknown fencing driver {name!r} (use {', '.join(names())})")
-    return kind
 
 
 def entry_driver(inventory: Inventory | None, node: str) -> str | None:

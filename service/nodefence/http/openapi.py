@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodefence.fencing.registry import power_drivers
+from nodefence.engine.drivers import power_drivers
 from nodefence.http.problems import PROBLEM_CONTENT_TYPE
 from nodefence.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 

@@ -57,6 +57,7 @@ from nodefence.engine.model import (
 from nodefence.engine.record import Phase, RecordedReading
 from nodefence.fencing import registry
 from nodefence.fencing.binding import machine_binding, shared
+from nodefence.fencing.drivers import proof_reader
 from nodefence.fencing.inventory import Inventory
 from nodefence.fencing.model import PowerDriver, ProofPlace, SendCheck
 from nodefence.kube.client import Deadline, KubeClient
@@ -327,7 +328,7 @@ class ExternalProof:
             return snapshot
         rule = match_rule(self.policy, event, node)
         fencing = rule.fencing if rule is not None else None
-        read_proof = registry.lookup(fencing.driver).read_proof if fencing is not None else None
+        read_proof = proof_reader(fencing.driver) if fencing is not None else None
         if fencing is None or read_proof is None:
             return snapshot
         evidence = await read_proof(self.place, fencing, node.name, deadline)

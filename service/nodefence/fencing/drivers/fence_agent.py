@@ -33,7 +33,7 @@ from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import PLUG, UNCHECKED, Reported, agent_name
 from nodefence.fencing.drivers import fence_agent_identity as agent_identity
 from nodefence.fencing.drivers import ipmi, redfish
-from nodefence.fencing.drivers.fence_agent_metadata import SAFE_PATH, agent_options
+from nodefence.fencing.drivers.fence_agent_metadata import SAFE_PATH, ParameterValue, agent_options
 from nodefence.fencing.model import MASK, BmcEntry, SendCheck
 
 # Output beyond this is read and dropped, so that a chatty agent cannot fill memory or a pipe.
@@ -89,7 +89,6 @@ _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
 _STATUS_TEXT = re.compile(r"^Status:\s*(ON|OFF)\b", re.IGNORECASE | re.MULTILINE)
 
 Target = Literal["on", "off"]
-ParameterValue = str | SecretStr
 
 
 def is_secret_key(key: str) -> bool:
@@ -222,7 +221,7 @@ class FenceAgentDriver:
             )
         plug = agent_identity.text_option(self._parameters, "plug")
         if self._stated and self._stated.lower() != UNCHECKED:
-            return await agent_identity.read_listed(self, plug, timeout)
+            return await _read_listed(self, plug, timeout)
         if plug:
             return Reported(plug, self.source, basis=PLUG, agent=self._agent)
         return Reported(
@@ -516,6 +515,59 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
+async def _read_listed(driver: FenceAgentDriver, plug: str, timeout: float) -> Reported:  # noqa: ASYNC109
+    """The agent's own ``list``, looked up for the plug it is given: the plug (and its alias)
+    as the agent lists it, or empty with why not."""
+    name = agent_name(driver.agent)
+    scope = driver.scope
+    if not plug:
+        return Reported(
+            "",
+            driver.source,
+            basis=PLUG,
+            agent=driver.agent,
+            scope=scope,
+            detail=f"{name} is given no plug, so its list cannot show which machine it acts on",
+        )
+    deadline = asyncio.get_running_loop().time() + timeout
+    run = await driver.run("list", deadline, max_output=agent_identity.MAX_LIST_BYTES)
+    failed = ""
+    if run.failed_to_start:
+        failed = run.failed_to_start
+    elif run.killed:
+        failed = f"{name} list did not finish in {timeout:g}s; killed"
+    elif run.exit_code != 0:
+        said = f": {run.output}" if run.output else ""
+        failed = f"{name} list failed (exit {run.exit_code}){said}"
+    if failed:
+        return Reported(
+            "", driver.source, basis=PLUG, agent=driver.agent, scope=scope, detail=failed
+        )
+    separator = (
+        agent_identity.text_option(driver.parameters, "separator") or agent_identity.LIST_SEPARATOR
+    )
+    listed = agent_identity.parse_list(run.text, separator)
+    if plug not in listed:
+        cut = " (its output was cut at the size limit)" if run.truncated else ""
+        return Reported(
+            "",
+            driver.source,
+            basis=PLUG,
+            agent=driver.agent,
+            scope=scope,
+            detail=f"{name} list does not include plug {plug} ({len(listed)} listed){cut}",
+        )
+    alias = listed[plug]
+    return Reported(
+        plug,
+        f"{driver.source} (its list)",
+        basis=PLUG,
+        agent=driver.agent,
+        aliases=(alias,) if alias else (),
+        scope=scope,
+    )
+
+
 _PARAMETER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 # By canonical name: nodefence chooses the action; the debug and verbose options would make an
 # agent write its exchange (with the credentials) to a file or the output, and port_as_ip would
@@ -665,3 +717,7 @@ def resolve_agent(agent: str) -> str:
 def _agent_path() -> str:
     # Debian installs the agents in /usr/sbin, which a non-root PATH often lacks.
     return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
+
+
+# The inventory entry of this driver (``fencing.registry.entry_model``).
+ENTRY = FenceAgentBmc

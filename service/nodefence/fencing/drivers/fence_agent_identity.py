@@ -25,15 +25,12 @@ An agent none of these applies to names no machine anybody can check: its entry 
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
 from nodefence.engine.identity import (
-    PLUG,
     PLUG_SCHEMES,
     SYSTEM_UUID,
     UNCHECKED,
@@ -41,11 +38,9 @@ from nodefence.engine.identity import (
     agent_name,
     parse_uuid,
 )
+from nodefence.fencing.drivers.fence_agent_metadata import ParameterValue
 from nodefence.fencing.drivers.ipmi import IpmiDriver
 from nodefence.fencing.drivers.redfish import RedfishDriver
-
-if TYPE_CHECKING:
-    from nodefence.fencing.drivers.fence_agent import FenceAgentDriver, ParameterValue
 
 REDFISH_AGENTS = frozenset({"fence_redfish"})
 # fence_ipmilan and the copies Debian installs under other names (the same program, with lanplus
@@ -217,57 +212,6 @@ def parse_list(text: str, separator: str = LIST_SEPARATOR) -> dict[str, str]:
         if sep and plug.strip():
             listed.setdefault(plug.strip(), alias.strip())
     return listed
-
-
-async def read_listed(driver: FenceAgentDriver, plug: str, timeout: float) -> Reported:  # noqa: ASYNC109
-    """The agent's own ``list``, looked up for the plug it is given: the plug (and its alias)
-    as the agent lists it, or empty with why not."""
-    name = agent_name(driver.agent)
-    scope = driver.scope
-    if not plug:
-        return Reported(
-            "",
-            driver.source,
-            basis=PLUG,
-            agent=driver.agent,
-            scope=scope,
-            detail=f"{name} is given no plug, so its list cannot show which machine it acts on",
-        )
-    deadline = asyncio.get_running_loop().time() + timeout
-    run = await driver.run("list", deadline, max_output=MAX_LIST_BYTES)
-    failed = ""
-    if run.failed_to_start:
-        failed = run.failed_to_start
-    elif run.killed:
-        failed = f"{name} list did not finish in {timeout:g}s; killed"
-    elif run.exit_code != 0:
-        said = f": {run.output}" if run.output else ""
-        failed = f"{name} list failed (exit {run.exit_code}){said}"
-    if failed:
-        return Reported(
-            "", driver.source, basis=PLUG, agent=driver.agent, scope=scope, detail=failed
-        )
-    separator = text_option(driver.parameters, "separator") or LIST_SEPARATOR
-    listed = parse_list(run.text, separator)
-    if plug not in listed:
-        cut = " (its output was cut at the size limit)" if run.truncated else ""
-        return Reported(
-            "",
-            driver.source,
-            basis=PLUG,
-            agent=driver.agent,
-            scope=scope,
-            detail=f"{name} list does not include plug {plug} ({len(listed)} listed){cut}",
-        )
-    alias = listed[plug]
-    return Reported(
-        plug,
-        f"{driver.source} (its list)",
-        basis=PLUG,
-        agent=driver.agent,
-        aliases=(alias,) if alias else (),
-        scope=scope,
-    )
 
 
 def entry_problems(

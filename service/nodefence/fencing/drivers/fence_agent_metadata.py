@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from pydantic import SecretStr
+
 # What an agent gets in its environment (when it describes itself and when it runs): enough to
 # find its helpers, nothing of ours.
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -30,6 +32,8 @@ _LONG_OPTION = re.compile(r"--([A-Za-z0-9][A-Za-z0-9_-]*)")
 # The agent's environment when it describes itself: the same bare one it runs with.
 _ENVIRONMENT = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
+# A parameter's value as the inventory holds it: a credential's is a ``SecretStr``.
+ParameterValue = str | SecretStr
 V = TypeVar("V")
 
 

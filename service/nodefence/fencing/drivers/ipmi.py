@@ -279,3 +279,7 @@ class IpmiBmc(BmcEntry):
 
     def machine_keys(self) -> tuple[str, ...]:
         return (machine_key(self.address, self.port),)
+
+
+# The inventory entry of this driver (``fencing.registry.entry_model``).
+ENTRY = IpmiBmc

@@ -607,3 +607,7 @@ class RedfishBmc(BmcEntry):
             return ()
         origin = base_url(self.address)
         return (machine_key(origin.host or "", str(origin.port), system_path(self.system)),)
+
+
+# The inventory entry of this driver (``fencing.registry.entry_model``).
+ENTRY = RedfishBmc

@@ -1,0 +1,80 @@
+"""Every fencing driver, in one table: the names a rule's ``fencing.driver`` may take, whether the
+driver powers the machine or only reads proof someone else produced, and the module that
+implements it (``nodefence.fencing.drivers``). Policy validation, the engine, the inventory, the
+power step, ``check-config`` and ``check-fencing`` all read this table, so a new driver is its
+module plus one row here.
+
+The table sits below the policy, and names its modules rather than importing them: the policy
+and the engine it steers decide on names and never load a driver (``.importlinter``);
+``nodefence.fencing.registry`` loads the module behind a row when a BMC is to be reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DriverKind:
+    """``powers``: the driver's module gives an inventory entry model (``ENTRY``) through which
+    the power step reads and changes the machine's power; otherwise it gives ``read_proof``,
+    how the proof is read before deciding, or (``module`` empty: ``none``) nothing."""
+
+    name: str
+    proof: str
+    module: str = ""
+    powers: bool = False
+
+
+DRIVERS: dict[str, DriverKind] = {
+    kind.name: kind
+    for kind in (
+        DriverKind(
+            "redfish",
+            "the BMC's Redfish PowerState read back Off",
+            "nodefence.fencing.drivers.redfish",
+            powers=True,
+        ),
+        DriverKind(
+            "ipmi",
+            "the BMC's IPMI chassis power read back off",
+            "nodefence.fencing.drivers.ipmi",
+            powers=True,
+        ),
+        DriverKind(
+            "fence-agent",
+            "a separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF)",
+            "nodefence.fencing.drivers.fence_agent",
+            powers=True,
+        ),
+        DriverKind(
+            "annotation",
+            "external fencing's written proof ConfigMap",
+            "nodefence.fencing.drivers.annotation",
+        ),
+        DriverKind(
+            "http", "a power-status endpoint answering off", "nodefence.fencing.drivers.http"
+        ),
+        DriverKind("none", "none: inference alone"),
+    )
+}
+
+
+class UnknownDriverError(ValueError):
+    pass
+
+
+def names() -> tuple[str, ...]:
+    return tuple(DRIVERS)
+
+
+def power_drivers() -> tuple[str, ...]:
+    """The drivers that power a machine, in the table's order."""
+    return tuple(name for name, kind in DRIVERS.items() if kind.powers)
+
+
+def lookup(name: str) -> DriverKind:
+    kind = DRIVERS.get(name)
+    if kind is None:
+        raise UnknownDriverError(f"unknown fencing driver {name!r} (use {', '.join(names())})")
+    return kind
