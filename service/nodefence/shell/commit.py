@@ -22,6 +22,7 @@ from nodefence.actions.executor import ActionResult, Executor, Outcome, taint_wr
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
+from nodefence.engine.action_kinds import ASKED, REJECTION, UNDONE, WITHDRAWAL
 from nodefence.engine.model import (
     Action,
     AskApprovalAction,
@@ -222,21 +223,19 @@ class Commit:
     async def _ask_approval(self, action: AskApprovalAction, at: _Progress) -> Step:
         if self.approvals is None:
             return ActionResult(
-                "ask-approval", action.node, Outcome.SKIPPED, "no approval channel is configured"
+                ASKED.name, action.node, Outcome.SKIPPED, "no approval channel is configured"
             )
         return await self.approvals.request(action, at.decision, at.snapshot, at.deadline)
 
     async def _record_rejection(self, action: RecordRejectionAction, at: _Progress) -> Step:
         if self.approvals is None:
-            return ActionResult(
-                "record-rejection", action.node, Outcome.SKIPPED, "no approval channel"
-            )
+            return ActionResult(REJECTION.name, action.node, Outcome.SKIPPED, "no approval channel")
         return await self.approvals.reject(action, at.snapshot.node, at.deadline)
 
     async def _withdraw_question(self, action: WithdrawQuestionAction, at: _Progress) -> Step:
         if self.approvals is None:
             return ActionResult(
-                "withdraw-question", action.node, Outcome.SKIPPED, "no approval channel"
+                WITHDRAWAL.name, action.node, Outcome.SKIPPED, "no approval channel"
             )
         return await self.approvals.withdraw(action, at.deadline)
 
@@ -266,7 +265,7 @@ class Commit:
         )
         result = (await self.executor.unfence(written, undo, deadline)).result
         return dataclasses.replace(
-            result, action="undo-fence", detail=result.detail or "claim lost; taint taken off"
+            result, action=UNDONE.name, detail=result.detail or "claim lost; taint taken off"
         )
 
 

@@ -14,6 +14,16 @@ from typing import Protocol
 
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import escalation, guards, machine, orphans, reboot
+from nodefence.engine.action_kinds import (
+    POWER_ON,
+    PURGED,
+    RELEASED,
+    UNFENCED,
+    VOLUME_RELEASED,
+    Counted,
+    Result,
+    result_named,
+)
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.fallback import NO_ALERT
@@ -98,15 +108,15 @@ class Reporter:
         if self.notifier is not None:
             await self.notifier.notify(decision, results)
         for result in results:
+            counts = result_named(result.action).counts
             self.metrics.action_executed(result.action, result.outcome.value)
-            if result.outcome is Outcome.DONE and decision.node is not None:
-                if result.action == "fence":
-                    self.metrics.node_fenced(decision.node, self.clock().timestamp())
-                elif result.action == "unfence":
-                    self.metrics.node_unfenced(decision.node)
-                elif result.action == "proof-contradicted":
-                    self.metrics.proof_contradicted(decision.node, self.clock().timestamp())
-        purged = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.DONE)
+            if result.outcome is Outcome.DONE and decision.node is not None and counts:
+                self._count(counts, decision.node)
+        purged = sum(
+            1
+            for r in results
+            if r.outcome is Outcome.DONE and result_named(r.action).counts is Counted.PURGED
+        )
         if purged:
             self.metrics.pod_purged(purged)
         note = escalation.is_escalation(decision.reasons)
@@ -140,6 +150,16 @@ class Reporter:
             deadline=deadline,
         )
         return decision
+
+    def _count(self, counts: Counted, node: str) -> None:
+        """The node metrics a done write moves (``Result.counts``); the pods purged are
+        counted together, once a decision (``Metrics.pod_purged``)."""
+        if counts is Counted.FENCED:
+            self.metrics.node_fenced(node, self.clock().timestamp())
+        elif counts is Counted.UNFENCED:
+            self.metrics.node_unfenced(node)
+        elif counts is Counted.PROOF_CONTRADICTED:
+            self.metrics.proof_contradicted(node, self.clock().timestamp())
 
     @staticmethod
     def log_decision(decision: Decision, results: list[ActionResult] | None = None) -> None:
@@ -188,11 +208,11 @@ def node_event(
 ) -> tuple[str, str, bool] | None:
     """The Event an operator sees in ``kubectl describe node``; None when nothing happened that
     is worth a line (a repeated alert for a node already handled)."""
-    released = sum(1 for r in results if r.action == "release-volume" and r.outcome is Outcome.DONE)
-    unfenced = any(r.action == "unfence" and r.outcome is Outcome.DONE for r in results)
+    released = _done(results, VOLUME_RELEASED)
+    unfenced = _done(results, UNFENCED) > 0
     failed = [r for r in results if r.outcome is Outcome.FAILED]
     blocked = [r for r in decision.reasons if not r.passed]
-    powered_on = [r for r in results if r.action == "power-on"]
+    powered_on = _named(results, POWER_ON)
     rebooted = f"; power-on sent through its BMC ({powered_on[0].detail})" if powered_on else ""
     contradicted = next((r for r in blocked if r.guard == PROOF_CONTRADICTED), None)
     if contradicted is not None:
@@ -223,7 +243,7 @@ def node_event(
         return ("NodePoweredOn", f"fenced node powered on again{rebooted}", False)
     if unfenced:
         return ("NodeUnfenced", "out-of-service taint removed: " + decision.summary, False)
-    let_go = [r for r in results if r.action == "release" and r.outcome is Outcome.DONE]
+    let_go = [r for r in _named(results, RELEASED) if r.outcome is Outcome.DONE]
     note = escalation.is_escalation(decision.reasons)
     if note is not None and decision.verdict is Verdict.AWAIT_APPROVAL:
         # Said before the failed power step it comes from: a person is asked, with its error.
@@ -257,10 +277,20 @@ def node_event(
 def _purged(purged: int, results: list[ActionResult]) -> str:
     """How many pods went, and by whose hand: since Kubernetes 1.28 the pod garbage collector
     force-deletes the pods of an out-of-service node itself, and often first."""
-    gone = sum(1 for r in results if r.action == "purge" and r.outcome is Outcome.ALREADY)
+    gone = sum(1 for r in _named(results, PURGED) if r.outcome is Outcome.ALREADY)
     if gone:
         return (
             f"{purged} pods purged by nodefence, {gone} already deleted by Kubernetes' pod "
             "garbage collector"
         )
     return f"{purged} pods purged"
+
+
+def _named(results: list[ActionResult], result: Result) -> list[ActionResult]:
+    """The results of that name, each result's name checked against the table on the way (an
+    unknown one fails, never counts as another)."""
+    return [r for r in results if result_named(r.action) is result]
+
+
+def _done(results: list[ActionResult], result: Result) -> int:
+    return sum(1 for r in _named(results, result) if r.outcome is Outcome.DONE)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from nodefence.engine import escalation
+from nodefence.engine.action_kinds import Result
 from nodefence.engine.model import Decision, Facts
 from nodefence.engine.wording import duration, instant
 
@@ -186,11 +187,11 @@ def ephemeral(text: str) -> Json:
     return {"response_type": "ephemeral", "replace_original": False, "text": text}
 
 
-def notice_message(action: str, decision: Decision) -> tuple[str, list[Json]]:
-    node = escape(decision.node or "")
-    if action == "fence":
-        headline = f":no_entry: nodefence fenced node *{node}* (out-of-service taint applied)"
-    else:
-        headline = f":white_check_mark: nodefence unfenced node *{node}* (taint removed)"
+def notice_message(result: Result, decision: Decision) -> tuple[str, list[Json]]:
+    """The notice of a done write: its words are the result's own (``Result.notice``); a result
+    that has none is not one to notify, and asking for it is an error."""
+    if not result.notice:
+        raise ValueError(f"nodefence posts no notice of {result.name!r}")
+    headline = result.notice.format(node=escape(decision.node or ""))
     blocks = [_section(headline), _section("\n".join(reason_lines(decision)))]
     return headline, blocks

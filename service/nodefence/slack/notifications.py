@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 
 from nodefence.actions.executor import ActionResult, Outcome
+from nodefence.engine.action_kinds import result_named
 from nodefence.engine.model import Decision
 from nodefence.slack import messages
 from nodefence.slack.client import ApprovalChannelUnavailableError, SlackClient
@@ -22,13 +23,15 @@ class SlackNotifier:
         self.channel = channel
 
     async def notify(self, decision: Decision, results: list[ActionResult]) -> None:
-        """Post one notice per fence or unfence that was actually written."""
+        """Post one notice per write that was actually done and has words for one (a fence, an
+        unfence: ``Result.notice``)."""
         if decision.node is None:
             return
         for result in results:
-            if result.outcome is not Outcome.DONE or result.action not in ("fence", "unfence"):
+            named = result_named(result.action)
+            if result.outcome is not Outcome.DONE or not named.notice:
                 continue
-            text, blocks = messages.notice_message(result.action, decision)
+            text, blocks = messages.notice_message(named, decision)
             try:
                 await self.slack.post_message(self.channel, text, blocks)
             except ApprovalChannelUnavailableError as exc:
