@@ -15,12 +15,11 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from aiohttp import web
 
 from nodefence.engine.model import Decision
-from nodefence.engine.render import decision_to_dict
+from nodefence.engine.render import DecisionJson, decision_to_dict
 from nodefence.engine.wording import instant
 from nodefence.http.problems import Problem
 from nodefence.observability.metrics import Metrics
@@ -75,7 +74,15 @@ def observe_decisions(
         log.add(made, source)
 
 
-def _entry_json(entry: Logged) -> dict[str, Any]:
+class LoggedDecisionJson(DecisionJson):
+    """A decision as ``GET /decisions`` serves it: when this replica recorded it, and from where
+    (the route, /alerts or /reconcile, or reconcile-loop)."""
+
+    recorded_at: str
+    source: str
+
+
+def _entry_json(entry: Logged) -> LoggedDecisionJson:
     return {
         "recorded_at": instant(entry.recorded_at),
         "source": entry.source,

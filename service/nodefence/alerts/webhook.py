@@ -22,14 +22,19 @@ def _zero_time_is_unset(value: datetime | None) -> datetime | None:
     return value
 
 
+_ZERO_TIME = "Go's zero time (0001-01-01T00:00:00Z) means unset."
+
+
 class WebhookAlert(BaseModel):
+    """One alert of the notification; unknown members are accepted and ignored."""
+
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     status: Literal["firing", "resolved"]
     labels: Labels
     annotations: Labels = Field(default_factory=dict)
-    starts_at: datetime | None = Field(default=None, alias="startsAt")
-    ends_at: datetime | None = Field(default=None, alias="endsAt")
+    starts_at: datetime | None = Field(default=None, alias="startsAt", description=_ZERO_TIME)
+    ends_at: datetime | None = Field(default=None, alias="endsAt", description=_ZERO_TIME)
     generator_url: str = Field(default="", alias="generatorURL")
     fingerprint: str = ""
 
@@ -37,6 +42,9 @@ class WebhookAlert(BaseModel):
 
 
 class WebhookPayload(BaseModel):
+    """An Alertmanager webhook notification, payload version 4. Parsing is lenient about
+    members nodefence does not use and strict about those a decision depends on."""
+
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     version: Literal["4"]

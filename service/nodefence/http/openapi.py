@@ -1,10 +1,13 @@
 """The receiver's OpenAPI 3.1 description, served at ``GET /openapi.json``.
 
-It is written by hand next to the code it describes rather than generated, because what a
-caller needs to know is not in the handlers' signatures: which statuses Alertmanager retries,
-that bad input is answered with problem details, and which routes need credentials. The test
-suite validates it against the OpenAPI schema, checks that every served route is in it, and
-replays it against a running receiver, so it cannot drift from the code unnoticed.
+The bodies' schemas are generated from the types that make them (the webhook payload's pydantic
+model, the ``TypedDict`` of a decision, of each action type in ``engine.action_kinds``, of a
+problem), so a field added to a body is in its description without a second copy. The routes
+are written here, because what a caller needs to know of them is not in the handlers'
+signatures: which statuses Alertmanager retries, that bad input is answered with problem
+details, and which routes need credentials. The test suite validates the document against the
+OpenAPI schema, checks that every served route is in it, and replays it against a running
+receiver.
 """
 
 from __future__ import annotations
@@ -15,15 +18,75 @@ from functools import cache
 from typing import Any
 
 from aiohttp import web
+from pydantic import TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
+from pydantic_core import core_schema
 
+from nodefence.alerts.webhook import WebhookPayload
+from nodefence.decision_log import LoggedDecisionJson
+from nodefence.engine.action_kinds import KINDS
 from nodefence.engine.drivers import power_drivers
-from nodefence.http.problems import PROBLEM_CONTENT_TYPE
+from nodefence.engine.render import DecisionJson
+from nodefence.http.problems import PROBLEM_CONTENT_TYPE, ProblemJson
 from nodefence.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 OPENAPI_PATH = "/openapi.json"
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
-_LABELS_REF = {"$ref": "#/components/schemas/Labels"}
 _SECURED: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]
+_COMPONENT_REF = "#/components/schemas/{model}"
+# The bodies' types, each a component named as here; what they refer to (an alert of the
+# payload, a decision's actions and reasons) becomes a component of its own name.
+_BODIES: dict[str, tuple[Any, JsonSchemaMode]] = {
+    "WebhookPayload": (WebhookPayload, "validation"),
+    "Decision": (DecisionJson, "serialization"),
+    "LoggedDecision": (LoggedDecisionJson, "serialization"),
+    "Problem": (ProblemJson, "serialization"),
+}
+
+
+class _Components(GenerateJsonSchema):
+    """Names a JSON shape after what it is the shape of: ``FenceActionJson`` describes a
+    ``FenceAction`` and is its component."""
+
+    def normalize_name(self, name: str) -> str:
+        return super().normalize_name(name).removesuffix("Json")
+
+    def typed_dict_schema(self, schema: core_schema.TypedDictSchema) -> JsonSchemaValue:
+        generated = super().typed_dict_schema(schema)
+        if "title" in generated:
+            generated["title"] = generated["title"].removesuffix("Json")
+        return generated
+
+
+@cache
+def _components() -> dict[str, Any]:
+    components: dict[str, Any] = {}
+    for name, (body, mode) in _BODIES.items():
+        schema = TypeAdapter(body).json_schema(
+            by_alias=True, ref_template=_COMPONENT_REF, schema_generator=_Components, mode=mode
+        )
+        components.update(schema.pop("$defs", {}))
+        components[name] = schema
+    # A power action names a driver of the registry, whichever drivers this build has.
+    driver = components["PowerAction"]["properties"]["driver"]
+    driver["enum"] = list(power_drivers())
+    return components
+
+
+def _listed(name: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["decisions"],
+        "properties": {
+            "decisions": {"type": "array", "items": {"$ref": _COMPONENT_REF.format(model=name)}}
+        },
+    }
+
+
+# Each action type's schema, under the name of the engine's class.
+ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
+    kind.action.__name__: _components()[kind.action.__name__] for kind in KINDS
+}
 
 
 def _problem(description: str, *, headers: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -59,353 +122,6 @@ _UNAVAILABLE = _problem(
 _DECISIONS = {
     "description": "One decision record per distinct alert event (or per node for reconcile).",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Decisions"}}},
-}
-
-_ALERT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "One alert of the notification; unknown members are accepted and ignored.",
-    "required": ["status", "labels"],
-    "properties": {
-        "status": {"type": "string", "enum": ["firing", "resolved"]},
-        "labels": _LABELS_REF,
-        "annotations": _LABELS_REF,
-        "startsAt": {
-            "type": ["string", "null"],
-            "format": "date-time",
-            "description": "Go's zero time (0001-01-01T00:00:00Z) means unset.",
-        },
-        "endsAt": {
-            "type": ["string", "null"],
-            "format": "date-time",
-            "description": "Go's zero time (0001-01-01T00:00:00Z) means unset.",
-        },
-        "generatorURL": {"type": "string"},
-        "fingerprint": {"type": "string"},
-    },
-    "additionalProperties": True,
-}
-
-_WEBHOOK_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "An Alertmanager webhook notification, payload version 4. Parsing is lenient "
-    "about members nodefence does not use and strict about those a decision depends on.",
-    "required": ["version", "status", "alerts"],
-    "properties": {
-        "version": {"type": "string", "const": "4"},
-        "status": {"type": "string", "enum": ["firing", "resolved"]},
-        "alerts": {"type": "array", "items": {"$ref": "#/components/schemas/WebhookAlert"}},
-        "receiver": {"type": "string"},
-        "groupKey": {"type": "string"},
-        "truncatedAlerts": {"type": "integer", "minimum": 0},
-        "groupLabels": _LABELS_REF,
-        "commonLabels": _LABELS_REF,
-        "commonAnnotations": _LABELS_REF,
-        "externalURL": {"type": "string"},
-    },
-    "additionalProperties": True,
-}
-
-_ANNOTATIONS = {"type": "object", "additionalProperties": {"type": "string"}}
-
-ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
-    "FenceAction": {
-        "type": "object",
-        "required": ["type", "node", "node_uid", "resource_version", "effect", "annotations"],
-        "properties": {
-            "type": {"const": "fence"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "resource_version": {"type": "string"},
-            "effect": {"type": "string", "enum": ["NoExecute", "NoSchedule"]},
-            "annotations": _ANNOTATIONS,
-        },
-    },
-    "PurgePodAction": {
-        "type": "object",
-        "required": ["type", "namespace", "name", "uid", "node", "strip_finalizers"],
-        "properties": {
-            "type": {"const": "purge-pod"},
-            "namespace": {"type": "string"},
-            "name": {"type": "string"},
-            "uid": {"type": "string"},
-            "node": {"type": "string"},
-            "strip_finalizers": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-    "UnfenceAction": {
-        "type": "object",
-        "required": [
-            "type",
-            "node",
-            "node_uid",
-            "resource_version",
-            "annotations",
-            "remove_annotations",
-        ],
-        "properties": {
-            "type": {"const": "unfence"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "resource_version": {"type": "string"},
-            "effect": {"type": "string", "enum": ["NoExecute", "NoSchedule"]},
-            "annotations": _ANNOTATIONS,
-            "remove_annotations": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-    "ClaimAction": {
-        "type": "object",
-        "description": "Take a fence budget slot in the fence record (resourceVersion-checked).",
-        "required": ["type", "node", "record", "record_version", "entry"],
-        "properties": {
-            "type": {"const": "claim"},
-            "node": {"type": "string"},
-            "record": {"type": "string"},
-            "record_version": {"type": "string"},
-            "entry": {"type": "object"},
-        },
-    },
-    "ConfirmAction": {
-        "type": "object",
-        "required": ["type", "node", "node_uid", "proof"],
-        "properties": {
-            "type": {"const": "confirm"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "proof": {"type": "string"},
-        },
-    },
-    "PowerAction": {
-        "type": "object",
-        "required": ["type", "node", "node_uid", "driver", "operation", "send"],
-        "properties": {
-            "type": {"const": "power"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "driver": {"type": "string", "enum": list(power_drivers())},
-            "operation": {"type": "string", "enum": ["off", "on", "status"]},
-            "send": {"type": "boolean"},
-        },
-    },
-    "ReleaseAction": {
-        "type": "object",
-        "required": ["type", "node", "node_uid", "why"],
-        "properties": {
-            "type": {"const": "release"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "why": {"type": "string"},
-        },
-    },
-    "ObserveReadyAction": {
-        "type": "object",
-        "required": ["type", "node", "node_uid", "seen_at"],
-        "properties": {
-            "type": {"const": "observe-ready"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "seen_at": {"type": "string"},
-        },
-    },
-    "ProofContradictedAction": {
-        "type": "object",
-        "description": "Record that the node came back with its fence-time boot ID (its "
-        "power-off proof was false) and hold its taint until a person releases it.",
-        "required": ["type", "node", "node_uid", "boot_id"],
-        "properties": {
-            "type": {"const": "proof-contradicted"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "boot_id": {"type": "string"},
-        },
-    },
-    "ReleaseVolumeAttachmentAction": {
-        "type": "object",
-        "description": "Delete a VolumeAttachment of a node nodefence holds fenced and found "
-        "down, once no pod on it uses a claim, on a cluster that may not detach the volumes of "
-        "an out-of-service node itself (a UID precondition names the one read).",
-        "required": ["type", "node", "node_uid", "name", "persistent_volume", "uid"],
-        "properties": {
-            "type": {"const": "release-volume"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "name": {"type": "string"},
-            "persistent_volume": {"type": "string"},
-            "uid": {"type": "string"},
-        },
-    },
-    "ReleaseFenceAction": {
-        "type": "object",
-        "description": "An operator's release (nodefence release): take exactly nodefence's "
-        "taint and its mirror annotations off the node (preconditioned on its uid and "
-        "resourceVersion), then drop its fence record entry.",
-        "required": [
-            "type",
-            "node",
-            "node_uid",
-            "resource_version",
-            "effect",
-            "remove_annotations",
-            "why",
-            "same_node",
-        ],
-        "properties": {
-            "type": {"const": "release-fence"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "resource_version": {"type": "string"},
-            "effect": {"type": "string"},
-            "remove_annotations": {"type": "array", "items": {"type": "string"}},
-            "why": {"type": "string"},
-            "same_node": {"type": "boolean"},
-        },
-    },
-    "RecordRejectionAction": {
-        "type": "object",
-        "description": "Record in the fence record that a person rejected fencing this "
-        "incident of the node (it holds for that outage), and show it on the node.",
-        "required": [
-            "type",
-            "node",
-            "node_uid",
-            "fingerprint",
-            "not_ready_since",
-            "said",
-            "expires",
-        ],
-        "properties": {
-            "type": {"const": "record-rejection"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "fingerprint": {"type": "string"},
-            "not_ready_since": {"type": "string"},
-            "said": {"type": "string"},
-            "expires": {"type": "string"},
-        },
-    },
-    "WithdrawQuestionAction": {
-        "type": "object",
-        "description": "Forget an answered approval question that did not lead to a fence, so "
-        "the next alert that reaches approval asks afresh.",
-        "required": ["type", "node", "node_uid", "fingerprint"],
-        "properties": {
-            "type": {"const": "withdraw-question"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "fingerprint": {"type": "string"},
-        },
-    },
-    "AskApprovalAction": {
-        "type": "object",
-        "description": "Ask a person in Slack whether to fence this incident of the node (the "
-        "fence record holds no open question about it).",
-        "required": ["type", "node", "node_uid", "fingerprint", "not_ready_since"],
-        "properties": {
-            "type": {"const": "ask-approval"},
-            "node": {"type": "string"},
-            "node_uid": {"type": "string"},
-            "fingerprint": {"type": "string"},
-            "not_ready_since": {"type": "string"},
-            "subject": {
-                "type": "string",
-                "description": "The failed power step the question asks a person to overrule "
-                "(empty for a rule that asks before every fence); an approval stands in for "
-                "that failure only.",
-            },
-        },
-    },
-}
-
-_DECISION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": [
-        "verdict",
-        "node",
-        "alertname",
-        "fingerprint",
-        "status",
-        "rule",
-        "dry_run",
-        "decided_at",
-        "summary",
-        "reasons",
-        "actions",
-        "results",
-    ],
-    "properties": {
-        "verdict": {
-            "type": "string",
-            "enum": ["fence", "purge", "unfence", "await-approval", "deferred", "noop", "skip"],
-        },
-        "node": {"type": ["string", "null"]},
-        "alertname": {"type": "string"},
-        "fingerprint": {"type": "string"},
-        "status": {"type": "string"},
-        "rule": {"type": ["string", "null"]},
-        "dry_run": {"type": "boolean"},
-        "decided_at": {"type": ["string", "null"]},
-        "summary": {"type": "string", "description": "The headline: first blocking reason."},
-        "reasons": {
-            "type": "array",
-            "description": "Every guard that passed or blocked, worded for a person.",
-            "items": {
-                "type": "object",
-                "required": ["guard", "passed", "message"],
-                "properties": {
-                    "guard": {"type": "string"},
-                    "passed": {"type": "boolean"},
-                    "message": {"type": "string"},
-                },
-            },
-        },
-        "actions": {
-            "type": "array",
-            "items": {
-                "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in ACTION_SCHEMAS]
-            },
-        },
-        "results": {
-            "type": "array",
-            "description": "What each write did: done, already, conflict, skipped or failed.",
-            "items": {
-                "type": "object",
-                "required": ["action", "target", "outcome", "detail"],
-                "properties": {
-                    "action": {"type": "string"},
-                    "target": {"type": "string"},
-                    "outcome": {
-                        "type": "string",
-                        "enum": ["done", "already", "conflict", "skipped", "failed"],
-                    },
-                    "detail": {"type": "string"},
-                },
-            },
-        },
-    },
-}
-
-_PROBLEM_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "RFC 9457 problem details.",
-    "required": ["type", "title", "status"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "errors": {
-            "type": "array",
-            "description": "Each schema violation of the request body (422 only).",
-            "items": {
-                "type": "object",
-                "required": ["pointer", "path", "detail"],
-                "properties": {
-                    "pointer": {"type": "string"},
-                    "path": {"type": "string"},
-                    "detail": {"type": "string"},
-                },
-            },
-        },
-    },
 }
 
 
@@ -604,46 +320,10 @@ def _document_bytes() -> bytes:
 
 
 def _build() -> dict[str, Any]:
-    schemas: dict[str, Any] = {
-        "Labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "WebhookAlert": _ALERT_SCHEMA,
-        "WebhookPayload": _WEBHOOK_SCHEMA,
-        "Decisions": {
-            "type": "object",
-            "required": ["decisions"],
-            "properties": {
-                "decisions": {"type": "array", "items": {"$ref": "#/components/schemas/Decision"}}
-            },
-        },
-        "Decision": _DECISION_SCHEMA,
-        "LoggedDecisions": {
-            "type": "object",
-            "required": ["decisions"],
-            "properties": {
-                "decisions": {
-                    "type": "array",
-                    "items": {
-                        "allOf": [
-                            {"$ref": "#/components/schemas/Decision"},
-                            {
-                                "type": "object",
-                                "required": ["recorded_at", "source"],
-                                "properties": {
-                                    "recorded_at": {"type": "string", "format": "date-time"},
-                                    "source": {
-                                        "type": "string",
-                                        "description": "The route (/alerts, /reconcile) or "
-                                        "reconcile-loop.",
-                                    },
-                                },
-                            },
-                        ]
-                    },
-                }
-            },
-        },
-        **ACTION_SCHEMAS,
-        "Problem": _PROBLEM_SCHEMA,
+    schemas = {
+        **_components(),
+        "Decisions": _listed("Decision"),
+        "LoggedDecisions": _listed("LoggedDecision"),
     }
     return {
         "openapi": "3.1.0",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import NotRequired
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 from pydantic import ValidationError
+from typing_extensions import TypedDict
 
 from nodefence.observability.logging import get_logger
 
@@ -26,6 +27,25 @@ TYPE_PREFIX = "urn:nodefence:problem:"
 _KEPT_HEADERS = ("Allow", "WWW-Authenticate", "Retry-After", "Location")
 
 log = get_logger("nodefence.http")
+
+
+class ProblemErrorJson(TypedDict):
+    """One schema violation of the request body."""
+
+    pointer: str
+    path: str
+    detail: str
+
+
+class ProblemJson(TypedDict):
+    """RFC 9457 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: NotRequired[str]
+    # Each schema violation of the request body (422 only).
+    errors: NotRequired[list[ProblemErrorJson]]
 
 
 class Problem(Exception):
@@ -38,7 +58,7 @@ class Problem(Exception):
         kind: str | None = None,
         title: str | None = None,
         detail: str | None = None,
-        errors: Sequence[Mapping[str, str]] | None = None,
+        errors: Sequence[ProblemErrorJson] | None = None,
         headers: Mapping[str, str] | None = None,
         close_connection: bool = False,
     ) -> None:
@@ -54,7 +74,7 @@ class Problem(Exception):
         self.close_connection = close_connection
 
     def to_response(self) -> web.Response:
-        body: dict[str, Any] = {
+        body: ProblemJson = {
             "type": TYPE_PREFIX + self.kind if self.kind else "about:blank",
             "title": self.title,
             "status": self.status,
@@ -94,7 +114,7 @@ def json_path(location: Sequence[int | str]) -> str:
 
 def validation_problem(exc: ValidationError, *, detail: str) -> Problem:
     """A 422 listing every schema violation with where in the body it is."""
-    errors = [
+    errors: list[ProblemErrorJson] = [
         {
             "pointer": json_pointer(error["loc"]),
             "path": json_path(error["loc"]),
