@@ -16,6 +16,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nodefence.engine.action_kinds import (
+    FENCED,
+    NODE_RELEASED,
+    PURGED,
+    UNFENCED,
+    VOLUME_RELEASED,
+)
 from nodefence.engine.model import (
     OUT_OF_SERVICE_KEY,
     OUT_OF_SERVICE_VALUE,
@@ -179,10 +186,12 @@ class Executor:
         return Written(ActionResult(kind, name, Outcome.DONE), reply.server_time, reply.body)
 
     async def fence(self, node: Json, action: FenceAction, deadline: Deadline) -> Written:
-        return await self._put_node("fence", action.node, fence_body(node, action), deadline)
+        return await self._put_node(FENCED.name, action.node, fence_body(node, action), deadline)
 
     async def unfence(self, node: Json, action: UnfenceAction, deadline: Deadline) -> Written:
-        return await self._put_node("unfence", action.node, unfence_body(node, action), deadline)
+        return await self._put_node(
+            UNFENCED.name, action.node, unfence_body(node, action), deadline
+        )
 
     async def release_node(
         self, node: Json, action: ReleaseFenceAction, deadline: Deadline
@@ -193,9 +202,9 @@ class Executor:
             await self.kube.patch_node_json(action.node, release_patch(node, action), deadline)
         except KubeError as exc:
             if exc.status in (404, 409, 422):
-                return ActionResult("release-node", action.node, Outcome.CONFLICT, str(exc))
-            return ActionResult("release-node", action.node, Outcome.FAILED, str(exc))
-        return ActionResult("release-node", action.node, Outcome.DONE)
+                return ActionResult(NODE_RELEASED.name, action.node, Outcome.CONFLICT, str(exc))
+            return ActionResult(NODE_RELEASED.name, action.node, Outcome.FAILED, str(exc))
+        return ActionResult(NODE_RELEASED.name, action.node, Outcome.DONE)
 
     async def purge_pod(self, action: PurgePodAction, deadline: Deadline) -> ActionResult:
         target = f"{action.namespace}/{action.name}"
@@ -205,20 +214,23 @@ class Executor:
             )
         except KubeError as exc:
             if exc.status == 404:
-                return ActionResult("purge", target, Outcome.ALREADY, "pod already gone")
+                return ActionResult(PURGED.name, target, Outcome.ALREADY, "pod already gone")
             if exc.status == 409:
                 return ActionResult(
-                    "purge", target, Outcome.SKIPPED, "pod was replaced (UID changed); untouched"
+                    PURGED.name,
+                    target,
+                    Outcome.SKIPPED,
+                    "pod was replaced (UID changed); untouched",
                 )
-            return ActionResult("purge", target, Outcome.FAILED, str(exc))
+            return ActionResult(PURGED.name, target, Outcome.FAILED, str(exc))
         meta = remaining.get("metadata", {}) if remaining.get("kind") == "Pod" else {}
         held_by = list(meta.get("finalizers") or [])
         if not held_by:
-            return ActionResult("purge", target, Outcome.DONE, "deleted with grace 0")
+            return ActionResult(PURGED.name, target, Outcome.DONE, "deleted with grace 0")
         strip = [f for f in held_by if f in action.strip_finalizers]
         if not strip:
             return ActionResult(
-                "purge",
+                PURGED.name,
                 target,
                 Outcome.DONE,
                 f"deleted; finalizers {', '.join(held_by)} keep it (not allowed to strip)",
@@ -249,30 +261,30 @@ class Executor:
             await self.kube.patch_pod_json(action.namespace, action.name, ops, deadline)
         except KubeError as exc:
             if exc.status == 404:
-                return ActionResult("purge", target, Outcome.DONE, "deleted")
+                return ActionResult(PURGED.name, target, Outcome.DONE, "deleted")
             if exc.is_conflict or exc.status == 422:
-                return ActionResult("purge", target, Outcome.CONFLICT, str(exc))
-            return ActionResult("purge", target, Outcome.FAILED, str(exc))
+                return ActionResult(PURGED.name, target, Outcome.CONFLICT, str(exc))
+            return ActionResult(PURGED.name, target, Outcome.FAILED, str(exc))
         detail = f"deleted; stripped finalizers {', '.join(strip)}"
         if keep:
             detail += f"; {', '.join(keep)} still hold it"
-        return ActionResult("purge", target, Outcome.DONE, detail)
+        return ActionResult(PURGED.name, target, Outcome.DONE, detail)
 
     async def release_volume(self, name: str, uid: str, deadline: Deadline) -> ActionResult:
         try:
             await self.kube.delete_volume_attachment(name, uid, deadline)
         except KubeError as exc:
             if exc.status == 404:
-                return ActionResult("release-volume", name, Outcome.ALREADY, "already gone")
+                return ActionResult(VOLUME_RELEASED.name, name, Outcome.ALREADY, "already gone")
             if exc.status == 409:
                 return ActionResult(
-                    "release-volume",
+                    VOLUME_RELEASED.name,
                     name,
                     Outcome.SKIPPED,
                     "VolumeAttachment was replaced (UID changed); untouched",
                 )
-            return ActionResult("release-volume", name, Outcome.FAILED, str(exc))
-        return ActionResult("release-volume", name, Outcome.DONE, "VolumeAttachment deleted")
+            return ActionResult(VOLUME_RELEASED.name, name, Outcome.FAILED, str(exc))
+        return ActionResult(VOLUME_RELEASED.name, name, Outcome.DONE, "VolumeAttachment deleted")
 
     async def purge(self, actions: list[PurgePodAction], deadline: Deadline) -> list[ActionResult]:
         """Bounded concurrency: a thousand stuck pods must not become a thousand open sockets."""

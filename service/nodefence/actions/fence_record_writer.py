@@ -16,6 +16,13 @@ from datetime import UTC, datetime
 
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine import record as fence_record
+from nodefence.engine.action_kinds import (
+    CLAIMED,
+    CONFIRMED,
+    CONTRADICTED,
+    RELEASED,
+    SEEN_READY,
+)
 from nodefence.engine.model import (
     ClaimAction,
     ConfirmAction,
@@ -108,9 +115,11 @@ class FenceRecordWriter:
             await self._write(data, action.record_version, deadline, metadata)
         except KubeError as exc:
             if exc.status == 409:
-                return ActionResult("claim", node, Outcome.CONFLICT, "the fence record changed")
-            return ActionResult("claim", node, Outcome.FAILED, str(exc))
-        return ActionResult("claim", node, Outcome.DONE, f"budget slot claimed ({token})")
+                return ActionResult(
+                    CLAIMED.name, node, Outcome.CONFLICT, "the fence record changed"
+                )
+            return ActionResult(CLAIMED.name, node, Outcome.FAILED, str(exc))
+        return ActionResult(CLAIMED.name, node, Outcome.DONE, f"budget slot claimed ({token})")
 
     async def _change(
         self,
@@ -228,7 +237,7 @@ class FenceRecordWriter:
 
         claim = action.claimed_by or token
         return await self._change(
-            "confirm", action.node, action.node_uid, fenced, deadline, claimed_by=claim
+            CONFIRMED.name, action.node, action.node_uid, fenced, deadline, claimed_by=claim
         )
 
     async def release(self, action: ReleaseAction, deadline: Deadline) -> ActionResult:
@@ -239,7 +248,7 @@ class FenceRecordWriter:
             return fence_record.prune_releases(dropped, now, self.keep_releases_seconds)
 
         result = await self._change(
-            "release",
+            RELEASED.name,
             action.node,
             action.node_uid,
             released,
@@ -362,9 +371,7 @@ class FenceRecordWriter:
                 record, dataclasses.replace(entry, proof_contradicted_at=now)
             )
 
-        result = await self._change(
-            "proof-contradicted", action.node, action.node_uid, held, deadline
-        )
+        result = await self._change(CONTRADICTED.name, action.node, action.node_uid, held, deadline)
         why = f"back with boot ID {action.boot_id}, the one it had when fenced"
         return dataclasses.replace(result, detail=result.detail or why)
 
@@ -375,4 +382,4 @@ class FenceRecordWriter:
             )
             return fence_record.with_entry(record, observed)
 
-        return await self._change("observe-ready", action.node, action.node_uid, seen, deadline)
+        return await self._change(SEEN_READY.name, action.node, action.node_uid, seen, deadline)

@@ -26,6 +26,7 @@ from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import approval_request, mirror
 from nodefence.engine import record as fence_record
+from nodefence.engine.action_kinds import ASKED, REJECTION_WRITTEN, WITHDRAWAL_WRITTEN
 from nodefence.engine.approval_ask import question_open
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.model import (
@@ -86,7 +87,7 @@ class SlackApprovals:
         facts = snapshot.facts
         name, incident = action.node, action.incident
         if snapshot.node is None:
-            return ActionResult("ask-approval", name, Outcome.SKIPPED, "the node was not read")
+            return ActionResult(ASKED.name, name, Outcome.SKIPPED, "the node was not read")
         now = self.clock()
         asked = ApprovalRequest(
             node=name,
@@ -114,9 +115,7 @@ class SlackApprovals:
             )
         if claimed.outcome is not Outcome.DONE:
             self._waiting(name, previous, now)
-            return ActionResult(
-                "ask-approval", name, Outcome.SKIPPED, "the question is already out"
-            )
+            return ActionResult(ASKED.name, name, Outcome.SKIPPED, "the question is already out")
         await self._show(name, snapshot.node, approval_request.mirror_text(asked), deadline)
         expires = asked.expires_at or now
         text, blocks = messages.request_message(
@@ -152,7 +151,7 @@ class SlackApprovals:
             self.metrics.approval_waiting(name, 0.0)
         if previous is not None and previous.posted:
             await self._mark_expired(name, previous.channel, previous.ts)
-        return ActionResult("ask-approval", name, Outcome.DONE, f"asked in {posted.channel}")
+        return ActionResult(ASKED.name, name, Outcome.DONE, f"asked in {posted.channel}")
 
     def _value(
         self, decision: Decision, incident: Incident, action: tokens.Action, expires: datetime
@@ -243,7 +242,9 @@ class SlackApprovals:
             )
             return fence_record.with_approval(record, answered)
 
-        written = await self.records.approval_request("approval-reject", name, reject, deadline)
+        written = await self.records.approval_request(
+            REJECTION_WRITTEN.name, name, reject, deadline
+        )
         if written.outcome is Outcome.DONE and node is not None:
             await self._show(name, node, action.said, deadline)
         if self.metrics is not None:
@@ -272,7 +273,9 @@ class SlackApprovals:
             gone.append(current)
             return fence_record.without_approval(record, name)
 
-        written = await self.records.approval_request("approval-withdraw", name, forget, deadline)
+        written = await self.records.approval_request(
+            WITHDRAWAL_WRITTEN.name, name, forget, deadline
+        )
         if written.outcome is Outcome.DONE and gone:
             text = approval_request.mirror_text(gone[-1])
             await self._unshow(name, action.node_uid, text, deadline)
