@@ -4,6 +4,7 @@ result name nodefence does not know fails instead of being counted or noticed as
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -11,10 +12,11 @@ import pytest
 
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.engine.action_kinds import UNDONE, UnknownActionError, result_named
-from nodefence.engine.model import Decision, Reason, Verdict
+from nodefence.engine.model import Action, Decision, Reason, Verdict
 from nodefence.kube.client import Deadline
 from nodefence.kube.events import EventRecorder
 from nodefence.observability.metrics import Metrics
+from nodefence.shell.commit import handler_for
 from nodefence.shell.report import Reporter
 from nodefence.slack import messages
 from nodefence.slack.client import SlackClient
@@ -95,3 +97,12 @@ async def test_only_a_result_with_words_for_one_is_noticed() -> None:
         await notifier.notify(DECISION, [ActionResult("unfenced", "worker1", Outcome.DONE)])
     with pytest.raises(ValueError, match="undo-fence"):
         messages.notice_message(result_named(UNDONE.name), DECISION)
+
+
+def test_an_unknown_action_is_not_committed() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class UnheardOfAction:
+        node: str
+
+    with pytest.raises(UnknownActionError, match="UnheardOfAction"):
+        handler_for(cast(Action, UnheardOfAction("worker1")))

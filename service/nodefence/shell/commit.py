@@ -22,7 +22,13 @@ from nodefence.actions.executor import ActionResult, Executor, Outcome, taint_wr
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
-from nodefence.engine.action_kinds import ASKED, REJECTION, UNDONE, WITHDRAWAL
+from nodefence.engine.action_kinds import (
+    ASKED,
+    REJECTION,
+    UNDONE,
+    WITHDRAWAL,
+    UnknownActionError,
+)
 from nodefence.engine.model import (
     Action,
     AskApprovalAction,
@@ -292,5 +298,5 @@ HANDLERS: dict[type[Any], Handler] = {
 def handler_for(action: Action) -> Handler:
     handler = HANDLERS.get(type(action))
     if handler is None:
-        raise TypeError(f"nodefence has no commit handler for {type(action).__name__}")
+        raise UnknownActionError(f"nodefence has no commit handler for {type(action).__name__}")
     return handler
