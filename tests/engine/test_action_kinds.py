@@ -59,11 +59,17 @@ def test_every_result_name_belongs_to_one_type() -> None:
     named = [result.name for kind in KINDS for result in kind.results]
     assert len(set(named)) == len(named)
     assert all(kind.results for kind in KINDS)
-    # The names a decision's results and the actions metric have always shown.
-    assert action_kinds.kind_of_result("purge").name == "purge-pod"
-    assert {action_kinds.kind_of_result(n).name for n in ("power-off", "power-on")} == {"power"}
-    assert action_kinds.kind_of_result("undo-fence").name == "unfence"
-    assert action_kinds.kind_of_result("release-node").name == "release-fence"
+    # The names a decision's results and the actions metric have always shown, each with the
+    # type whose writes it names.
+    type_of = {result.name: kind.name for kind in KINDS for result in kind.results}
+    assert type_of["purge"] == "purge-pod"
+    assert type_of["power-off"] == type_of["power-on"] == "power"
+    assert type_of["undo-fence"] == "unfence"
+    assert type_of["release-node"] == "release-fence"
+
+
+def test_the_json_shapes_are_the_table_s() -> None:
+    assert set(typing.get_args(action_kinds.ActionJson)) == {kind.wire for kind in KINDS}
 
 
 def test_a_result_moves_its_own_metric_and_only_a_fence_or_unfence_is_noticed() -> None:
@@ -92,5 +98,6 @@ def test_an_unknown_action_raises_everywhere_it_is_told() -> None:
 def test_an_unknown_result_name_raises() -> None:
     with pytest.raises(UnknownActionError, match="unfenced"):
         result_named("unfenced")
+    # A type's name is not a result's: a purge-pod action's results are named purge.
     with pytest.raises(UnknownActionError):
-        action_kinds.kind_of_result("purge-pod")
+        result_named("purge-pod")

@@ -573,9 +573,7 @@ KINDS: tuple[ActionKind[Any], ...] = (
 )
 
 _BY_CLASS: dict[type[Any], ActionKind[Any]] = {kind.action: kind for kind in KINDS}
-_BY_RESULT: dict[str, tuple[ActionKind[Any], Result]] = {
-    result.name: (kind, result) for kind in KINDS for result in kind.results
-}
+_BY_RESULT: dict[str, Result] = {result.name: result for kind in KINDS for result in kind.results}
 
 
 def kind_of(action: Action) -> ActionKind[Any]:
@@ -590,13 +588,7 @@ def result_named(name: str) -> Result:
     found = _BY_RESULT.get(name)
     if found is None:
         raise UnknownActionError(f"nodefence has no action result {name!r}")
-    return found[1]
-
-
-def kind_of_result(name: str) -> ActionKind[Any]:
-    """The action type whose writes a result of that name comes from."""
-    result_named(name)
-    return _BY_RESULT[name][0]
+    return found
 
 
 def to_json(action: Action) -> dict[str, Any]:

@@ -58,18 +58,32 @@ class _Components(GenerateJsonSchema):
         return generated
 
 
+def _generated(body: Any, mode: JsonSchemaMode) -> dict[str, Any]:
+    return TypeAdapter(body).json_schema(
+        by_alias=True, ref_template=_COMPONENT_REF, schema_generator=_Components, mode=mode
+    )
+
+
+def _action_schemas() -> dict[str, dict[str, Any]]:
+    """Each action type's schema, from its JSON shape in ``engine.action_kinds``, under the
+    name of the engine's class (the name a decision's actions refer to it by)."""
+    schemas = {kind.action.__name__: _generated(kind.wire, "serialization") for kind in KINDS}
+    # A power action names a driver of the table, whichever drivers this build has.
+    schemas["PowerAction"]["properties"]["driver"]["enum"] = list(power_drivers())
+    return schemas
+
+
+ACTION_SCHEMAS = _action_schemas()
+
+
 @cache
 def _components() -> dict[str, Any]:
     components: dict[str, Any] = {}
     for name, (body, mode) in _BODIES.items():
-        schema = TypeAdapter(body).json_schema(
-            by_alias=True, ref_template=_COMPONENT_REF, schema_generator=_Components, mode=mode
-        )
+        schema = _generated(body, mode)
         components.update(schema.pop("$defs", {}))
         components[name] = schema
-    # A power action names a driver of the registry, whichever drivers this build has.
-    driver = components["PowerAction"]["properties"]["driver"]
-    driver["enum"] = list(power_drivers())
+    components.update(ACTION_SCHEMAS)
     return components
 
 
@@ -81,12 +95,6 @@ def _listed(name: str) -> dict[str, Any]:
             "decisions": {"type": "array", "items": {"$ref": _COMPONENT_REF.format(model=name)}}
         },
     }
-
-
-# Each action type's schema, under the name of the engine's class.
-ACTION_SCHEMAS: dict[str, dict[str, Any]] = {
-    kind.action.__name__: _components()[kind.action.__name__] for kind in KINDS
-}
 
 
 def _problem(description: str, *, headers: dict[str, Any] | None = None) -> dict[str, Any]:
