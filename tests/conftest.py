@@ -8,7 +8,13 @@ hide that the safety they check was never exercised there; so the end of every r
 reason with the test files it skipped, and how to get the tool (``.ci/run`` installs them all).
 
 The real control plane (``tests/real_backend.py``) is registered here, at the top, so that one
-session-wide ``real_backend`` serves every tier that runs against it.
+session-wide ``real_backend`` serves every tier that runs against it; so are the tiers
+(``tests/tiers.py``), the markers ``make test-unit`` and ``make test`` select by.
+
+``make test`` runs the suite on parallel workers (pytest-xdist), each a process of its own: the
+summary is written by the process that collects their reports, the ports the tests pick for
+their servers are claimed in one directory of the run (``bench.processes.free_port``), and
+Hypothesis judges no property by how long an example took on a machine busy with the others.
 """
 
 from __future__ import annotations
@@ -18,12 +24,34 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
+from bench.processes import PORT_CLAIMS
+from hypothesis import HealthCheck, settings
 
 from nodefence.observability.logging import reset_logging
 
-pytest_plugins = ["tests.real_backend"]
+pytest_plugins = ["tests.real_backend", "tests.tiers"]
 
 INSTALL_HINT = "as root, bash .ci/run installs every tool these suites need"
+
+# What a property checks is the answer, never the time an example took: a deadline or a slow
+# generation would fail a correct test on a machine busy with other workers.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def port_claims(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """One directory of claimed ports for the whole run: a parallel worker's temporary directory
+    is a folder of the run's, so every worker of a run claims in the same place."""
+    base = tmp_path_factory.getbasetemp()
+    run = base.parent if hasattr(pytestconfig, "workerinput") else base
+    claims = run / "port-claims"
+    claims.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PORT_CLAIMS, str(claims))
+        yield
 
 
 @pytest.fixture

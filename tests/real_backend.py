@@ -3,6 +3,10 @@ session (the seed scenario on a real kube-apiserver, controller-manager and sche
 nodes), shared by every tier that asks for ``real_backend`` (the realcluster tests and the
 simulator's conformance tests run against it), so a session starts it at most once.
 
+It is heavy (etcd, three control-plane components, five kwoks): ``make test`` runs the tests
+that need it after the others, in one process; on a parallel worker the fixture fails instead of
+starting one control plane a worker.
+
 Without the control plane's binary (``make controlplane``; ``make test`` builds it and sets
 ``NODEFENCE_CONTROLPLANE``) the tests marked ``realcluster`` are skipped on a workstation; under
 CI they fail instead, because a skipped tier there would hide that nothing met a real API server.
@@ -78,8 +82,19 @@ class RealBackend:
         return next((c.status for c in conditions if c.type == "Ready"), None)
 
 
+# Each of pytest-xdist's workers is a session of its own, and would start a control plane.
+PARALLEL = (
+    "the real control plane runs once a session, on its own: run the realcluster tier without -n "
+    "(make test runs it after the parallel tiers)"
+)
+
+
 @pytest.fixture(scope="session")
-def real_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBackend]:
+def real_backend(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealBackend]:
+    if hasattr(pytestconfig, "workerinput"):
+        pytest.fail(PARALLEL)
     if _binary() is None:
         pytest.fail(MISSING)
     workdir = tmp_path_factory.mktemp("realcluster")

@@ -8,7 +8,8 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+REPO = Path(__file__).resolve().parents[2]
+CONFTEST = REPO / "tests" / "conftest.py"
 
 
 @pytest.fixture
@@ -56,3 +57,38 @@ def test_no_section_when_nothing_skipped(project: pytest.Pytester) -> None:
     result = project.runpytest("-q")
     result.assert_outcomes(passed=1)
     assert "skipped suites" not in result.stdout.str()
+
+
+def test_summary_is_written_when_parallel_workers_run_the_tests(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make test`` runs the suite on pytest-xdist's workers: the process that gathers their
+    reports still lists what they skipped."""
+    project.makepyfile(
+        test_rules="""
+        import pytest
+
+        @pytest.mark.skipif(True, reason="promtool is not installed")
+        def test_a(): pass
+
+        def test_b(): pass
+        """,
+        test_clock="""
+        import pytest
+
+        def test_c():
+            pytest.skip("needs faketime (Debian package faketime)")
+        """,
+    )
+    # The suite's conftest imports the checkout's tests package.
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    result = project.runpytest_subprocess("-q", "-n", "2", "-p", "xdist")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*skipped suites*",
+            "1 skipped: needs faketime (Debian package faketime) (test_clock.py)",
+            "1 skipped: promtool is not installed (test_rules.py)",
+            "*bash .ci/run installs every tool*",
+        ]
+    )
