@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -58,11 +59,12 @@ def queries(board: dict[str, Any]) -> list[str]:
     return found
 
 
-@pytest.fixture
-async def exposed() -> set[str]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def exposed() -> frozenset[str]:
     """Every series name a live receiver exposes, served as ``nodefence serve`` serves it (the
     real pipeline against the simulator, its reconcile loop and fencing probe included),
-    including metrics that have no sample yet (their HELP and TYPE lines)."""
+    including metrics that have no sample yet (their HELP and TYPE lines). Read once for the
+    module: its tests only read the names."""
     async with (
         running_simulator(Simulation.from_scenario("seed")) as cluster,
         serving(cluster, interval=3600) as receiver,
@@ -72,16 +74,16 @@ async def exposed() -> set[str]:
     names: set[str] = set()
     for family in text_string_to_metric_families(text):
         names.update(family.name + suffix for suffix in SERIES[family.type])
-    return names
+    return frozenset(names)
 
 
-def test_every_dashboard_metric_is_exposed_by_the_receiver(exposed: set[str]) -> None:
+def test_every_dashboard_metric_is_exposed_by_the_receiver(exposed: frozenset[str]) -> None:
     used = {name for query in queries(dashboard()) for name in METRIC.findall(query)}
     assert used, "the dashboard queries no nodefence metric"
     assert used - exposed == set(), "queried but not exposed"
 
 
-def test_every_alert_rule_metric_is_exposed_by_the_receiver(exposed: set[str]) -> None:
+def test_every_alert_rule_metric_is_exposed_by_the_receiver(exposed: frozenset[str]) -> None:
     rules = yaml.safe_load(RULES.read_text())
     used = {
         name
@@ -92,7 +94,7 @@ def test_every_alert_rule_metric_is_exposed_by_the_receiver(exposed: set[str]) -
     assert used - exposed == set(), "alerted on but not exposed"
 
 
-def test_the_check_catches_a_renamed_metric(exposed: set[str]) -> None:
+def test_the_check_catches_a_renamed_metric(exposed: frozenset[str]) -> None:
     renamed = json.loads(
         DASHBOARD.read_text().replace("nodefence_refusals_total", "nodefence_refused_total")
     )

@@ -172,14 +172,16 @@ SETUPS = {
 }
 
 
-@pytest.fixture(params=sorted(SETUPS))
+# Once a setup for the module: its tests only read the two renderings.
+@pytest.fixture(scope="module", params=sorted(SETUPS))
 def both(
-    request: pytest.FixtureRequest, helm_home: Path, tmp_path: Path
+    request: pytest.FixtureRequest, helm_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[dict[tuple[str, str], Obj], dict[tuple[str, str], Obj]]:
     args, resources, components = SETUPS[request.param]
     for path in resources + components:
         assert (DEPLOY / path).is_dir(), f"deploy/{path} is gone: update SETUPS"
-    theirs = by_key(render_kustomization(tmp_path, resources, components))
+    overlay = tmp_path_factory.mktemp("overlay")
+    theirs = by_key(render_kustomization(overlay, resources, components))
     ours = by_key(chart(helm_home, *args))
     return ours, theirs
 
