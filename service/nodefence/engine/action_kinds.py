@@ -53,10 +53,11 @@ class UnknownActionError(TypeError):
 class Counted(StrEnum):
     """What a done write of a result moves besides ``nodefence_actions_total``."""
 
-    FENCED = "fenced"  # nodefence_fenced_nodes
-    UNFENCED = "unfenced"  # nodefence_fenced_nodes (the node's series goes)
+    FENCED = "fenced"  # nodefence_fenced_timestamp_seconds{node}
+    UNFENCED = "unfenced"  # nodefence_fenced_timestamp_seconds{node} goes
     PURGED = "purged"  # nodefence_pods_purged_total
-    PROOF_CONTRADICTED = "proof-contradicted"  # nodefence_proofs_contradicted_total
+    # nodefence_proof_contradicted_total{node} and nodefence_proof_contradicted_timestamp_seconds
+    PROOF_CONTRADICTED = "proof-contradicted"
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,12 @@ CONTRADICTED = Result("proof-contradicted", Counted.PROOF_CONTRADICTED)
 ASKED = Result("ask-approval")
 VOLUME_RELEASED = Result("release-volume")
 NODE_RELEASED = Result("release-node")
-REJECTION = Result("record-rejection")
+# An answer's record writes go by the record's word for them; without an approval channel to
+# write through, by the action's own.
 REJECTION_WRITTEN = Result("approval-reject")
-WITHDRAWAL = Result("withdraw-question")
+REJECTION = Result("record-rejection")
 WITHDRAWAL_WRITTEN = Result("approval-withdraw")
+WITHDRAWAL = Result("withdraw-question")
 
 
 class FenceActionJson(TypedDict):
