@@ -9,8 +9,8 @@ from http_support import load_payload
 from pydantic import ValidationError
 
 from nodefence.alerts.events import extract_events, label_fingerprint
-from nodefence.engine.alerts import host_of_instance
 from nodefence.alerts.webhook import WebhookPayload
+from nodefence.engine.alerts import host_of_instance
 from nodefence.engine.model import AlertStatus
 
 NAMES = ("KubeNodeNotReady",)
