@@ -26,13 +26,15 @@ TEST_PATH = PATH="$(CURDIR)/$(BIN):$$PATH"
 TEST_ENV = NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) $(TEST_PATH)
 # Every tier but realcluster on parallel workers, a test file to a worker (its module fixtures
 # built once); the tests wait on processes and sockets more than they compute, so more workers
-# than cores pays. Then the realcluster tier alone, on the one real control plane the session
-# starts: heavy, and shared by its tests. Both run even if the first fails; make fails if either did.
+# than cores pays. Then, in one process, the tests marked serial (a deadline they set must not
+# be spent waiting for a core) and the realcluster tier, last, on the one real control plane the
+# session starts: heavy, and shared by its tests. Both passes run even if the first fails; make
+# fails if either did.
 TEST_WORKERS ?= 4
 test: venv controlplane helm
 	status=0; \
-	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not realcluster' || status=$$?; \
-	$(TEST_ENV) $(BIN)/pytest -q -m realcluster || status=$$?; \
+	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not realcluster and not serial' || status=$$?; \
+	$(TEST_ENV) $(BIN)/pytest -q -m 'serial or realcluster' || status=$$?; \
 	exit $$status
 
 # The unit tier (tests/tiers.py): the engine, the shell and the HTTP receiver, in under a minute

@@ -14,8 +14,11 @@ A test belongs to exactly one tier:
   tests marked ``realcluster`` (the ``real`` backend of the simulator's conformance tests among
   them) and any test that asks for ``real_backend``, wherever it lives.
 
-The markers are registered in ``pyproject.toml``. A folder that is not listed here stops the
-collection, so that no test runs in no tier.
+Across the tiers, a test marked ``serial`` depends on how long a request takes (a deadline it
+sets): ``make test`` runs it not on the parallel workers but after them, alone, before the
+``realcluster`` tier, whose tests every run puts last. The markers are registered in
+``pyproject.toml``. A folder that is not listed here stops the collection, so that no test runs
+in no tier.
 """
 
 from __future__ import annotations
@@ -85,3 +88,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = tier_of(item)
         if tier is not None and item.get_closest_marker(tier) is None:
             item.add_marker(tier)
+    # The real control plane's tests last (in their order): it starts with the first of them
+    # and keeps a core busy until the session ends, so no other test runs beside it.
+    items.sort(key=lambda item: item.get_closest_marker("realcluster") is not None)

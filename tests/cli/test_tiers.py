@@ -45,9 +45,18 @@ def test_make_test_runs_the_real_control_planes_tier_apart_and_alone() -> None:
     recipe = MAKEFILE.partition("\ntest: ")[2].partition("\n\n")[0]
     parallel, serial = (line for line in recipe.splitlines() if "$(BIN)/pytest" in line)
     assert "-n $(TEST_WORKERS)" in parallel
-    assert "-m 'not realcluster'" in parallel
-    assert "-m realcluster" in serial
+    assert "-m 'not realcluster and not serial'" in parallel
+    assert "-m 'serial or realcluster'" in serial
     assert " -n " not in serial
+
+
+def test_the_real_control_planes_tests_run_last() -> None:
+    folders = ("tests/realcluster", "tests/reliability/test_dry_run.py", "tests/sim_conformance")
+    on_real = set(_collected("-m", "realcluster", *folders))
+    real = [test in on_real for test in _collected(*folders)]
+    assert True in real
+    assert False in real
+    assert real == sorted(real), "a test without the control plane after one with it"
 
 
 def _on_real(test: str) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from nodefence.engine import mirror
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.resources import PODS
@@ -184,6 +186,8 @@ async def test_reconcile_purges_leftovers_and_unfences_recovered_node(
         assert not oos_taints(cluster, NODE)
 
 
+# Its deadline is a time the whole fence must take: not beside parallel workers on a busy machine.
+@pytest.mark.serial
 async def test_api_unavailable_answers_503_so_alertmanager_retries(
     cluster: SimulatorHandle,
 ) -> None:
