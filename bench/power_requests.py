@@ -24,7 +24,7 @@ from nodefence.kube.client import Deadline
 from nodefence.observability.logging import configure_logging
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_fencer
 from nodefence.settings import Settings
 from nodefence_sim.redfish import SYSTEMS, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
@@ -60,7 +60,7 @@ async def _one(rule: dict[str, Any], *, wrong_line: bool = False) -> tuple[str, 
             bmc_inventory=_inventory(workdir / "bmcs.yaml", cluster, wrong_line),
         )
         policy = parse_policy({"rules": [rule], "cluster": CLUSTER})
-        pipeline = await build_pipeline(
+        pipeline = await build_fencer(
             settings, metrics=Metrics(), policy=policy, kubeconfig=str(cluster.kubeconfig)
         )
         cluster.sim.node_down(NODE, since_seconds=1200)

@@ -268,7 +268,7 @@ def _serve() -> int:
         service = await build_service(settings, policy=policy, inventory=inventory)
         await run(
             settings,
-            service.pipeline,
+            service.fencer,
             metrics=service.metrics,
             slack=service.slack,
             decisions=service.decisions,
@@ -284,7 +284,7 @@ def _plan(payload_file: Path) -> int:
 
     from nodefence.alerts.events import extract_events
     from nodefence.alerts.webhook import WebhookPayload
-    from nodefence.commands.common import connected_pipeline
+    from nodefence.commands.common import connected_fencer
     from nodefence.observability.logging import configure_logging
 
     # Planning only reads; it needs no webhook credentials.
@@ -309,15 +309,15 @@ def _plan(payload_file: Path) -> int:
     )
 
     async def main() -> int:
-        async with connected_pipeline(settings, policy) as pipeline:
-            _print_decisions(await pipeline.handle_events(events))
+        async with connected_fencer(settings, policy) as fencer:
+            _print_decisions(await fencer.handle_events(events))
         return 0
 
     return asyncio.run(main())
 
 
 def _reconcile() -> int:
-    from nodefence.commands.common import connected_pipeline
+    from nodefence.commands.common import connected_fencer
     from nodefence.observability.logging import configure_logging
 
     settings = settings_or_exit(auth_disabled=True)
@@ -325,8 +325,8 @@ def _reconcile() -> int:
     policy = policy_or_exit(settings)
 
     async def main() -> int:
-        async with connected_pipeline(settings, policy) as pipeline:
-            _print_decisions(await pipeline.reconcile())
+        async with connected_fencer(settings, policy) as fencer:
+            _print_decisions(await fencer.reconcile())
         return 0
 
     return asyncio.run(main())
@@ -334,10 +334,10 @@ def _reconcile() -> int:
 
 def _status(output: str) -> int:
     from nodefence.commands import install
-    from nodefence.commands.common import connected_pipeline
+    from nodefence.commands.common import connected_fencer
+    from nodefence.commands.status import as_text, gather
     from nodefence.kube.client import Deadline
     from nodefence.observability.logging import configure_logging
-    from nodefence.status import as_text, gather
 
     settings = settings_or_exit(auth_disabled=True, log_level="warning")
     configure_logging(settings.log_format, settings.log_level, stream=sys.stderr)
@@ -345,10 +345,10 @@ def _status(output: str) -> int:
     policy = policy_or_exit(settings).model_copy(update={"dry_run": True})
 
     async def main() -> int:
-        async with connected_pipeline(settings, policy) as pipeline:
+        async with connected_fencer(settings, policy) as fencer:
             deadline = Deadline(settings.request_deadline_seconds)
-            await install.require(pipeline.kube, settings.namespace, deadline)
-            status = await gather(pipeline, deadline)
+            await install.require(fencer.kube, settings.namespace, deadline)
+            status = await gather(fencer, deadline)
         print(json.dumps(status, indent=2) if output == "json" else as_text(status))
         return 0
 

@@ -1,4 +1,4 @@
-"""Exception types shared across the receiver, the pipeline and the command line.
+"""Exception types shared across the receiver, the fencer and the command line.
 
 They live apart from any one layer so that the HTTP layer can map them to status codes without
 importing the Kubernetes adapter, and the adapter can raise them without knowing about HTTP.

@@ -18,9 +18,9 @@ from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.background.reconcile import ReconcileLoop
 from nodefence.background.refresh import BackgroundRefresh
 from nodefence.background.runner import Runner, Worker
-from nodefence.decision_log import DecisionLog
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
+from nodefence.http.decisions import DecisionLog
 from nodefence.kube.cached_facts import NodeFactsCache
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.events import EventRecorder
@@ -29,11 +29,11 @@ from nodefence.kube.node_index import NodeIndex
 from nodefence.kube.pause_watch import PauseWatch
 from nodefence.kube.ratelimit import build_limiter
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline import Pipeline, PipelineOptions
 from nodefence.policy import Policy, PolicyError, claim_outlasts_power_steps, load_policy
 from nodefence.settings import Settings
 from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
+from nodefence.shell.fencer import Fencer, FencerOptions
 from nodefence.shell.loop import Loop
 from nodefence.shell.power_step import ExternalProof, PowerStep
 from nodefence.shell.report import FenceNotifier, Reporter
@@ -82,16 +82,16 @@ def expect_power_actions(policy: Policy, metrics: Metrics) -> None:
         metrics.power_actions_expected(fencing.driver, sorted(actions))
 
 
-def record_writer(kube: KubeClient, policy: Policy, options: PipelineOptions) -> FenceRecordWriter:
+def record_writer(kube: KubeClient, policy: Policy, options: FencerOptions) -> FenceRecordWriter:
     keep = max((r.flap_window_seconds for r in policy.rules), default=0)
     return FenceRecordWriter(kube, options.namespace, options.identity, keep_releases_seconds=keep)
 
 
-def assemble_pipeline(
+def assemble_fencer(
     kube: KubeClient,
     policy: Policy,
     metrics: Metrics,
-    options: PipelineOptions,
+    options: FencerOptions,
     *,
     inventory: Inventory | None = None,
     alertmanager: AlertmanagerConfig | None = None,
@@ -100,9 +100,9 @@ def assemble_pipeline(
     clock: Callable[[], datetime] = utcnow,
     records: FenceRecordWriter | None = None,
     serving: bool = False,
-) -> Pipeline:
+) -> Fencer:
     """The shell's parts, each built once and given the parts it works with (``records``: the
-    fence record's writer, when the approval requester shares it). A ``serving`` pipeline's
+    fence record's writer, when the approval requester shares it). A ``serving`` fencer's
     reader takes the node counts and the pause switch from informers, which
     ``background_for`` runs."""
     expect_power_actions(policy, metrics)
@@ -115,7 +115,7 @@ def assemble_pipeline(
     power_step = PowerStep(policy, inventory, records, reporter)
     commit = Commit(records, executor, power_step, approvals)
     loop = Loop(reader, commit, records, reporter, inventory)
-    return Pipeline(
+    return Fencer(
         kube=kube,
         policy=policy,
         metrics=metrics,
@@ -150,36 +150,36 @@ def serving_reader(kube: KubeClient, namespace: str) -> FactsReader:
     )
 
 
-def background_for(settings: Settings, pipeline: Pipeline, decisions: DecisionLog) -> Runner:
+def background_for(settings: Settings, fencer: Fencer, decisions: DecisionLog) -> Runner:
     """Every background loop of a serving receiver, by name: the node index and the pause watch
     its reader was built with, the refresh of the pause switch and the fence gauges, the
     reconcile pass (``NODEFENCE_RECONCILE_INTERVAL``; 0: none) and the read-only fencing probe
     (``NODEFENCE_FENCING_PROBE_INTERVAL``, over the inventory; 0 or none: none). The probe
-    records its rounds through the pipeline's client unless the receiver is in dry-run (S8:
+    records its rounds through the fencer's client unless the receiver is in dry-run (S8:
     no write at all)."""
-    reader = pipeline.reader
-    inventory = pipeline.inventory
+    reader = fencer.reader
+    inventory = fencer.inventory
     followers: list[Worker] = [w for w in (reader.nodes, reader.pause_watch) if w is not None]
-    dry_run = settings.dry_run or pipeline.policy.dry_run
+    dry_run = settings.dry_run or fencer.policy.dry_run
     interval = float(settings.fencing_probe_interval)
     return Runner(
         [
             *followers,
-            BackgroundRefresh(reader, pipeline.metrics),
+            BackgroundRefresh(reader, fencer.metrics),
             ReconcileLoop(
-                pipeline,
-                pipeline.metrics,
+                fencer,
+                fencer.metrics,
                 interval=settings.reconcile_interval,
                 deadline_seconds=settings.request_deadline_seconds,
                 decisions=decisions,
-                kube=pipeline.kube,
+                kube=fencer.kube,
                 namespace=settings.namespace,
             ),
             FencingProbe(
                 inventory if interval > 0 else None,
-                ProbeMetrics(pipeline.metrics.registry),
+                ProbeMetrics(fencer.metrics.registry),
                 interval=interval,
-                kube=None if dry_run else pipeline.kube,
+                kube=None if dry_run else fencer.kube,
                 namespace=settings.namespace,
                 identity=settings.identity,
                 deadline_seconds=settings.request_deadline_seconds,
@@ -188,8 +188,8 @@ def background_for(settings: Settings, pipeline: Pipeline, decisions: DecisionLo
     )
 
 
-def pipeline_options(settings: Settings) -> PipelineOptions:
-    return PipelineOptions(
+def fencer_options(settings: Settings) -> FencerOptions:
+    return FencerOptions(
         namespace=settings.namespace,
         identity=settings.identity,
         deadline_seconds=settings.request_deadline_seconds,
@@ -205,25 +205,25 @@ async def _connect(settings: Settings, metrics: Metrics, kubeconfig: str | None)
     return KubeClient(api, on_request=metrics.kube_api_request, limiter=limiter)
 
 
-async def build_pipeline(
+async def build_fencer(
     settings: Settings,
     *,
     metrics: Metrics | None = None,
     policy: Policy | None = None,
     kubeconfig: str | None = None,
     serving: bool = False,
-) -> Pipeline:
-    """The pipeline alone, without Slack: for the one-shot commands (plan, reconcile, status)
+) -> Fencer:
+    """The fencer alone, without Slack: for the one-shot commands (plan, reconcile, status)
     and, ``serving``, for a receiver that answers alerts only (its loops: ``background_for``)."""
     metrics = metrics or Metrics()
     policy = policy or effective_policy(settings)
     inventory = bmc_inventory(settings)
     kube = await _connect(settings, metrics, kubeconfig)
-    return assemble_pipeline(
+    return assemble_fencer(
         kube,
         policy,
         metrics,
-        pipeline_options(settings),
+        fencer_options(settings),
         inventory=inventory,
         alertmanager=settings.alertmanager,
         serving=serving,
@@ -232,17 +232,17 @@ async def build_pipeline(
 
 @dataclass(frozen=True)
 class Service:
-    """Everything ``serve`` runs: the pipeline, the Slack integration around it, the decisions
+    """Everything ``serve`` runs: the fencer, the Slack integration around it, the decisions
     it remembers for ``GET /decisions`` and its background loops."""
 
-    pipeline: Pipeline
+    fencer: Fencer
     slack: SlackIntegration
     metrics: Metrics
     decisions: DecisionLog
     background: Runner
 
     async def close(self) -> None:
-        await self.pipeline.close()
+        await self.fencer.close()
 
 
 async def build_service(
@@ -253,7 +253,7 @@ async def build_service(
     inventory: Inventory | None = None,
     kubeconfig: str | None = None,
 ) -> Service:
-    """The receiver's parts: the pipeline, built with Slack's approval requester and notifier
+    """The receiver's parts: the fencer, built with Slack's approval requester and notifier
     when the settings configure them, the interactions that hear the approvers' answers, and
     the background loops. Settings the policy cannot work with stop it before anything
     connects. ``inventory``: the BMC inventory already loaded from the settings (``serve``
@@ -263,10 +263,10 @@ async def build_service(
     check_slack_settings(settings, policy)
     inventory = inventory if inventory is not None else bmc_inventory(settings)
     kube = await _connect(settings, metrics, kubeconfig)
-    options = pipeline_options(settings)
+    options = fencer_options(settings)
     records = record_writer(kube, policy, options)
     slack = slack_parts(settings, policy, kube, metrics, utcnow, records=records)
-    pipeline = assemble_pipeline(
+    fencer = assemble_fencer(
         kube,
         policy,
         metrics,
@@ -280,9 +280,9 @@ async def build_service(
     )
     decisions = DecisionLog()
     return Service(
-        pipeline,
-        slack.integration(settings, pipeline),
+        fencer,
+        slack.integration(settings, fencer),
         metrics,
         decisions,
-        background_for(settings, pipeline, decisions),
+        background_for(settings, fencer, decisions),
     )

@@ -66,11 +66,11 @@ def test_the_checkout_keeps_every_contract() -> None:
         ),
         (
             "nodefence/settings.py",
-            "import nodefence.pipeline  # noqa",
+            "import nodefence.shell.fencer  # noqa",
             "Policy and settings import nothing above them",
         ),
         (
-            "nodefence/status.py",
+            "nodefence/commands/status.py",
             "import nodefence_sim.server  # noqa",
             "The product never imports the simulator",
         ),

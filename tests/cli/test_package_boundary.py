@@ -83,7 +83,7 @@ def test_the_receiver_loads_without_the_simulator() -> None:
     fresh interpreter, leaves the simulator unloaded."""
     probe = (
         "import sys\n"
-        "import nodefence.cli, nodefence.http.app, nodefence.runtime, nodefence.status\n"
+        "import nodefence.cli, nodefence.http.app, nodefence.runtime, nodefence.commands.status\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'nodefence_sim'))\n"
     )
     out = subprocess.run(

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from nodefence.commands.status import as_text, report
 from nodefence.engine import record as fence_record
 from nodefence.engine.identity import Reported
 from nodefence.engine.record import FenceRecord, RecordedReading
-from nodefence.status import as_text, report
 
 AT = datetime(2026, 12, 2, 3, 4, 5, tzinfo=UTC)
 SOURCE = "redfish https://bmc-7/redfish/v1/Systems/1"

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from nodefence.http.app import run
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline, build_service
+from nodefence.runtime import build_fencer, build_service
 from nodefence.settings import Settings
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
@@ -77,7 +77,7 @@ async def receiver(
         reconcile_interval=0,
         fencing_probe_interval=0,
     )
-    pipeline = await build_pipeline(
+    pipeline = await build_fencer(
         settings,
         metrics=Metrics(),
         policy=parse_policy(policy(timeout)),
@@ -113,7 +113,7 @@ async def serving_probes(
     serving = asyncio.create_task(
         run(
             settings,
-            service.pipeline,
+            service.fencer,
             metrics=metrics,
             stop=stop,
             decisions=service.decisions,

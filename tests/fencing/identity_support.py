@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from nodefence.engine import record as fence_record
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_fencer
 from nodefence.settings import Settings
 from nodefence_sim.redfish import write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS
@@ -67,7 +67,7 @@ async def receiver(
         reconcile_interval=0,
         fencing_probe_interval=0,
     )
-    pipeline = await build_pipeline(
+    pipeline = await build_fencer(
         settings,
         metrics=Metrics(),
         policy=parse_policy(policy),

@@ -22,15 +22,15 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
-from nodefence.decision_log import DecisionLog
 from nodefence.fencing import probe_record
 from nodefence.fencing.check import NodeCheck
 from nodefence.fencing.inventory import load_inventory
+from nodefence.http.decisions import DecisionLog
 from nodefence.kube.client import Deadline, KubeClient, load_api_client
 from nodefence.kube.ratelimit import Priority, RateLimiter
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
-from nodefence.runtime import background_for, build_pipeline
+from nodefence.runtime import background_for, build_fencer
 from nodefence.settings import Settings
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
@@ -349,7 +349,7 @@ async def test_a_dry_run_receiver_records_nothing(ahead: SimulatorHandle, tmp_pa
         reconcile_interval=0,
     )
     policy = parse_policy({"rules": [{"name": "default", "fencing": {"driver": "fence-agent"}}]})
-    pipeline = await build_pipeline(
+    pipeline = await build_fencer(
         settings, metrics=Metrics(), policy=policy, kubeconfig=str(ahead.kubeconfig)
     )
     try:

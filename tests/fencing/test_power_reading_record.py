@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodefence import status
+from nodefence.commands import status
 from nodefence.engine import record as fence_record
 from nodefence.engine.identity import Reported
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase, RecordedReading

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from nodefence.policy import parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_fencer
 from nodefence.settings import Settings
 from nodefence_sim.faults import WRITE_VERBS, RequestRecord
 from nodefence_sim.simulation import Simulation
@@ -66,7 +66,7 @@ async def _serve(ready: threading.Event, stop: asyncio.Event, box: list[Stack]) 
         fencing_probe_interval=0,
     )
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:
-        pipeline = await build_pipeline(
+        pipeline = await build_fencer(
             settings,
             policy=parse_policy({"rules": [{"name": "default", "fencing": {"driver": "none"}}]}),
             kubeconfig=str(cluster.kubeconfig),

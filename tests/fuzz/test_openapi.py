@@ -25,8 +25,8 @@ from nodefence.engine.drivers import power_drivers
 from nodefence.engine.model import Action, PowerAction, ReleaseVolumeAttachmentAction
 from nodefence.engine.render import action_to_dict
 from nodefence.http.app import build_app
+from nodefence.http.fencer_api import FencerApi
 from nodefence.http.openapi import ACTION_SCHEMAS, OPENAPI_PATH, openapi_document
-from nodefence.pipeline_api import PipelineApi
 from nodefence.settings import Settings
 
 from .stack import Stack
@@ -63,7 +63,7 @@ def test_a_decided_action_matches_its_description(action: Action) -> None:
 
 
 def test_every_served_route_is_described() -> None:
-    app = build_app(Settings(auth_disabled=True), cast(PipelineApi, object()))
+    app = build_app(Settings(auth_disabled=True), cast(FencerApi, object()))
     described = {
         (method.upper(), path)
         for path, operations in openapi_document()["paths"].items()

@@ -17,13 +17,13 @@ import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
-from nodefence.decision_log import DecisionLog
 from nodefence.http.app import build_app
+from nodefence.http.decisions import DecisionLog
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy, parse_policy
-from nodefence.runtime import background_for, build_pipeline
+from nodefence.runtime import background_for, build_fencer
 from nodefence.settings import Settings
+from nodefence.shell.fencer import Fencer
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.faults import WRITE_VERBS
 from nodefence_sim.testing import SimulatorHandle
@@ -46,7 +46,7 @@ def resolved(name: str = NODE) -> dict[str, Any]:
 class Receiver:
     url: str
     token: str
-    pipeline: Pipeline
+    pipeline: Fencer
     metrics: Metrics
     session: aiohttp.ClientSession
 
@@ -113,7 +113,7 @@ async def start_receiver(
         fencing_probe_interval=0,
     )
     metrics = Metrics()
-    pipeline = await build_pipeline(
+    pipeline = await build_fencer(
         settings,
         metrics=metrics,
         policy=policy or parse_policy(inference()),
@@ -127,7 +127,7 @@ async def start_receiver(
 
 
 @asynccontextmanager
-async def served(settings: Settings, pipeline: Pipeline) -> AsyncIterator[int]:
+async def served(settings: Settings, pipeline: Fencer) -> AsyncIterator[int]:
     """``pipeline`` behind the receiver's routes on a free port (yielded), with the background
     loops ``serve`` runs beside it (``runtime.background_for``; the settings say which), until
     the block ends; then the pipeline is closed."""

@@ -92,7 +92,7 @@ async def serving(
     server = asyncio.create_task(
         run(
             settings,
-            service.pipeline,
+            service.fencer,
             metrics=service.metrics,
             stop=stop,
             decisions=service.decisions,

@@ -20,10 +20,10 @@ from pydantic import SecretStr
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.http.app import build_app
-from nodefence.pipeline import Pipeline
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
+from nodefence.shell.fencer import Fencer
 from nodefence.slack.messages import APPROVE_ACTION_ID
 from nodefence.slack.routes import SLACK, SlackIntegration
 from nodefence_sim.demo.payloads import node_alert, webhook
@@ -171,7 +171,7 @@ async def serving_world(
     policy: dict[str, Any] = POLICY,
     kind: type[W] = World,  # type: ignore[assignment]
     settings_for: Callable[[SimulatorHandle], dict[str, Any]] = lambda _cluster: {},
-) -> AsyncIterator[tuple[W, Pipeline]]:
+) -> AsyncIterator[tuple[W, Fencer]]:
     """The seed cluster, the fake Slack and a receiver built as ``serve`` builds it, with the
     Slack settings every approval test shares and those ``settings_for`` adds for the cluster."""
     sim = Simulation.from_scenario("seed")
@@ -195,7 +195,7 @@ async def serving_world(
         service = await build_service(
             settings, policy=parse_policy(policy), kubeconfig=str(cluster.kubeconfig)
         )
-        pipeline = service.pipeline
+        pipeline = service.fencer
         pipeline.options = type(pipeline.options)(
             namespace="nodefence", identity="replica-1", deadline_seconds=10, settle_seconds=0.5
         )

@@ -19,10 +19,10 @@ from pydantic import SecretStr
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import CLAIM_GRACE, ApprovalRequest, Incident
 from nodefence.engine.model import AlertEvent, AlertStatus
-from nodefence.pipeline import Pipeline
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
+from nodefence.shell.fencer import Fencer
 from nodefence_sim.demo.payloads import node_alert
 from nodefence_sim.resources import CONFIGMAPS
 
@@ -47,7 +47,7 @@ EVENT = AlertEvent(
 
 
 @pytest.fixture
-async def second_replica(world: World) -> AsyncIterator[Pipeline]:
+async def second_replica(world: World) -> AsyncIterator[Fencer]:
     """Another receiver of the same cluster and Slack channel, as a second replica runs."""
     settings = Settings(
         alert_token=SecretStr("replica-2-token"),
@@ -66,7 +66,7 @@ async def second_replica(world: World) -> AsyncIterator[Pipeline]:
         settings, policy=parse_policy(POLICY), kubeconfig=str(world.cluster.kubeconfig)
     )
     try:
-        yield service.pipeline
+        yield service.fencer
     finally:
         await service.close()
 
@@ -76,14 +76,14 @@ async def kill(world: World) -> None:
     await eventually(world.terminating)
 
 
-def first_replica(world: World) -> Pipeline:
+def first_replica(world: World) -> Fencer:
     interactions = world.integration.interactions
     assert interactions is not None
-    return interactions.pipeline
+    return interactions.fencer
 
 
 async def test_two_replicas_receiving_one_alert_ask_once(
-    world: World, second_replica: Pipeline
+    world: World, second_replica: Fencer
 ) -> None:
     await kill(world)
     # The record exists already (another node's fence, say), so the claims are updates on the

@@ -60,7 +60,7 @@ async def test_a_written_fence_is_announced_in_the_channel() -> None:
         assert service.slack.notifier is not None
         assert service.slack.interactions is None
         runner = web.AppRunner(
-            build_app(settings, service.pipeline, metrics=service.metrics, slack=service.slack)
+            build_app(settings, service.fencer, metrics=service.metrics, slack=service.slack)
         )
         await runner.setup()
         try:

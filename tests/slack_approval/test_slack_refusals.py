@@ -150,7 +150,7 @@ async def test_approval_policy_without_slack_settings_refuses_to_start(world: Wo
     with pytest.raises(ConfigError, match="NODEFENCE_SLACK_SIGNING_SECRET"):
         await build_service(
             Settings(auth_disabled=True),
-            policy=interactions.pipeline.policy,
+            policy=interactions.fencer.policy,
             kubeconfig=str(world.cluster.kubeconfig),
         )
 

@@ -30,9 +30,9 @@ from typing import Protocol
 import structlog
 
 from nodefence.background.periodic import Periodic
-from nodefence.decision_log import DecisionLog, observe_decisions
 from nodefence.engine.model import Decision
 from nodefence.errors import ClusterUnavailableError
+from nodefence.http.decisions import DecisionLog, observe_decisions
 from nodefence.kube.backoff import jittered
 from nodefence.kube.client import KubeClient
 from nodefence.observability.metrics import Metrics
@@ -57,7 +57,7 @@ class ReconcileLoop:
 
     def __init__(
         self,
-        pipeline: Reconciler,
+        fencer: Reconciler,
         metrics: Metrics,
         *,
         interval: float,
@@ -67,7 +67,7 @@ class ReconcileLoop:
         namespace: str = "nodefence",
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.pipeline = pipeline
+        self.fencer = fencer
         self.metrics = metrics
         self.interval = interval
         self.deadline_seconds = deadline_seconds
@@ -115,7 +115,7 @@ class ReconcileLoop:
             # The pass keeps its own deadline (the request deadline, as POST /reconcile); this
             # one only cuts a pass that hangs past it, so the loop goes on.
             async with asyncio.timeout(self.deadline_seconds * OVERRUN):
-                decisions = await self.pipeline.reconcile()
+                decisions = await self.fencer.reconcile()
         except (ClusterUnavailableError, TimeoutError) as exc:
             log.warning("reconcile_pass_unavailable", error=str(exc) or type(exc).__name__)
             self.metrics.reconcile_pass("unavailable")

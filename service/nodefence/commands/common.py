@@ -1,4 +1,4 @@
-"""What the operator's commands share: the person running them, a pipeline that finds out at
+"""What the operator's commands share: the person running them, a fencer that finds out at
 once whether the cluster answers, and Events on the objects of nodefence's namespace.
 
 A command run at 3 a.m. against an API server that does not answer should say so within
@@ -20,9 +20,9 @@ from typing import Any
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Deadline, Json, KubeClient, KubeError
 from nodefence.kube.events import COMPONENT
-from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy
 from nodefence.settings import Settings
+from nodefence.shell.fencer import Fencer
 
 CONNECT_SECONDS = 5.0
 
@@ -55,24 +55,24 @@ async def who_runs(kube: KubeClient, given: str | None, deadline: Deadline) -> t
     )
 
 
-async def check_reachable(pipeline: Pipeline, settings: Settings) -> str:
+async def check_reachable(fencer: Fencer, settings: Settings) -> str:
     """The API server's version, asked with a short deadline: an unreachable cluster is one
     clear error within seconds. The reader keeps the answer, so it costs no extra request."""
     seconds = min(CONNECT_SECONDS, settings.request_deadline_seconds)
-    return await pipeline.reader.server_version_string(Deadline(seconds))
+    return await fencer.reader.server_version_string(Deadline(seconds))
 
 
 @contextlib.asynccontextmanager
-async def connected_pipeline(settings: Settings, policy: Policy) -> AsyncIterator[Pipeline]:
-    """A pipeline whose cluster answered; closed however the command ends."""
-    from nodefence.runtime import build_pipeline
+async def connected_fencer(settings: Settings, policy: Policy) -> AsyncIterator[Fencer]:
+    """A fencer whose cluster answered; closed however the command ends."""
+    from nodefence.runtime import build_fencer
 
-    pipeline = await build_pipeline(settings, policy=policy)
+    fencer = await build_fencer(settings, policy=policy)
     try:
-        await check_reachable(pipeline, settings)
-        yield pipeline
+        await check_reachable(fencer, settings)
+        yield fencer
     finally:
-        await pipeline.close()
+        await fencer.close()
 
 
 async def namespace_event(

@@ -100,7 +100,7 @@ def _configured() -> tuple[Any, Any]:
 
 def _explain(args: argparse.Namespace) -> int:
     from nodefence.commands import explain
-    from nodefence.commands.common import connected_pipeline
+    from nodefence.commands.common import connected_fencer
     from nodefence.commands.failures import CommandRefusedError
 
     settings, policy = _configured()
@@ -113,7 +113,7 @@ def _explain(args: argparse.Namespace) -> int:
     reading = policy.model_copy(update={"dry_run": True})
 
     async def main() -> explain.Explanation:
-        async with connected_pipeline(settings, reading) as pipeline:
+        async with connected_fencer(settings, reading) as fencer:
             alert, why = (
                 (None, "labels given with --label")
                 if extra
@@ -121,7 +121,7 @@ def _explain(args: argparse.Namespace) -> int:
             )
             if alert is None:
                 alert = explain.synthesized_alert(policy, args.node, args.alert, extra, why)
-            return await explain.explain(pipeline, alert, configured_dry_run=policy.dry_run)
+            return await explain.explain(fencer, alert, configured_dry_run=policy.dry_run)
 
     explained = asyncio.run(main())
     if args.output == "json":
@@ -133,18 +133,18 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _release(args: argparse.Namespace) -> int:
     from nodefence.commands import install, release
-    from nodefence.commands.common import connected_pipeline, who_runs
+    from nodefence.commands.common import connected_fencer, who_runs
     from nodefence.kube.client import Deadline
 
     settings, policy = _configured()
 
     async def main() -> dict[str, Any]:
-        async with connected_pipeline(settings, policy) as pipeline:
+        async with connected_fencer(settings, policy) as fencer:
             deadline = Deadline(settings.request_deadline_seconds)
-            await install.require(pipeline.kube, settings.namespace, deadline)
-            by, note = await who_runs(pipeline.kube, args.by, deadline)
+            await install.require(fencer.kube, settings.namespace, deadline)
+            by, note = await who_runs(fencer.kube, args.by, deadline)
             report = await release.release(
-                pipeline.loop,
+                fencer.loop,
                 policy,
                 namespace=settings.namespace,
                 identity=settings.identity,
@@ -170,19 +170,19 @@ def _note(report: dict[str, Any]) -> None:
 
 def _switch(args: argparse.Namespace) -> int:
     from nodefence.commands import install, pause
-    from nodefence.commands.common import connected_pipeline, who_runs
+    from nodefence.commands.common import connected_fencer, who_runs
     from nodefence.kube.client import Deadline
 
     settings, policy = _configured()
 
     async def main() -> dict[str, Any]:
-        async with connected_pipeline(settings, policy) as pipeline:
+        async with connected_fencer(settings, policy) as fencer:
             deadline = Deadline(settings.request_deadline_seconds)
-            await install.require(pipeline.kube, settings.namespace, deadline)
-            by, note = await who_runs(pipeline.kube, args.by, deadline)
+            await install.require(fencer.kube, settings.namespace, deadline)
+            by, note = await who_runs(fencer.kube, args.by, deadline)
             if args.command == "pause":
                 report = await pause.pause(
-                    pipeline.kube,
+                    fencer.kube,
                     namespace=settings.namespace,
                     reason=args.reason,
                     by=by,
@@ -192,7 +192,7 @@ def _switch(args: argparse.Namespace) -> int:
                 )
             else:
                 report = await pause.resume(
-                    pipeline.kube,
+                    fencer.kube,
                     namespace=settings.namespace,
                     by=by,
                     identity=settings.identity,

@@ -2,8 +2,8 @@
 
 It answers "why was it not fenced?" (or "what would happen if the alert fired?") without a
 hand-written webhook payload: the alert is built the way Alertmanager would send it, turned into
-an event by the webhook path's own code (``alerts.events``), and judged by the pipeline on live
-facts, read as for a real delivery. The pipeline runs with dry-run semantics (S8): it reads and
+an event by the webhook path's own code (``alerts.events``), and judged by the fencer on live
+facts, read as for a real delivery. The fencer runs with dry-run semantics (S8): it reads and
 decides, and writes nothing, sends no power action and posts no approval request. Where
 Alertmanager is configured and holds the alert firing, its real labels are used.
 """
@@ -23,9 +23,9 @@ from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
 from nodefence.engine.render import decision_to_dict, describe
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline
-from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy
 from nodefence.settings import Settings
+from nodefence.shell.fencer import Fencer
 
 DEFAULT_ALERT = "KubeNodeNotReady"
 # The labels kube-prometheus's KubeNodeNotReady carries besides the node (kube-state-metrics'
@@ -143,13 +143,13 @@ class Explanation:
     report: dict[str, Any]
 
 
-async def explain(pipeline: Pipeline, alert: Alert, *, configured_dry_run: bool) -> Explanation:
-    """The decision for ``alert`` now; the pipeline must be built on a dry-run policy (the
+async def explain(fencer: Fencer, alert: Alert, *, configured_dry_run: bool) -> Explanation:
+    """The decision for ``alert`` now; the fencer must be built on a dry-run policy (the
     caller's job, checked here, so this cannot write by mistake)."""
-    if not pipeline.policy.dry_run:
+    if not fencer.policy.dry_run:
         raise CommandRefusedError("explain runs only on a dry-run policy (it must not write)")
-    decisions = await pipeline.handle_events([alert.event])
-    record = await pipeline.read_record(Deadline(pipeline.options.deadline_seconds))
+    decisions = await fencer.handle_events([alert.event])
+    record = await fencer.read_record(Deadline(fencer.options.deadline_seconds))
     held = alert.event.node is not None and record.entry(alert.event.node) is not None
     decision = _explained(decisions[0], configured_dry_run)
     if any(r.guard == "node-found" and not r.passed for r in decision.reasons):

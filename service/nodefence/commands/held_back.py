@@ -2,7 +2,7 @@
 nodes that are NotReady yet not fenced, each with the guard that holds it back.
 
 "Held back" is what ``nodefence explain`` says for the node: the decision a firing node alert
-would get now, made by the pipeline in dry-run on live facts, so status and explain never
+would get now, made by the fencer in dry-run on live facts, so status and explain never
 disagree. A node nothing holds back is shown too: a firing alert would fence it, so if it is
 not fenced, the alert is not reaching nodefence (or has not fired yet).
 """
@@ -19,7 +19,7 @@ from nodefence.engine.record import FenceRecord
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json
 from nodefence.kube.convert import ready_condition
-from nodefence.pipeline import Pipeline
+from nodefence.shell.fencer import Fencer
 
 # Beyond this many NotReady nodes (a storm, or a cluster being torn down) each is only named:
 # judging every one costs a few reads apiece, under the process's API rate limit, for a storm
@@ -55,18 +55,18 @@ def _held(decision: Decision, node: Json) -> dict[str, Any]:
     }
 
 
-async def not_fenced(pipeline: Pipeline, record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
+async def not_fenced(fencer: Fencer, record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
     """The NotReady nodes the record holds no entry for, each judged as ``explain`` would;
-    ``pipeline`` must run a dry-run policy, so judging them writes nothing."""
-    if not pipeline.policy.dry_run:
-        raise ValueError("nodes are judged for status only by a dry-run pipeline")
+    ``fencer`` must run a dry-run policy, so judging them writes nothing."""
+    if not fencer.policy.dry_run:
+        raise ValueError("nodes are judged for status only by a dry-run fencer")
     held = set(record.holders)
     candidates = sorted(
         (n for n in nodes if _not_ready(n) and n["metadata"]["name"] not in held),
         key=lambda n: str(n["metadata"]["name"]),
     )
     judged, skipped = candidates[:MAX_EXPLAINED], candidates[MAX_EXPLAINED:]
-    policy = pipeline.policy
+    policy = fencer.policy
     alertname = (
         explain.DEFAULT_ALERT
         if explain.DEFAULT_ALERT in policy.alerts.names
@@ -76,7 +76,7 @@ async def not_fenced(pipeline: Pipeline, record: FenceRecord, nodes: list[Json])
         explain.synthesized_alert(policy, n["metadata"]["name"], alertname, {}, "status").event
         for n in judged
     ]
-    decisions = await pipeline.handle_events(events) if events else []
+    decisions = await fencer.handle_events(events) if events else []
     return {
         "notReadyNotFenced": [_held(d, n) for d, n in zip(decisions, judged, strict=True)],
         "notReadyNotJudged": [n["metadata"]["name"] for n in skipped],
@@ -84,12 +84,12 @@ async def not_fenced(pipeline: Pipeline, record: FenceRecord, nodes: list[Json])
 
 
 async def operator_view(
-    pipeline: Pipeline, record: FenceRecord, nodes: list[Json], deadline: Deadline
+    fencer: Fencer, record: FenceRecord, nodes: list[Json], deadline: Deadline
 ) -> dict[str, Any]:
     """The keys ``status`` adds: ``pause`` and the NotReady nodes held back."""
-    configmap, _at = await pause.read_switch(pipeline.kube, pipeline.reader.namespace, deadline)
-    state = pause.pause_state(configmap or {}, pipeline.reader.namespace)
-    return {"pause": state.as_dict(), **await not_fenced(pipeline, record, nodes)}
+    configmap, _at = await pause.read_switch(fencer.kube, fencer.reader.namespace, deadline)
+    state = pause.pause_state(configmap or {}, fencer.reader.namespace)
+    return {"pause": state.as_dict(), **await not_fenced(fencer, record, nodes)}
 
 
 def pause_line(status: dict[str, Any]) -> str:

@@ -8,10 +8,11 @@ import signal
 from aiohttp import web
 
 from nodefence.background.runner import Runner
-from nodefence.decision_log import DecisionLog, add_decision_routes
 from nodefence.http import handlers, openapi
 from nodefence.http.auth import Authenticator, auth_middleware, warn_if_disabled
-from nodefence.http.handlers import METRICS, PIPELINE, SETTINGS, STATE, ServiceState
+from nodefence.http.decisions import DecisionLog, add_decision_routes
+from nodefence.http.fencer_api import FencerApi
+from nodefence.http.handlers import FENCER, METRICS, SETTINGS, STATE, ServiceState
 from nodefence.http.limits import (
     ConnectionGuards,
     GuardedSite,
@@ -23,7 +24,6 @@ from nodefence.http.problems import problem_middleware
 from nodefence.http.tls import TlsCertificates
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline_api import PipelineApi
 from nodefence.settings import Settings
 from nodefence.slack.routes import NO_SLACK, SlackIntegration, add_slack_routes
 
@@ -39,13 +39,13 @@ log = get_logger("nodefence.http")
 
 def build_app(
     settings: Settings,
-    pipeline: PipelineApi,
+    fencer: FencerApi,
     *,
     metrics: Metrics | None = None,
     slack: SlackIntegration = NO_SLACK,
     decisions: DecisionLog | None = None,
 ) -> web.Application:
-    """The receiver. Pass ``metrics`` to share one registry with the pipeline's own counters,
+    """The receiver. Pass ``metrics`` to share one registry with the fencer's own counters,
     ``slack`` (from ``runtime.build_service``) to answer Slack's approval buttons, and
     ``decisions`` to share ``GET /decisions``'s memory with the reconcile loop."""
     warn_if_disabled(settings)
@@ -69,7 +69,7 @@ def build_app(
     )
     app[GUARDS] = guards
     app[SETTINGS] = settings
-    app[PIPELINE] = pipeline
+    app[FENCER] = fencer
     app[METRICS] = metrics
     app[STATE] = ServiceState()
     app.router.add_post("/alerts", handlers.post_alerts)
@@ -86,7 +86,7 @@ def build_app(
 
 async def run(
     settings: Settings,
-    pipeline: PipelineApi,
+    fencer: FencerApi,
     *,
     metrics: Metrics | None = None,
     stop: asyncio.Event | None = None,
@@ -97,7 +97,7 @@ async def run(
     """Serve until SIGTERM or SIGINT (or ``stop`` is set), then shut down gracefully.
 
     On the signal the listener closes at once, ``/readyz`` turns 503, requests in flight get up
-    to ``request_deadline_seconds`` to finish, and only then is the pipeline closed, so no
+    to ``request_deadline_seconds`` to finish, and only then is the fencer closed, so no
     decision is cut off between its write to the cluster and its answer to Alertmanager.
 
     With ``tls_cert_file`` and ``tls_key_file`` the listener speaks HTTPS only, and the pair is
@@ -112,7 +112,7 @@ async def run(
         if settings.tls_cert_file is not None and settings.tls_key_file is not None
         else None
     )
-    app = build_app(settings, pipeline, metrics=metrics, slack=slack, decisions=decisions)
+    app = build_app(settings, fencer, metrics=metrics, slack=slack, decisions=decisions)
     background = background if background is not None else Runner([])
     runner = web.AppRunner(
         app,
@@ -160,5 +160,5 @@ async def run(
             loop.remove_signal_handler(signum)
         # A reconcile pass in progress and requests in flight finish side by side.
         await asyncio.gather(background.stop(), runner.cleanup())
-        await pipeline.close()
+        await fencer.close()
         log.info("stopped")

@@ -1,4 +1,4 @@
-"""Route handlers. Bad input is answered here with a 4xx and never reaches the pipeline."""
+"""Route handlers. Bad input is answered here with a 4xx and never reaches the fencer."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from pydantic import ValidationError
 
 from nodefence.alerts.events import extract_events
 from nodefence.alerts.webhook import WebhookPayload
-from nodefence.decision_log import DECISIONS, observe_decisions
 from nodefence.engine.model import Decision
 from nodefence.engine.render import decision_to_dict
 from nodefence.errors import ClusterUnavailableError
+from nodefence.http.decisions import DECISIONS, observe_decisions
+from nodefence.http.fencer_api import FencerApi
 from nodefence.http.middleware import LOG_FIELDS
 from nodefence.http.problems import Problem, validation_problem
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import CONTENT_TYPE, Metrics
-from nodefence.pipeline_api import PipelineApi
 from nodefence.settings import Settings
 
 # When the deadline passes the work is abandoned; every action is idempotent, so the retry
@@ -38,7 +38,7 @@ class ServiceState:
 
 
 SETTINGS = web.AppKey("settings", Settings)
-PIPELINE = web.AppKey("pipeline", PipelineApi)
+FENCER = web.AppKey("fencer", FencerApi)
 METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ServiceState)
 
@@ -126,7 +126,7 @@ def _decisions_response(request: web.Request, decisions: list[Decision]) -> web.
 
 async def post_alerts(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    pipeline = request.app[PIPELINE]
+    fencer = request.app[FENCER]
     _require_json(request)
     document = _parse_json(await read_bounded(request, settings.max_body_bytes))
     try:
@@ -135,9 +135,7 @@ async def post_alerts(request: web.Request) -> web.Response:
         raise validation_problem(
             exc, detail="The body is not an Alertmanager webhook payload of version 4."
         ) from exc
-    events = extract_events(
-        payload, alert_names=pipeline.alert_names, node_labels=pipeline.node_labels
-    )
+    events = extract_events(payload, alert_names=fencer.alert_names, node_labels=fencer.node_labels)
     # Said in the request's own log line (``http.middleware``), with its status and duration.
     request[LOG_FIELDS] = {
         "receiver": payload.receiver,
@@ -155,12 +153,12 @@ async def post_alerts(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     for event in events:
         metrics.alert_received(event.alertname, event.status.value)
-    decisions = await _within_deadline(request, pipeline.handle_events(events))
+    decisions = await _within_deadline(request, fencer.handle_events(events))
     return _decisions_response(request, decisions)
 
 
 async def post_reconcile(request: web.Request) -> web.Response:
-    decisions = await _within_deadline(request, request.app[PIPELINE].reconcile())
+    decisions = await _within_deadline(request, request.app[FENCER].reconcile())
     return _decisions_response(request, decisions)
 
 
@@ -173,7 +171,7 @@ async def get_readyz(request: web.Request) -> web.Response:
         raise Problem(503, kind="not-ready", detail="The service is shutting down.")
     try:
         async with asyncio.timeout(request.app[SETTINGS].request_deadline_seconds):
-            ready, reason = await request.app[PIPELINE].ready()
+            ready, reason = await request.app[FENCER].ready()
     except Exception:
         log.exception("readiness_check_failed")
         ready, reason = False, "the readiness check failed; see the service log"

@@ -23,10 +23,10 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from nodefence.alerts.webhook import WebhookPayload
-from nodefence.decision_log import LoggedDecisionJson
 from nodefence.engine.action_kinds import KINDS
 from nodefence.engine.drivers import power_drivers
 from nodefence.engine.render import DecisionJson
+from nodefence.http.decisions import LoggedDecisionJson
 from nodefence.http.problems import PROBLEM_CONTENT_TYPE, ProblemJson
 from nodefence.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 

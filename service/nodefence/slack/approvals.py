@@ -53,7 +53,7 @@ _MIRROR_PATH = "/metadata/annotations/" + mirror.APPROVAL.replace("~", "~0").rep
 
 
 class SlackApprovals:
-    """The ``ApprovalRequester`` of the pipeline, posting to one Slack channel."""
+    """The ``ApprovalRequester`` of the fencer, posting to one Slack channel."""
 
     def __init__(
         self,

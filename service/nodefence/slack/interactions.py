@@ -46,7 +46,7 @@ from nodefence.http.handlers import read_bounded
 from nodefence.http.problems import Problem
 from nodefence.kube.client import Deadline, Json
 from nodefence.kube.facts import Snapshot
-from nodefence.pipeline import Pipeline
+from nodefence.shell.fencer import Fencer
 from nodefence.slack import messages, tokens
 from nodefence.slack.approvals import SlackApprovals
 from nodefence.slack.client import ApprovalChannelUnavailableError, SlackClient
@@ -114,7 +114,7 @@ class Interactions:
     def __init__(
         self,
         *,
-        pipeline: Pipeline,
+        fencer: Fencer,
         approvals: SlackApprovals,
         slack: SlackClient,
         signing_secret: SecretStr,
@@ -126,7 +126,7 @@ class Interactions:
         max_body_bytes: int,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.pipeline = pipeline
+        self.fencer = fencer
         self.approvals = approvals
         self.slack = slack
         self.verifier = SignatureVerifier(signing_secret.get_secret_value())
@@ -249,26 +249,26 @@ class Interactions:
             datetime.fromtimestamp(token.expires, UTC),
             asked_before=self.approvals.now(),
         )
-        policy = self.pipeline.policy
+        policy = self.fencer.policy
 
         def judged(snapshot: Snapshot) -> Decision:
             return decide_answer(snapshot.facts, asked, policy, snapshot.now)
 
-        first = await self.pipeline.loop.run(node, judged, deadline)
+        first = await self.fencer.loop.run(node, judged, deadline)
         facts = first.snapshot.facts
         # The engine judged the answer's age on the API server's clock, as everything else.
         dated = answer.dated(asked, facts, first.snapshot.now)
         if not answer.applies(first.decision):
             await self._replace(click, _refusal(first.decision, dated, facts, who), None)
             return
-        decision = await self.pipeline.handle_event(
+        decision = await self.fencer.handle_event(
             self._event(token), deadline, approval=dated.approval
         )
 
         def settled(snapshot: Snapshot) -> Decision:
             return decide_answered(snapshot.facts, dated, decision, policy, snapshot.now)
 
-        after = await self.pipeline.loop.run(node, settled, deadline)
+        after = await self.fencer.loop.run(node, settled, deadline)
         if dated.rejects:
             headline = (
                 f":no_entry_sign: Fencing node *{node}* was rejected by {who}; nodefence does "
@@ -301,9 +301,9 @@ class Interactions:
         """The alert as the question was asked about it. The labels the answering rule matched
         on are restored, so the rule that asked is the rule that decides now."""
         labels = {"alertname": token.alertname}
-        if self.pipeline.node_labels:
-            labels[self.pipeline.node_labels[0]] = token.node
-        rule = self.pipeline.policy.rule_named(token.rule)
+        if self.fencer.node_labels:
+            labels[self.fencer.node_labels[0]] = token.node
+        rule = self.fencer.policy.rule_named(token.rule)
         if rule is not None:
             labels.update(rule.match.alert_labels)
         return AlertEvent(

@@ -1,6 +1,6 @@
 """The Slack integration: who asks for approval, who tells people, and the route that hears the
-answers. The runtime builds it in two steps around the pipeline: the requester and the notifier
-first (the pipeline is built with them), then the interactions (built with the pipeline)."""
+answers. The runtime builds it in two steps around the fencer: the requester and the notifier
+first (the fencer is built with them), then the interactions (built with the fencer)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from nodefence.errors import ConfigError
 from nodefence.http.problems import Problem
 from nodefence.kube.client import KubeClient
 from nodefence.observability.metrics import Metrics
-from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy, Rule
 from nodefence.settings import Settings
+from nodefence.shell.fencer import Fencer
 from nodefence.slack.approvals import SlackApprovals
 from nodefence.slack.client import SlackClient
 from nodefence.slack.interactions import Interactions
@@ -83,14 +83,14 @@ def check_slack_settings(settings: Settings, policy: Policy) -> None:
 
 @dataclass(frozen=True)
 class SlackParts:
-    """The parts the pipeline is built with: the approval requester and the notifier."""
+    """The parts the fencer is built with: the approval requester and the notifier."""
 
     client: SlackClient | None = None
     approvals: SlackApprovals | None = None
     notifier: SlackNotifier | None = None
 
-    def integration(self, settings: Settings, pipeline: Pipeline) -> SlackIntegration:
-        """With the pipeline built, the interactions that answer the approval buttons."""
+    def integration(self, settings: Settings, fencer: Fencer) -> SlackIntegration:
+        """With the fencer built, the interactions that answer the approval buttons."""
         secret, key, channel = (
             settings.slack_signing_secret,
             settings.approval_key,
@@ -100,7 +100,7 @@ class SlackParts:
         if approvals is None or client is None or secret is None or key is None or not channel:
             return SlackIntegration(None, self.notifier, None)
         interactions = Interactions(
-            pipeline=pipeline,
+            fencer=fencer,
             approvals=approvals,
             slack=client,
             signing_secret=secret,
@@ -110,7 +110,7 @@ class SlackParts:
             approver_groups=settings.slack_approver_groups,
             deadline_seconds=settings.request_deadline_seconds,
             max_body_bytes=settings.max_body_bytes,
-            clock=pipeline.clock,
+            clock=fencer.clock,
         )
         return SlackIntegration(self.approvals, self.notifier, interactions)
 
@@ -167,7 +167,7 @@ def add_slack_routes(
     """Add ``POST /slack/interactions``.
 
     Presses answered in the background are awaited when the application shuts down, before the
-    pipeline's clients are closed.
+    fencer's clients are closed.
     """
     app[SLACK] = integration
     interactions = integration.interactions

@@ -201,7 +201,7 @@ async def run_approval_demo(out: TextIO | None = None) -> int:
         policy = parse_policy({"rules": [{"name": "ask-first", "approval": "slack"}]})
         service = await build_service(settings, policy=policy, kubeconfig=str(cluster.kubeconfig))
         async with (
-            serving(settings, service.pipeline, service.slack) as receiver,
+            serving(settings, service.fencer, service.slack) as receiver,
             aiohttp.ClientSession() as session,
         ):
             timeline.say(

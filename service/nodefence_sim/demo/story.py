@@ -31,7 +31,7 @@ from pydantic import SecretStr
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.observability.logging import configure_logging
 from nodefence.policy import Policy, parse_policy
-from nodefence.runtime import build_pipeline
+from nodefence.runtime import build_fencer
 from nodefence.settings import Settings
 from nodefence_sim.demo.cluster_view import (
     ClusterView,
@@ -512,10 +512,10 @@ async def run_demo(out: TextIO | None = None, *, fencing: str = "none") -> int:
             identity="nodefence-demo",
             bmc_inventory=inventory,
         )
-        pipeline = await build_pipeline(
+        fencer = await build_fencer(
             settings, policy=demo_policy(fencing), kubeconfig=str(cluster.kubeconfig)
         )
-        async with serving(settings, pipeline) as receiver, aiohttp.ClientSession() as session:
+        async with serving(settings, fencer) as receiver, aiohttp.ClientSession() as session:
             timeline.say(f"simulated cluster at {cluster.url}; nodefence listening at {receiver}")
             if shutil.which("kubectl"):
                 timeline.say(

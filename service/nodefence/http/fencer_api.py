@@ -1,7 +1,7 @@
 """The boundary between the HTTP receiver and whatever turns events into decisions and actions.
 
 The receiver depends only on this protocol, so it can be served and tested without a cluster
-and the pipeline can be exercised without HTTP.
+and the fencer can be exercised without HTTP.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Protocol
 from nodefence.engine.model import AlertEvent, Decision
 
 
-class PipelineApi(Protocol):
-    """What the receiver needs of the pipeline (``nodefence.pipeline.Pipeline``)."""
+class FencerApi(Protocol):
+    """What the receiver needs of the fencer (``nodefence.shell.fencer.Fencer``)."""
 
     @property
     def alert_names(self) -> Sequence[str]:

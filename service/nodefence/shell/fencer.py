@@ -1,4 +1,5 @@
-"""The two ways in: an alert event, and the reconcile pass over what the fence record holds.
+"""nodefence's fencer: the two ways in, an alert event and the reconcile pass over what the
+fence record holds, each turned into decisions the loop commits.
 
 Both go through the one loop of ``nodefence.shell`` (read a snapshot, decide, commit, on a
 failed precondition read again); this module only says in which order a request takes its
@@ -54,7 +55,7 @@ T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineOptions:
+class FencerOptions:
     namespace: str = "nodefence"
     identity: str = "nodefence"
     deadline_seconds: float = 20.0
@@ -64,7 +65,7 @@ class PipelineOptions:
     cached_refusals: bool = True
 
 
-class Pipeline:
+class Fencer:
     """Stateless: everything it knows comes from the cluster at the time of each request."""
 
     def __init__(
@@ -73,7 +74,7 @@ class Pipeline:
         kube: KubeClient,
         policy: Policy,
         metrics: Metrics,
-        options: PipelineOptions,
+        options: FencerOptions,
         clock: Callable[[], datetime],
         reader: FactsReader,
         records: FenceRecordWriter,

@@ -19,8 +19,8 @@ from nodefence.engine.model import OUT_OF_SERVICE_KEY
 from nodefence.engine.record import FenceRecord, Phase, RecordedReading
 from nodefence.engine.wording import duration, instant, parse_instant
 from nodefence.kube.client import Deadline, Json, KubeError
-from nodefence.pipeline import Pipeline
 from nodefence.policy import Policy, Rule
+from nodefence.shell.fencer import Fencer
 from nodefence.shell.volume_gauge import attached_volumes
 
 
@@ -122,32 +122,30 @@ def _mirrored(node: Json) -> bool:
     return notes.get(mirror.FENCED_BY) == mirror.FENCED_BY_VALUE
 
 
-async def gather(pipeline: Pipeline, deadline: Deadline) -> dict[str, Any]:
-    """``pipeline`` runs a dry-run policy: the NotReady nodes are judged as ``explain`` does."""
+async def gather(fencer: Fencer, deadline: Deadline) -> dict[str, Any]:
+    """``fencer`` runs a dry-run policy: the NotReady nodes are judged as ``explain`` does."""
     from nodefence.commands.held_back import operator_view
     from nodefence.commands.probe_status import probe_view
 
-    record = await pipeline.read_record(deadline)
-    nodes = await pipeline.kube.list_nodes(deadline)
+    record = await fencer.read_record(deadline)
+    nodes = await fencer.kube.list_nodes(deadline)
     status = report(record, nodes)
-    await _volumes_of_fenced(status, pipeline, deadline)
-    probes = await probe_view(
-        pipeline.kube, pipeline.reader.namespace, pipeline.loop.inventory, deadline
-    )
-    _earliest_unfences(status, pipeline.policy)
+    await _volumes_of_fenced(status, fencer, deadline)
+    probes = await probe_view(fencer.kube, fencer.reader.namespace, fencer.loop.inventory, deadline)
+    _earliest_unfences(status, fencer.policy)
     return {
         **status,
-        **await operator_view(pipeline, record, nodes, deadline),
+        **await operator_view(fencer, record, nodes, deadline),
         "fencingProbes": probes,
-        "alertmanager": await _alertmanager(pipeline),
+        "alertmanager": await _alertmanager(fencer),
     }
 
 
-async def _alertmanager(pipeline: Pipeline) -> dict[str, Any]:
+async def _alertmanager(fencer: Fencer) -> dict[str, Any]:
     """Whether Alertmanager's API answers, and which nodes it holds alerts for: the fallback
     (``cluster.fallback_after_seconds``) leaves those alone, and without an answer it cannot
     know of a silence."""
-    policy = pipeline.policy
+    policy = fencer.policy
     view: dict[str, Any] = {
         "url": None,
         "reachable": None,
@@ -155,7 +153,7 @@ async def _alertmanager(pipeline: Pipeline) -> dict[str, Any]:
         "nodesHeld": [],
         "fallbackAfterSeconds": policy.cluster.fallback_after_seconds,
     }
-    config = pipeline.alertmanager
+    config = fencer.alertmanager
     if config is None:
         return view
     view["url"] = config.alerts_url
@@ -199,15 +197,13 @@ def _earliest_unfences(status: dict[str, Any], policy: Policy) -> None:
         )
 
 
-async def _volumes_of_fenced(
-    status: dict[str, Any], pipeline: Pipeline, deadline: Deadline
-) -> None:
+async def _volumes_of_fenced(status: dict[str, Any], fencer: Fencer, deadline: Deadline) -> None:
     """Each fenced node's VolumeAttachments still attached (``volumesAttached``): a fence that
     left them is no plain success. None when they could not be listed (say, your credentials
     may not list VolumeAttachments)."""
     fenced = status["fenced"]
     try:
-        attached = await attached_volumes(pipeline.kube, {f["node"] for f in fenced}, deadline)
+        attached = await attached_volumes(fencer.kube, {f["node"] for f in fenced}, deadline)
     except KubeError:
         for f in fenced:
             f["volumesAttached"] = None
