@@ -18,7 +18,7 @@ from nodefence.fencing.model import BmcEntry, SendCheck
 MACHINES: dict[str, tuple[str, str]] = {}
 SENT: list[tuple[str, str]] = []
 # The row the test adds to the table.
-KIND = DriverKind("toy", "the toy machine read back off", __name__, powers=True)
+KIND = DriverKind("toy", __name__, powers=True)
 
 
 class ToyDriver:

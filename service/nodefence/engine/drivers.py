@@ -21,7 +21,6 @@ class DriverKind:
     how the proof is read before deciding, or (``module`` empty: ``none``) nothing."""
 
     name: str
-    proof: str
     module: str = ""
     powers: bool = False
 
@@ -29,33 +28,18 @@ class DriverKind:
 DRIVERS: dict[str, DriverKind] = {
     kind.name: kind
     for kind in (
-        DriverKind(
-            "redfish",
-            "the BMC's Redfish PowerState read back Off",
-            "nodefence.fencing.drivers.redfish",
-            powers=True,
-        ),
-        DriverKind(
-            "ipmi",
-            "the BMC's IPMI chassis power read back off",
-            "nodefence.fencing.drivers.ipmi",
-            powers=True,
-        ),
-        DriverKind(
-            "fence-agent",
-            "a separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF)",
-            "nodefence.fencing.drivers.fence_agent",
-            powers=True,
-        ),
-        DriverKind(
-            "annotation",
-            "external fencing's written proof ConfigMap",
-            "nodefence.fencing.drivers.annotation",
-        ),
-        DriverKind(
-            "http", "a power-status endpoint answering off", "nodefence.fencing.drivers.http"
-        ),
-        DriverKind("none", "none: inference alone"),
+        # The BMC's Redfish PowerState read back Off.
+        DriverKind("redfish", "nodefence.fencing.drivers.redfish", powers=True),
+        # The BMC's IPMI chassis power read back off.
+        DriverKind("ipmi", "nodefence.fencing.drivers.ipmi", powers=True),
+        # A separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF).
+        DriverKind("fence-agent", "nodefence.fencing.drivers.fence_agent", powers=True),
+        # External fencing's written proof ConfigMap.
+        DriverKind("annotation", "nodefence.fencing.drivers.annotation"),
+        # A power-status endpoint answering off.
+        DriverKind("http", "nodefence.fencing.drivers.http"),
+        # Inference alone: no proof.
+        DriverKind("none"),
     )
 }
 
