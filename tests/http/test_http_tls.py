@@ -10,6 +10,7 @@ import io
 import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -20,6 +21,7 @@ from tls_support import SecretVolume, TestCA, served_fingerprint_async
 
 from nodefence.errors import ConfigError
 from nodefence.http.app import run
+from nodefence.observability.metrics import Metrics
 from nodefence.settings import load_settings
 
 
@@ -46,11 +48,18 @@ async def answers(url: str, context: ssl.SSLContext) -> bool:
 
 
 class Serving:
-    def __init__(self, port: int, ca: TestCA, volume: SecretVolume) -> None:
+    def __init__(self, port: int, ca: TestCA, volume: SecretVolume, metrics: Metrics) -> None:
         self.port = port
         self.ca = ca
         self.volume = volume
+        self.metrics = metrics
         self.base = f"https://127.0.0.1:{port}"
+
+    def refused(self, reason: str) -> float | None:
+        """``nodefence_tls_reload_failures_total{reason}`` as served (None: no such series)."""
+        return self.metrics.registry.get_sample_value(
+            "nodefence_tls_reload_failures_total", {"reason": reason}
+        )
 
     async def fingerprint(self) -> str:
         return await served_fingerprint_async(self.port, self.ca.client_context())
@@ -77,8 +86,9 @@ async def serving(
         header_timeout_seconds=1,
     )
     stop = asyncio.Event()
-    server = asyncio.create_task(run(settings, pipeline, stop=stop))
-    found = Serving(port, ca, volume)
+    metrics = Metrics()
+    server = asyncio.create_task(run(settings, pipeline, metrics=metrics, stop=stop))
+    found = Serving(port, ca, volume, metrics)
     await eventually(lambda: answers(found.base + "/healthz", ca.client_context()))
     assert await found.fingerprint() == first.fingerprint
     yield found
@@ -142,6 +152,51 @@ async def test_an_unusable_pair_keeps_the_last_good_certificate_and_logs_an_erro
     # A good pair after the bad ones is picked up by the next handshake.
     serving.volume.publish(third.cert_pem, third.key_pem)
     assert await serving.fingerprint() == third.fingerprint
+
+
+def _expired() -> tuple[datetime, datetime]:
+    now = datetime.now(UTC)
+    return now - timedelta(days=30), now - timedelta(days=1)
+
+
+def _not_yet_valid() -> tuple[datetime, datetime]:
+    now = datetime.now(UTC)
+    return now + timedelta(days=1), now + timedelta(days=30)
+
+
+async def test_a_renewal_outside_its_validity_period_is_refused_logged_and_counted(
+    serving: Serving, ca: TestCA, log_stream: io.StringIO
+) -> None:
+    """A certificate every verifying client would refuse never replaces one they accept."""
+    served = await serving.fingerprint()
+    assert serving.refused("expired") == 0
+    assert serving.refused("not-yet-valid") == 0
+    assert serving.refused("unloadable") == 0
+
+    expired = ca.issue(_expired())
+    serving.volume.publish(expired.cert_pem, expired.key_pem)
+    assert await serving.fingerprint() == served
+    too_early = ca.issue(_not_yet_valid())
+    serving.volume.publish(too_early.cert_pem, too_early.key_pem)
+    assert await serving.fingerprint() == served
+    assert await answers(serving.base + "/healthz", ca.client_context())
+
+    assert serving.refused("expired") == 1
+    assert serving.refused("not-yet-valid") == 1
+    assert serving.refused("unloadable") == 0
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines() if line.strip()]
+    unusable = [line for line in lines if line.get("event") == "tls_certificate_unusable"]
+    assert [line["reason"] for line in unusable] == ["expired", "not-yet-valid"]
+    assert all(line["level"] == "error" for line in unusable)
+    assert all(line["fingerprint_sha256"] == served for line in unusable)
+    assert "expired at" in unusable[0]["error"]
+    assert "not valid before" in unusable[1]["error"]
+    assert all(str(serving.volume.cert) in line["error"] for line in unusable)
+
+    # The renewal done right is taken at the next handshake.
+    good = ca.issue()
+    serving.volume.publish(good.cert_pem, good.key_pem)
+    assert await serving.fingerprint() == good.fingerprint
 
 
 async def test_plain_http_to_the_tls_listener_is_not_answered(serving: Serving) -> None:
@@ -215,3 +270,23 @@ def test_settings_refuse_a_key_of_another_certificate_without_printing_it(
     assert str(other_key) in message
     assert "PRIVATE KEY" not in message
     assert other_key.read_text().splitlines()[1] not in message
+
+
+@pytest.mark.parametrize(
+    ("valid", "words"),
+    [(_expired, "the certificate expired at"), (_not_yet_valid, "is not valid before")],
+)
+def test_settings_refuse_a_certificate_outside_its_validity_period(
+    ca: TestCA, tmp_path: Path, valid: Callable[[], tuple[datetime, datetime]], words: str
+) -> None:
+    """At start (and in check-config) such a pair stops the service with the reason."""
+    issued = ca.issue(valid())
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text(issued.cert_pem)
+    key.write_text(issued.key_pem)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(alert_token=TOKEN, tls_cert_file=cert, tls_key_file=key)
+    message = str(caught.value)
+    assert words in message
+    assert str(cert) in message
+    assert "PRIVATE KEY" not in message

@@ -10,6 +10,7 @@ import socket
 import ssl
 import subprocess
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ class TestCA:
             cwd=folder,
         )
 
-    def issue(self) -> Issued:
+    def issue(self, valid: tuple[datetime, datetime] | None = None) -> Issued:
+        """A new key and its certificate, valid for a day from now, or from ``valid[0]`` to
+        ``valid[1]`` (an expired one, or one not valid yet)."""
         self.serial += 1
         name = f"leaf-{self.serial}"
         extensions = self.folder / f"{name}.ext"
@@ -93,27 +96,71 @@ class TestCA:
             f"{name}.csr",
             cwd=self.folder,
         )
+        if valid is None:
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                str(self.cert),
+                "-CAkey",
+                str(self.key),
+                "-set_serial",
+                str(self.serial),
+                "-days",
+                "1",
+                "-extfile",
+                str(extensions),
+                "-out",
+                f"{name}.crt",
+                cwd=self.folder,
+            )
+        else:
+            self._sign_for(name, extensions, *valid)
+        return Issued(
+            (self.folder / f"{name}.crt").read_text(), (self.folder / f"{name}.key").read_text()
+        )
+
+    def _sign_for(
+        self, name: str, extensions: Path, not_before: datetime, not_after: datetime
+    ) -> None:
+        """``openssl ca``, the one command of OpenSSL 3.0 that sets both ends of the validity
+        period (``x509 -req`` starts it now)."""
+        database = self.folder / f"{name}.db"
+        database.mkdir()
+        (database / "index.txt").write_text("")
+        (database / "serial").write_text(f"{self.serial:04X}\n")
+        config = self.folder / f"{name}.cnf"
+        config.write_text(
+            "[ca]\ndefault_ca = test\n"
+            f"[test]\ndatabase = {database / 'index.txt'}\nnew_certs_dir = {database}\n"
+            f"serial = {database / 'serial'}\ndefault_md = sha256\npolicy = any\n"
+            "unique_subject = no\n"
+            "[any]\ncommonName = supplied\n"
+        )
+        stamp = "%Y%m%d%H%M%SZ"
         _openssl(
-            "x509",
-            "-req",
+            "ca",
+            "-batch",
+            "-notext",
+            "-config",
+            str(config),
+            "-cert",
+            str(self.cert),
+            "-keyfile",
+            str(self.key),
             "-in",
             f"{name}.csr",
-            "-CA",
-            str(self.cert),
-            "-CAkey",
-            str(self.key),
-            "-set_serial",
-            str(self.serial),
-            "-days",
-            "1",
+            "-startdate",
+            not_before.astimezone(UTC).strftime(stamp),
+            "-enddate",
+            not_after.astimezone(UTC).strftime(stamp),
             "-extfile",
             str(extensions),
             "-out",
             f"{name}.crt",
             cwd=self.folder,
-        )
-        return Issued(
-            (self.folder / f"{name}.crt").read_text(), (self.folder / f"{name}.key").read_text()
         )
 
     def client_context(self) -> ssl.SSLContext:

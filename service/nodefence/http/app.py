@@ -21,6 +21,7 @@ from nodefence.http.limits import (
 )
 from nodefence.http.middleware import observe_middleware
 from nodefence.http.problems import problem_middleware
+from nodefence.http.tls import REASONS as TLS_REFUSALS
 from nodefence.http.tls import TlsCertificates
 from nodefence.observability.logging import get_logger
 from nodefence.observability.metrics import Metrics
@@ -107,12 +108,14 @@ async def run(
     ``background`` (``runtime.background_for``) runs while the listener serves; a pass in
     progress at shutdown finishes beside the requests in flight.
     """
-    tls = (
-        TlsCertificates(settings.tls_cert_file, settings.tls_key_file)
-        if settings.tls_cert_file is not None and settings.tls_key_file is not None
-        else None
-    )
     app = build_app(settings, fencer, metrics=metrics, slack=slack, decisions=decisions)
+    tls: TlsCertificates | None = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        served = app[METRICS]
+        served.tls_reload_failures_expected(TLS_REFUSALS)
+        tls = TlsCertificates(
+            settings.tls_cert_file, settings.tls_key_file, refused=served.tls_reload_failed
+        )
     background = background if background is not None else Runner([])
     runner = web.AppRunner(
         app,

@@ -14,6 +14,13 @@ following the ``..data`` symlink a Secret volume swaps atomically), so the hands
 renewal presents the new certificate, connections already open keep theirs, and no request in
 flight is touched. A pair that cannot be loaded (half written, mismatched, unreadable) keeps the
 last good one serving and is logged as an error once per change of the files.
+
+A certificate outside its validity period (expired, or not valid yet) is refused the same way:
+served, it would fail every client that verifies it, and swapping a working certificate for one
+nobody accepts is never what a renewal meant. Each refusal of a changed pair is counted in
+``nodefence_tls_reload_failures_total`` by reason, so an alert sees a renewal that did not take
+before the certificate still served runs out. At start, the same refusal stops the service with
+the reason (``Settings``), rather than listening with a certificate no client accepts.
 """
 
 from __future__ import annotations
@@ -22,8 +29,12 @@ import hashlib
 import os
 import re
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+from cryptography import x509
 
 from nodefence.observability.logging import get_logger
 
@@ -32,9 +43,20 @@ log = get_logger("nodefence.http.tls")
 _PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
 
+# Why a pair was refused: the ``reason`` label of ``nodefence_tls_reload_failures_total``.
+UNLOADABLE = "unloadable"
+EXPIRED = "expired"
+NOT_YET_VALID = "not-yet-valid"
+REASONS = (UNLOADABLE, EXPIRED, NOT_YET_VALID)
+
+
 class TlsPairError(Exception):
     """The certificate and key cannot be served. The message names the files, never their
-    content."""
+    content; ``reason`` is one of ``REASONS``."""
+
+    def __init__(self, message: str, reason: str = UNLOADABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -61,23 +83,52 @@ def _names(cert: Path, key: Path) -> str:
     return f"NODEFENCE_TLS_CERT_FILE {cert} and NODEFENCE_TLS_KEY_FILE {key}"
 
 
-def _leaf_fingerprint(cert: Path) -> str:
+def _leaf_der(cert: Path) -> bytes | None:
+    """The first certificate of the file (the leaf, the one a client is shown), DER-encoded."""
     try:
         text = cert.read_text(encoding="ascii", errors="replace")
     except OSError:
-        return "unknown"
+        return None
     match = _PEM_CERTIFICATE.search(text)
     if match is None:
-        return "unknown"
+        return None
     try:
-        der = ssl.PEM_cert_to_DER_cert(match.group(0))
+        return ssl.PEM_cert_to_DER_cert(match.group(0))
     except ValueError:
-        return "unknown"
-    return hashlib.sha256(der).hexdigest().upper()
+        return None
 
 
-def load_pair(cert: Path, key: Path) -> LoadedPair:
-    """A fresh server context holding the pair, or ``TlsPairError`` naming what is wrong."""
+def _instant(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_validity(cert: Path, key: Path, der: bytes | None, now: datetime) -> None:
+    """``TlsPairError`` unless ``now`` is within the leaf certificate's validity period."""
+    try:
+        leaf = x509.load_der_x509_certificate(der) if der is not None else None
+    except ValueError:
+        leaf = None
+    if leaf is None:
+        raise TlsPairError(f"{_names(cert, key)}: cannot read the certificate's validity period")
+    not_before, not_after = leaf.not_valid_before_utc, leaf.not_valid_after_utc
+    if now > not_after:
+        raise TlsPairError(
+            f"{_names(cert, key)}: the certificate expired at {_instant(not_after)} (now "
+            f"{_instant(now)}); every client that verifies it would refuse it",
+            EXPIRED,
+        )
+    if now < not_before:
+        raise TlsPairError(
+            f"{_names(cert, key)}: the certificate is not valid before {_instant(not_before)} "
+            f"(now {_instant(now)}); every client that verifies it would refuse it",
+            NOT_YET_VALID,
+        )
+
+
+def load_pair(cert: Path, key: Path, now: datetime | None = None) -> LoadedPair:
+    """A fresh server context holding the pair, or ``TlsPairError`` naming what is wrong: the
+    files unreadable, not a certificate and its key, or the certificate outside its validity
+    period at ``now`` (default: this moment)."""
     context = _server_context()
     try:
         context.load_cert_chain(cert, key, password=_refuse_password)
@@ -89,7 +140,10 @@ def load_pair(cert: Path, key: Path) -> LoadedPair:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise TlsPairError(f"{_names(cert, key)}: cannot read them ({reason})") from None
-    return LoadedPair(context, _leaf_fingerprint(cert))
+    der = _leaf_der(cert)
+    _check_validity(cert, key, der, now if now is not None else datetime.now(UTC))
+    fingerprint = hashlib.sha256(der).hexdigest().upper() if der is not None else "unknown"
+    return LoadedPair(context, fingerprint)
 
 
 @dataclass(frozen=True)
@@ -112,12 +166,14 @@ class TlsCertificates:
     """The certificate new handshakes get, re-read from the files when they change.
 
     ``listener`` is the context to serve with; each handshake on it is handed the context of
-    the pair last loaded whole.
+    the pair last loaded whole. ``refused`` is told the reason of each changed pair that was
+    not taken (``REASONS``): the service counts them.
     """
 
-    def __init__(self, cert: Path, key: Path) -> None:
+    def __init__(self, cert: Path, key: Path, refused: Callable[[str], None] | None = None) -> None:
         self._cert = cert
         self._key = key
+        self._refused = refused
         self._seen = (_identity(cert), _identity(key))
         self._current = load_pair(cert, key)
         self.reloads = 0
@@ -140,20 +196,22 @@ class TlsCertificates:
         if seen == self._seen:
             return
         self._seen = seen
-        problem = ""
-        loaded: LoadedPair | None = None
+        refusal: TlsPairError | None = None
         try:
             loaded = load_pair(self._cert, self._key)
         except TlsPairError as exc:
-            problem = str(exc)
-        if loaded is None:
+            refusal = exc
+        if refusal is not None:
             # An operator's error, not a bug: the message says what is wrong, no traceback.
             log.error(
                 "tls_certificate_unusable",
-                error=problem,
+                error=str(refusal),
+                reason=refusal.reason,
                 detail="still serving the certificate last loaded",
                 fingerprint_sha256=self._current.fingerprint,
             )
+            if self._refused is not None:
+                self._refused(refusal.reason)
             return
         previous = self._current.fingerprint
         self._current = loaded

@@ -245,6 +245,14 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        self.tls_reload_failures = Counter(
+            "nodefence_tls_reload_failures_total",
+            "Changed NODEFENCE_TLS_CERT_FILE and NODEFENCE_TLS_KEY_FILE that were not taken, "
+            "by reason (unloadable, expired, not-yet-valid): the certificate last loaded is "
+            "still served.",
+            ["reason"],
+            registry=registry,
+        )
         self.dry_run_decisions = Counter(
             "nodefence_dry_run_decisions_total",
             "Decisions made in dry-run, by the verdict they would have had and the first guard "
@@ -372,6 +380,15 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self._exported)
+
+    def tls_reload_failures_expected(self, reasons: Iterable[str]) -> None:
+        """Export every reason from 0 where TLS is served, so the first refused renewal is an
+        increase an alert sees."""
+        for reason in reasons:
+            self.tls_reload_failures.labels(reason)
+
+    def tls_reload_failed(self, reason: str) -> None:
+        self.tls_reload_failures.labels(reason).inc()
 
     def power_actions_expected(self, driver: str, actions: Iterable[str]) -> None:
         """Export every series a configured driver and action can produce from 0, so the first
