@@ -14,6 +14,7 @@ from nodefence.actions.executor import Executor
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alertmanager.reachability import Reachability
+from nodefence.alertmanager.silence_store import SilenceStore
 from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.background.reconcile import ReconcileLoop
 from nodefence.background.refresh import BackgroundRefresh
@@ -129,6 +130,11 @@ def assemble_fencer(
         alertmanager=alertmanager,
         reachability=(
             Reachability(metrics, events, options.namespace, clock)
+            if alertmanager is not None
+            else None
+        ),
+        silences=(
+            SilenceStore(kube, namespace, dry_run=policy.dry_run)
             if alertmanager is not None
             else None
         ),

@@ -138,6 +138,10 @@ class Settings(BaseSettings):
     alertmanager_ca_file: Path | None = None
     alertmanager_insecure: bool = False
     alertmanager_timeout_seconds: float = Field(default=10, gt=0)
+    # Alertmanager matchers that identify this cluster's alerts on an Alertmanager several
+    # clusters share (``cluster="prod-a"``): every query of alerts and silences is narrowed by
+    # them, so another cluster's alert never fences a node of this one.
+    alertmanager_matchers: str = ""
 
     @field_validator(
         "alert_token",
@@ -254,6 +258,7 @@ class Settings(BaseSettings):
             ca_file=self.alertmanager_ca_file,
             insecure=self.alertmanager_insecure,
             timeout=self.alertmanager_timeout_seconds,
+            matchers=self.alertmanager_matchers,
         )
 
     @property

@@ -77,16 +77,27 @@ class RealAlertmanager:
         await self._post("/api/v2/alerts", [dict(a) for a in alerts])
 
     async def silence(self, **labels: str) -> str:
+        return await self.silence_matching(
+            [{"name": k, "value": v, "isRegex": False, "isEqual": True} for k, v in labels.items()]
+        )
+
+    async def silence_matching(
+        self,
+        matchers: list[dict[str, Any]],
+        *,
+        comment: str = "node under maintenance",
+        created_by: str = "tests",
+        ends_in: timedelta = timedelta(hours=1),
+    ) -> str:
+        """A silence as a person sets it in Alertmanager's UI or amtool: matchers in the API's
+        shape (``isRegex``, ``isEqual``), in force from a minute ago."""
         now = datetime.now(UTC)
         body = {
-            "matchers": [
-                {"name": k, "value": v, "isRegex": False, "isEqual": True}
-                for k, v in labels.items()
-            ],
+            "matchers": matchers,
             "startsAt": iso(now - timedelta(minutes=1)),
-            "endsAt": iso(now + timedelta(hours=1)),
-            "createdBy": "tests",
-            "comment": "node under maintenance",
+            "endsAt": iso(now + ends_in),
+            "createdBy": created_by,
+            "comment": comment,
         }
         answer = await self._post("/api/v2/silences", body)
         silence_id: str = answer["silenceID"]

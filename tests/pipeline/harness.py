@@ -92,6 +92,7 @@ async def start_receiver(
     settle_seconds: float | None = None,
     deadline_seconds: float = 20,
     alertmanager_url: str | None = None,
+    alertmanager_matchers: str = "",
     bmc_inventory: Path | None = None,
     follow: bool = False,
 ) -> AsyncIterator[Receiver]:
@@ -107,6 +108,7 @@ async def start_receiver(
         identity=identity,
         request_deadline_seconds=deadline_seconds,
         alertmanager_url=alertmanager_url,
+        alertmanager_matchers=alertmanager_matchers,
         bmc_inventory=bmc_inventory,
         # The tests drive the passes and the probes themselves.
         reconcile_interval=0,

@@ -17,6 +17,7 @@ import re
 import ssl
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -25,7 +26,20 @@ from pydantic import ValidationError
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alerts.events import extract_events
 from nodefence.alerts.webhook import WebhookPayload
+from nodefence.engine.matchers import (
+    MAX_MATCHERS,
+    MAX_VALUE_CHARS,
+    Matcher,
+    Operator,
+    all_match,
+)
 from nodefence.engine.model import AlertEvent
+from nodefence.engine.silences import (
+    MAX_COMMENT_CHARS,
+    MAX_CREATOR_CHARS,
+    MAX_ID_CHARS,
+    Silence,
+)
 
 # Told how many seconds each request to the API took, answered or failed.
 Observer = Callable[[float], None]
@@ -72,9 +86,10 @@ async def active_alerts(
     """
     if not names:
         return []
-    body = await _fetch(config, alertname_matcher(names), observe=observe)
+    query = _alert_query(config, alertname_matcher(names))
+    body = await _fetch(config, config.alerts_url, query, observe=observe)
     try:
-        payload = _as_payload(json.loads(body))
+        payload = _as_payload(_ours(config, json.loads(body)))
     except (ValueError, TypeError) as exc:
         raise _error(config, f"answered with a body that is not a list of alerts: {exc}") from None
     events = extract_events(payload, alert_names=names, node_labels=node_labels)
@@ -97,13 +112,131 @@ async def held_nodes(
     if not names:
         return set()
     params = {"active": "true", "silenced": "true", "inhibited": "true", "unprocessed": "true"}
-    body = await _fetch(config, alertname_matcher(names), params, observe=observe)
+    query = _alert_query(config, alertname_matcher(names), params)
+    body = await _fetch(config, config.alerts_url, query, observe=observe)
     try:
-        payload = _as_payload(json.loads(body), suppressed_too=True)
+        payload = _as_payload(_ours(config, json.loads(body)), suppressed_too=True)
     except (ValueError, TypeError) as exc:
         raise _error(config, f"answered with a body that is not a list of alerts: {exc}") from None
     events = extract_events(payload, alert_names=names, node_labels=node_labels)
     return {e.node for e in events if e.alertname in names and e.node is not None}
+
+
+async def active_silences(
+    config: AlertmanagerConfig, *, observe: Observer | None = None
+) -> list[Silence]:
+    """Every silence Alertmanager holds that is in force or yet to start, as it answered them.
+
+    Not filtered on the server: Alertmanager's ``filter`` on silences compares the silence's
+    own matchers as if they were labels, so a silence without a ``cluster`` matcher (which
+    silences every cluster's alerts) would be left out by ``cluster="prod-a"``. The caller
+    judges each silence against the labels its node's alert would carry
+    (``engine.silences``). Raises :class:`AlertmanagerUnavailableError` as ``active_alerts``
+    does: a list that cannot be read never reads as "no silence"."""
+    body = await _fetch(config, config.silences_url, [], observe=observe)
+    try:
+        return silences_from_json(json.loads(body))
+    except (ValueError, TypeError) as exc:
+        raise _error(
+            config,
+            f"answered with a body that is not a list of silences: {exc}",
+            config.silences_url,
+        ) from None
+
+
+def silences_from_json(data: Any) -> list[Silence]:
+    """Silences in the API v2 shape (``gettableSilences``), the expired ones left out. Each
+    field read from outside is bounded (``engine.silences``); an entry that is not a silence
+    makes the whole answer unreadable rather than quietly dropping a person's silence."""
+    if not isinstance(data, list):
+        raise TypeError("expected a JSON array of silence objects")
+    found: list[Silence] = []
+    for index, raw in enumerate(data):
+        if not isinstance(raw, dict):
+            raise TypeError(f"[{index}] is not an object")
+        status = raw.get("status")
+        state = status.get("state") if isinstance(status, dict) else None
+        if state == "expired":
+            continue
+        try:
+            found.append(_silence(raw, in_force=state == "active"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"[{index}]: {exc}") from None
+    return found
+
+
+def _silence(raw: dict[str, Any], *, in_force: bool) -> Silence:
+    matchers = raw["matchers"]
+    if not isinstance(matchers, list) or not matchers or len(matchers) > MAX_MATCHERS:
+        raise ValueError(f"matchers must be a list of 1 to {MAX_MATCHERS}")
+    read: list[Matcher] = []
+    for matcher in matchers:
+        name, value = str(matcher["name"]), str(matcher["value"])
+        if len(name) > MAX_VALUE_CHARS or len(value) > MAX_VALUE_CHARS:
+            raise ValueError(f"a matcher is longer than {MAX_VALUE_CHARS} characters")
+        regex = bool(matcher.get("isRegex", False))
+        # isEqual is absent from Alertmanager before 0.22: equal then.
+        equal = bool(matcher.get("isEqual", True))
+        op: Operator = ("=~" if equal else "!~") if regex else ("=" if equal else "!=")
+        read.append(Matcher(name, value, op))
+    return Silence(
+        id=str(raw["id"])[:MAX_ID_CHARS],
+        matchers=tuple(read),
+        starts_at=_instant(raw["startsAt"]),
+        ends_at=_instant(raw["endsAt"]),
+        created_by=str(raw.get("createdBy", ""))[:MAX_CREATOR_CHARS],
+        comment=str(raw.get("comment", ""))[:MAX_COMMENT_CHARS],
+        in_force=in_force,
+    )
+
+
+def silences_to_json(silences: Sequence[Silence]) -> list[dict[str, Any]]:
+    """The API v2 shape again, for the shared record of silences last read."""
+    return [
+        {
+            "id": s.id,
+            "matchers": [
+                {
+                    "name": m.name,
+                    "value": m.value,
+                    "isRegex": m.op in {"=~", "!~"},
+                    "isEqual": m.op in {"=", "=~"},
+                }
+                for m in s.matchers
+            ],
+            "startsAt": s.starts_at.isoformat(),
+            "endsAt": s.ends_at.isoformat(),
+            "createdBy": s.created_by,
+            "comment": s.comment,
+            "status": {"state": "active" if s.in_force else "pending"},
+        }
+        for s in silences
+    ]
+
+
+def _instant(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError("a time is not a string")
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"time {value[:40]!r} has no zone")
+    return parsed.astimezone(UTC)
+
+
+def _ours(config: AlertmanagerConfig, data: Any) -> Any:
+    """This cluster's alerts only, judged here too: the query asked Alertmanager for them, but
+    a proxy or another implementation of the API may ignore ``filter``, and another cluster's
+    alert would fence a node of this one that happens to share its name."""
+    wanted = config.cluster_matchers
+    if not wanted or not isinstance(data, list):
+        return data
+    return [
+        alert
+        for alert in data
+        if isinstance(alert, dict)
+        and isinstance(alert.get("labels"), dict)
+        and all_match(wanted, {str(k): str(v) for k, v in alert["labels"].items()}, unknown=False)
+    ]
 
 
 def is_active(alert: dict[str, Any]) -> bool:
@@ -149,25 +282,30 @@ def _as_payload(data: Any, *, suppressed_too: bool = False) -> WebhookPayload:
 ACTIVE_ONLY = {"active": "true", "silenced": "false", "inhibited": "false"}
 
 
+def _alert_query(
+    config: AlertmanagerConfig, matcher: str, states: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The alert states asked for and the filters: ``matcher`` and this cluster's matchers."""
+    filters = [matcher, *(str(m) for m in config.cluster_matchers)]
+    return [*(states or ACTIVE_ONLY).items(), *(("filter", f) for f in filters)]
+
+
 async def _fetch(
     config: AlertmanagerConfig,
-    matcher: str,
-    states: dict[str, str] | None = None,
+    url: str,
+    params: list[tuple[str, str]],
     *,
     observe: Observer | None = None,
 ) -> bytes:
     sent = time.monotonic()
     try:
-        return await _exchange(config, matcher, states)
+        return await _exchange(config, url, params)
     finally:
         if observe is not None:
             observe(time.monotonic() - sent)
 
 
-async def _exchange(
-    config: AlertmanagerConfig, matcher: str, states: dict[str, str] | None
-) -> bytes:
-    params = {**(states or ACTIVE_ONLY), "filter": matcher}
+async def _exchange(config: AlertmanagerConfig, url: str, params: list[tuple[str, str]]) -> bytes:
     headers = {"Accept": "application/json"}
     if config.bearer_token is not None:
         headers["Authorization"] = f"Bearer {config.bearer_token.get_secret_value()}"
@@ -178,7 +316,7 @@ async def _exchange(
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=config.timeout)) as session,
             session.get(
-                config.alerts_url,
+                url,
                 params=params,
                 headers=headers,
                 ssl=_tls(config),
@@ -191,30 +329,33 @@ async def _exchange(
                     config,
                     f"refused the credentials (HTTP {response.status}); check "
                     "NODEFENCE_ALERTMANAGER_TOKEN or NODEFENCE_ALERTMANAGER_USER/PASSWORD",
+                    url,
                 )
             if response.status != 200:
                 snippet = (await response.content.read(200)).decode(errors="replace").strip()
-                raise _error(config, f"answered HTTP {response.status}: {snippet!r}")
-            return await _bounded_body(config, response)
+                raise _error(config, f"answered HTTP {response.status}: {snippet!r}", url)
+            return await _bounded_body(config, response, url)
     except AlertmanagerUnavailableError:
         raise
     except TimeoutError:
-        raise _error(config, f"did not answer within {config.timeout:g}s") from None
+        raise _error(config, f"did not answer within {config.timeout:g}s", url) from None
     except (aiohttp.ClientError, ssl.SSLError, OSError) as exc:
-        raise _error(config, f"unreachable: {type(exc).__name__}: {exc}") from None
+        raise _error(config, f"unreachable: {type(exc).__name__}: {exc}", url) from None
 
 
-async def _bounded_body(config: AlertmanagerConfig, response: aiohttp.ClientResponse) -> bytes:
+async def _bounded_body(
+    config: AlertmanagerConfig, response: aiohttp.ClientResponse, url: str
+) -> bytes:
     limit = config.max_response_bytes
     if response.content_length is not None and response.content_length > limit:
-        raise _error(config, f"answered {response.content_length} bytes, over the {limit}")
+        raise _error(config, f"answered {response.content_length} bytes, over the {limit}", url)
     body = await response.content.read(limit + 1)
     while len(body) <= limit:
         chunk = await response.content.read(limit + 1 - len(body))
         if not chunk:
             return body
         body += chunk
-    raise _error(config, f"answered more than {limit} bytes")
+    raise _error(config, f"answered more than {limit} bytes", url)
 
 
 def _tls(config: AlertmanagerConfig) -> ssl.SSLContext | bool:
@@ -229,8 +370,10 @@ def _tls(config: AlertmanagerConfig) -> ssl.SSLContext | bool:
         raise _error(config, f"CA bundle {cafile} cannot be read: {exc}") from None
 
 
-def _error(config: AlertmanagerConfig, cause: str) -> AlertmanagerUnavailableError:
-    message = f"Alertmanager at {config.alerts_url} {cause}"
+def _error(
+    config: AlertmanagerConfig, cause: str, url: str | None = None
+) -> AlertmanagerUnavailableError:
+    message = f"Alertmanager at {url or config.alerts_url} {cause}"
     for secret in config.secrets():
         message = message.replace(secret, "********")
     return AlertmanagerUnavailableError(message)

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from nodefence.engine.matchers import Matcher, MatcherError, equalities, parse
+
 MASK = "********"
 # Shown by ``check-config`` when no URL is set, so the operator learns what that costs.
 UNCONFIGURED = (
@@ -36,6 +38,27 @@ class AlertmanagerConfig(BaseModel):
     # Node alerts are filtered on the server, so even a large outage stays far below this;
     # the bound protects the reconcile pass from a misdirected URL streaming without end.
     max_response_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    # The matchers that identify this cluster's alerts (``engine.matchers`` syntax), empty when
+    # Alertmanager serves this cluster alone.
+    matchers: str = ""
+
+    @field_validator("matchers")
+    @classmethod
+    def _readable_matchers(cls, value: str) -> str:
+        try:
+            parse(value)
+        except MatcherError as exc:
+            raise ValueError(f"is not a list of Alertmanager matchers: {exc}") from None
+        return value.strip()
+
+    @property
+    def cluster_matchers(self) -> tuple[Matcher, ...]:
+        return parse(self.matchers)
+
+    @property
+    def cluster_labels(self) -> dict[str, str]:
+        """The labels every alert of this cluster carries for certain (its ``=`` matchers)."""
+        return equalities(self.cluster_matchers)
 
     @field_validator("url")
     @classmethod
@@ -76,6 +99,10 @@ class AlertmanagerConfig(BaseModel):
     def alerts_url(self) -> str:
         return f"{self.url}/api/v2/alerts"
 
+    @property
+    def silences_url(self) -> str:
+        return f"{self.url}/api/v2/silences"
+
     def secrets(self) -> tuple[str, ...]:
         """Every credential's plain value, so messages can be scrubbed of them."""
         values = (self.bearer_token, self.basic_password)
@@ -97,7 +124,14 @@ class AlertmanagerConfig(BaseModel):
             tls = f"TLS verified against {self.ca_file}"
         else:
             tls = "TLS verified against the system CAs"
+        scope = (
+            f"this cluster's alerts are those matching {{{self.matchers}}}"
+            if self.matchers
+            else "every alert it holds is taken as this cluster's (NODEFENCE_ALERTMANAGER_MATCHERS "
+            "unset)"
+        )
         return (
-            f"Alertmanager: {self.url}, {auth}, {tls}, timeout {self.timeout:g}s; the reconcile "
-            "pass re-evaluates the node alerts it holds active"
+            f"Alertmanager: {self.url}, {auth}, {tls}, timeout {self.timeout:g}s; {scope}; the "
+            "reconcile pass re-evaluates the node alerts it holds active, and its silences hold "
+            "the fallback"
         )

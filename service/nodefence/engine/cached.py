@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from nodefence.engine import guards, machine
+from nodefence.engine import guards, machine, silences
 from nodefence.engine.model import ClaimAction, Decision, Reason, Verdict
 from nodefence.engine.wording import duration
 
@@ -37,6 +37,8 @@ CACHEABLE = frozenset(
         # person (``await-approval``) never stands on the cache: it is decided on live reads.
         "approval",
         "paused",
+        # A silence read from Alertmanager: no fact of the cluster, cached or not.
+        silences.GUARD,
         # The node is not in the watch-fed index: no node of that name exists (a name that
         # appeared within the index's delay is not a node that has been dead for minutes).
         "node-found",

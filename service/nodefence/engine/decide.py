@@ -27,6 +27,7 @@ from nodefence.engine import (
     orphans,
     readiness,
     reboot,
+    silences,
     volumes,
 )
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
@@ -256,6 +257,11 @@ def decide(
     if event.fallback:
         # First, so the log line and the Event say at once that no alert brought this.
         draft.add(NO_ALERT, True, event.fallback)
+        if event.silenced:
+            # A person silenced the alert this event stands for: held as the alert would be.
+            draft.node = event.node
+            draft.add(silences.GUARD, False, event.silenced)
+            return draft.finish(Verdict.SKIP)
     elif event.alertname not in policy.alerts.names:
         draft.add(
             "alert",

@@ -71,7 +71,9 @@ def due(
     return sorted(chosen, key=lambda pair: (pair[1], pair[0]))
 
 
-def event(node: str, since: datetime, silence: Silence, after_seconds: int) -> AlertEvent:
+def event(
+    node: str, since: datetime, silence: Silence, after_seconds: int, silenced: str = ""
+) -> AlertEvent:
     """The firing event the fallback judges ``node`` on. Its fingerprint names the node and the
     outage (when it went NotReady), so every replica and every pass of one outage speak of the
     same incident, and a later outage of the same node is another one. The reason holds no
@@ -88,4 +90,5 @@ def event(node: str, since: datetime, silence: Silence, after_seconds: int) -> A
         fingerprint=f"fallback/{node}/{int(since.timestamp())}",
         starts_at=since,
         fallback=why,
+        silenced=silenced,
     )

@@ -42,6 +42,9 @@ class AlertEvent:
     # Set when no alert arrived and the reconcile pass judges a NotReady node as if it had
     # fired (``engine.fallback``): why it did, in words that go into the decision and its Event.
     fallback: str = ""
+    # Set on a fallback event when an Alertmanager silence would silence the node's alert
+    # (``engine.silences``): the silence's words; the decision is held by it.
+    silenced: str = ""
 
 
 @dataclass(frozen=True)

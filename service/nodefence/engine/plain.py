@@ -26,6 +26,7 @@ WORDS = {
     "machine-identity": "its BMC or fence agent is not shown to control this node's machine",
     "clock": "no reply of the API server dated the facts",
     "paused": "nodefence is paused",
+    "silence": "an Alertmanager silence holds it",
     "exclusion": "the node is excluded (nodefence.io/exclude=true)",
     "rule": "no rule of the policy matches it",
     "approval": "a person's approval in Slack is needed",

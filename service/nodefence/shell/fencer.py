@@ -22,10 +22,16 @@ from typing import TypeVar
 import structlog
 
 from nodefence.actions.fence_record_writer import FenceRecordWriter
-from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts, held_nodes
+from nodefence.alertmanager.client import (
+    AlertmanagerUnavailableError,
+    active_alerts,
+    active_silences,
+    held_nodes,
+)
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alertmanager.reachability import Reachability
-from nodefence.engine import fallback, volumes
+from nodefence.alertmanager.silence_store import NOTHING, Known, SilenceStore, relevant
+from nodefence.engine import fallback, silences, volumes
 from nodefence.engine import record as fence_record
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
@@ -83,6 +89,7 @@ class Fencer:
         proof: ExternalProof,
         alertmanager: AlertmanagerConfig | None = None,
         reachability: Reachability | None = None,
+        silences: SilenceStore | None = None,
         approvals: ApprovalRequester | None = None,
         inventory: Inventory | None = None,
     ) -> None:
@@ -99,6 +106,8 @@ class Fencer:
         self.proof = proof
         self.alertmanager = alertmanager
         self.reachability = reachability
+        # Alertmanager's silences, as last read: they hold the fallback, also while it is down.
+        self.silences = silences
         self.approvals = approvals
         # The BMC inventory the power step works with, also probed in the background.
         self.inventory = inventory
@@ -276,6 +285,9 @@ class Fencer:
         self.delivered = {node: at for node, at in self.delivered.items() if at > recent}
         skip = judged | set(self.delivered)
         due = fallback.due(await self.reader.not_ready_nodes(deadline), now, after, skip)
+        # Read on every pass, a node down or not, so that the silences set before an outage of
+        # Alertmanager are kept where every replica finds them when it comes.
+        known = await self._silences(now, deadline) if self.alertmanager is not None else NOTHING
         if not due:
             return []
         silence = fallback.not_configured()
@@ -283,19 +295,56 @@ class Fencer:
             held_by_am: set[str] = await self._ask_alertmanager(held_nodes, set[str]())
             due = [(node, since) for node, since in due if node not in held_by_am]
             silence = self.reachability.silence() if self.reachability else fallback.holds_none()
-        return [fallback.event(node, since, silence, after) for node, since in due]
+        return [
+            fallback.event(node, since, silence, after, self._silenced(node, known, now))
+            for node, since in due
+        ]
+
+    async def _silences(self, now: datetime, deadline: Deadline) -> Known:
+        """Alertmanager's silences that could hold a node of this cluster: as it answers now,
+        kept for every replica; while it cannot be asked, as it last answered (a silence holds
+        through Alertmanager's outage until it ends)."""
+        assert self.alertmanager is not None
+        config = self.alertmanager
+
+        async def ask() -> Known:
+            answer = await active_silences(config, observe=self.metrics.alertmanager_request)
+            kept = relevant(answer, self.alert_names, self.node_labels, config.cluster_labels)
+            return Known(kept, now, live=True)
+
+        read = await self._ask(ask, NOTHING)
+        if self.silences is None:
+            return read
+        if read.live:
+            await self.silences.keep(read.silences, now, deadline)
+            return read
+        return await self.silences.recalled(now, deadline)
+
+    def _silenced(self, node: str, known: Known, now: datetime) -> str:
+        """The words of the silence that holds ``node``, or "" when none does."""
+        assert self.alertmanager is not None or not known.silences
+        cluster = self.alertmanager.cluster_labels if self.alertmanager is not None else {}
+        labelsets = silences.alert_labels(node, self.alert_names, self.node_labels, cluster)
+        holder = silences.holding(known.silences, labelsets, now)
+        return holder.words() + known.source() if holder is not None else ""
 
     async def _ask_alertmanager(self, query: Callable[..., Awaitable[T]], unanswered: T) -> T:
         """One question to Alertmanager's API about the handled node alerts, its outcome kept
         by ``reachability``; ``unanswered`` when it cannot be asked."""
         assert self.alertmanager is not None
+        config = self.alertmanager
+        alerts = self.policy.alerts
+        return await self._ask(
+            lambda: query(
+                config, alerts.names, alerts.node_labels, observe=self.metrics.alertmanager_request
+            ),
+            unanswered,
+        )
+
+    async def _ask(self, question: Callable[[], Awaitable[T]], unanswered: T) -> T:
+        """Any question to Alertmanager's API, its outcome kept by ``reachability``."""
         try:
-            answer = await query(
-                self.alertmanager,
-                self.policy.alerts.names,
-                self.policy.alerts.node_labels,
-                observe=self.metrics.alertmanager_request,
-            )
+            answer = await question()
         except AlertmanagerUnavailableError as exc:
             if self.reachability is not None:
                 await self.reachability.failed(str(exc))

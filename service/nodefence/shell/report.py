@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine import escalation, guards, machine, orphans, reboot
+from nodefence.engine import escalation, guards, machine, orphans, reboot, silences
 from nodefence.engine.action_kinds import (
     POWER_ON,
     PURGED,
@@ -58,6 +58,7 @@ WAITS = frozenset(
         "exclusion",
         "rule",
         "dry-run",
+        silences.GUARD,
     }
 )
 REFUSAL_REASONS = frozenset(

@@ -1,0 +1,181 @@
+"""Silences hold the fallback where Alertmanager holds no alert, on a real Alertmanager: the
+on-call person's "leave this node alone" stops the power-off and the taint whether or not the
+alert still exists, names itself in the decision, holds through Alertmanager's outage (also for
+a replica started during it), and a shared Alertmanager's other clusters' alerts and silences
+count for nothing here when this cluster's matchers are set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.processes import Processes
+
+from nodefence_sim.redfish import write_bmc_inventory
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import running_simulator
+from pipeline.harness import node_events, oos_taints, start_receiver
+
+from .conftest import Starter, alert
+from .test_fallback import DOWN_SECONDS, NODE, force_offs, reconcile, redfish_policy
+
+OTHER = "compute01"
+
+
+def eq(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value, "isRegex": False, "isEqual": True}
+
+
+def assert_held_by(decision: dict[str, Any], silence_id: str) -> None:
+    assert decision["verdict"] == "skip", decision
+    [held] = [r for r in decision["reasons"] if r["guard"] == "silence"]
+    assert not held["passed"]
+    assert silence_id in held["message"], held
+    assert "on-call" in held["message"], held
+    assert "disk replacement" in held["message"], held
+    assert "until " in held["message"], held
+    # It was the fallback that was held: the decision says no alert arrived.
+    assert decision["reasons"][0]["guard"] == "no-alert", decision
+
+
+async def test_a_silence_holds_a_node_no_alert_is_held_for(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    """Prometheus is dead, so Alertmanager holds no alert; the node was silenced for a repair."""
+    am = start_alertmanager()
+    silence_id = await am.silence_matching(
+        [eq("node", NODE)], comment="disk replacement", created_by="on-call"
+    )
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+        cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)
+        async with start_receiver(
+            cluster, policy=redfish_policy(), alertmanager_url=am.url, bmc_inventory=inventory
+        ) as receiver:
+            [decision] = await reconcile(receiver)
+            assert_held_by(decision, silence_id)
+            [again] = await reconcile(receiver)
+            assert_held_by(again, silence_id)
+        assert oos_taints(cluster, NODE) == []
+        assert force_offs(cluster) == 0
+        [event] = [e for e in node_events(cluster, NODE) if silence_id in e["message"]]
+        assert event["type"] == "Normal", event
+
+
+async def test_a_regex_silence_holds_and_a_narrower_one_does_not(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    """Alertmanager's semantics: anchored regular expressions, and a label the alert would not
+    carry (a silence for warning-severity alerts only) has the empty value, so it holds nothing
+    here."""
+    am = start_alertmanager()
+    await am.silence_matching(
+        [eq("node", NODE), eq("severity", "warning")], comment="disk replacement"
+    )
+    # "compute0" alone would not match compute02: the expression is anchored.
+    await am.silence_matching(
+        [{"name": "node", "value": "compute0", "isRegex": True, "isEqual": True}]
+    )
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+        cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)
+        async with start_receiver(
+            cluster, policy=redfish_policy(), alertmanager_url=am.url, bmc_inventory=inventory
+        ) as receiver:
+            [decision] = await reconcile(receiver)
+            assert decision["verdict"] == "fence", decision
+            # Now one that matches: ``compute0.`` and ``alertname`` as the alert would carry it.
+            held = await am.silence_matching(
+                [
+                    {"name": "node", "value": "compute0.", "isRegex": True, "isEqual": True},
+                    eq("alertname", "KubeNodeNotReady"),
+                ],
+                comment="disk replacement",
+                created_by="on-call",
+            )
+            assert len(oos_taints(cluster, NODE)) == 1
+        # Another node's outage, with the matching silence in force: held by it.
+        cluster.sim.node_down(OTHER, since_seconds=DOWN_SECONDS)
+        async with start_receiver(
+            cluster, policy=redfish_policy(), alertmanager_url=am.url, bmc_inventory=inventory
+        ) as receiver:
+            status, body = await receiver.post("/reconcile", {})
+            assert status == 200, body
+            [other] = [d for d in body["decisions"] if d["node"] == OTHER]
+            assert_held_by(other, held)
+        assert oos_taints(cluster, OTHER) == []
+
+
+async def test_silences_hold_while_alertmanager_is_down_for_every_replica(
+    tmp_path: Path, procs: Processes, start_alertmanager: Starter
+) -> None:
+    """Read while Alertmanager answered, the silence still holds once it is down: for the
+    replica that read it, and for one started during the outage, which finds it in the
+    cluster."""
+    am = start_alertmanager()
+    silence_id = await am.silence_matching(
+        [eq("node", NODE)], comment="disk replacement", created_by="on-call"
+    )
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+        async with start_receiver(
+            cluster, policy=redfish_policy(), alertmanager_url=am.url, bmc_inventory=inventory
+        ) as receiver:
+            # A pass while every node is up reads and keeps the silences.
+            assert await reconcile(receiver) == []
+            kept = await receiver.pipeline.kube.get_configmap("nodefence", "nodefence-silences")
+            assert silence_id in kept["data"]["silences.json"]
+            procs.stop_all()
+            cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)
+            [decision] = await reconcile(receiver)
+            assert_held_by(decision, silence_id)
+            assert "cannot be asked now" in decision["reasons"][1]["message"], decision
+        async with start_receiver(
+            cluster,
+            policy=redfish_policy(),
+            alertmanager_url=am.url,
+            bmc_inventory=inventory,
+            identity="replica-2",
+        ) as started_during_outage:
+            [decision] = await reconcile(started_during_outage)
+            assert_held_by(decision, silence_id)
+        assert oos_taints(cluster, NODE) == []
+        assert force_offs(cluster) == 0
+
+
+async def test_another_clusters_alerts_and_silences_count_for_nothing(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    """One Alertmanager for prod-a and prod-b, whose node names repeat. This is prod-a.
+    compute01 is dead here and silenced by prod-a's on-call; prod-b's compute01 alert fires.
+    compute02 is dead here, unsilenced; prod-b's alert for its own compute02 is silenced."""
+    am = start_alertmanager()
+    await am.post_alerts(
+        alert("KubeNodeNotReady", node=OTHER, cluster="prod-b"),
+        alert("KubeNodeNotReady", node=NODE, cluster="prod-b"),
+    )
+    ours = await am.silence_matching(
+        [eq("cluster", "prod-a"), eq("node", OTHER)],
+        comment="disk replacement",
+        created_by="on-call",
+    )
+    await am.silence_matching([eq("cluster", "prod-b"), eq("node", NODE)])
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+        cluster.sim.node_down(OTHER, since_seconds=DOWN_SECONDS)
+        cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)
+        async with start_receiver(
+            cluster,
+            policy=redfish_policy(),
+            alertmanager_url=am.url,
+            alertmanager_matchers='cluster="prod-a"',
+            bmc_inventory=inventory,
+        ) as receiver:
+            status, body = await receiver.post("/reconcile", {})
+            assert status == 200, body
+        by_node = {d["node"]: d for d in body["decisions"]}
+        assert_held_by(by_node[OTHER], ours)
+        assert by_node[NODE]["verdict"] == "fence", by_node[NODE]
+        assert by_node[NODE]["reasons"][0]["guard"] == "no-alert", by_node[NODE]
+        assert oos_taints(cluster, OTHER) == []
+        assert len(oos_taints(cluster, NODE)) == 1
