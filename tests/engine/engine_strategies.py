@@ -105,6 +105,14 @@ mirror_values = st.one_of(
 )
 forged_annotations = st.dictionaries(mirror_keys, mirror_values, max_size=8)
 
+# What people write as the exclusion switch: the spellings that exclude, those that do not, and
+# values nodefence does not understand (taken as an exclusion).
+exclusion_values = st.one_of(
+    st.sampled_from(["true", "True", "yes", "YES", "1", "false", "no", "No", "0", " 0 ", ""]),
+    st.sampled_from(["maybe", "on", "off", "y", "n", "ja", "tru"]),
+    st.text(max_size=8),
+)
+
 taints = st.builds(
     Taint,
     key=st.just(OUT_OF_SERVICE_KEY),
@@ -122,7 +130,7 @@ def nodes(draw: st.DrawFn) -> NodeFacts:
     if draw(st.booleans()):
         labels[CONTROL_PLANE_LABELS[0]] = ""
     if draw(mostly(False, True)):
-        labels[EXCLUDE_LABEL] = "true"
+        labels[EXCLUDE_LABEL] = draw(exclusion_values)
     return NodeFacts(
         name=NODE,
         uid=draw(st.sampled_from(UIDS)),

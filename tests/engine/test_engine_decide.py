@@ -192,6 +192,39 @@ def test_excluded_node_is_skipped(where: str) -> None:
     assert (d.verdict, blocked(d)) == (Verdict.SKIP, ["exclusion"])
 
 
+@pytest.mark.parametrize("where", ["labels", "annotations"])
+@pytest.mark.parametrize("value", ["true", "yes", "1", "True", "YES", " yes "])
+def test_every_common_spelling_of_true_excludes(where: str, value: str) -> None:
+    n = node(**{where: {EXCLUDE_LABEL: value}})  # type: ignore[arg-type]
+    d = decide(event(), facts(n), policy(), NOW)
+    assert (d.verdict, blocked(d)) == (Verdict.SKIP, ["exclusion"])
+    (reason,) = [r for r in d.reasons if r.guard == "exclusion"]
+    assert f"{EXCLUDE_LABEL}={value}" in reason.message
+
+
+@pytest.mark.parametrize("where", ["labels", "annotations"])
+@pytest.mark.parametrize("value", ["maybe", "on", "", "tru", "\x1b[2J"])
+def test_an_exclusion_value_not_understood_excludes_and_says_so(where: str, value: str) -> None:
+    """Excluding is the safe side of a misread switch: the node is left alone, and the reason
+    says which value was not understood."""
+    n = node(**{where: {EXCLUDE_LABEL: value}})  # type: ignore[arg-type]
+    d = decide(event(), facts(n), policy(), NOW)
+    assert (d.verdict, blocked(d)) == (Verdict.SKIP, ["exclusion"])
+    (reason,) = [r for r in d.reasons if r.guard == "exclusion"]
+    assert repr(value) in reason.message
+    assert "taken as an exclusion" in reason.message
+    assert "\x1b" not in reason.message
+
+
+@pytest.mark.parametrize("where", ["labels", "annotations"])
+@pytest.mark.parametrize("value", ["false", "no", "0", "False", "NO"])
+def test_an_explicit_false_does_not_exclude(where: str, value: str) -> None:
+    n = node(**{where: {EXCLUDE_LABEL: value}})  # type: ignore[arg-type]
+    d = decide(event(), facts(n), policy(), NOW)
+    assert "exclusion" not in blocked(d)
+    assert d.verdict == decide(event(), facts(node()), policy(), NOW).verdict
+
+
 def test_paused_policy_skips() -> None:
     d = decide(event(), facts(), policy(paused=True), NOW)
     assert (d.verdict, blocked(d)) == (Verdict.SKIP, ["paused"])

@@ -19,6 +19,7 @@ from engine_strategies import (
     Case,
     all_decisions,
     cases,
+    exclusion_values,
     forged_annotations,
     mostly,
     own,
@@ -238,12 +239,62 @@ def stopped(facts: Facts, policy: Policy) -> bool:
     excluded, or nodefence paused. Its claim is let go at once; S3 still holds, because the
     exclusion is a write to the Node that fails the in-flight taint's resourceVersion test, and
     a taint that still lands on a released claim finds no entry to confirm and is taken off."""
-    node = facts.node
-    excluded = node is not None and "true" in (
-        node.labels.get(EXCLUDE_LABEL, "").lower(),
-        node.annotations.get(EXCLUDE_LABEL, "").lower(),
-    )
-    return excluded or policy.paused or bool(facts.cluster.paused_reason)
+    return excluded(facts.node) or policy.paused or bool(facts.cluster.paused_reason)
+
+
+def excluded(node: NodeFacts | None) -> bool:
+    """The exclusion switch on the node's labels or annotations, with any value but an explicit
+    false, no or 0: what a person may have meant as an exclusion is one."""
+    if node is None:
+        return False
+    values = (node.labels.get(EXCLUDE_LABEL), node.annotations.get(EXCLUDE_LABEL))
+    return any(v is not None and v.strip().lower() not in {"false", "no", "0"} for v in values)
+
+
+def without_exclusion(node: NodeFacts) -> NodeFacts:
+    labels = {k: v for k, v in node.labels.items() if k != EXCLUDE_LABEL}
+    annotations = {k: v for k, v in node.annotations.items() if k != EXCLUDE_LABEL}
+    return replace(node, labels=labels, annotations=annotations)
+
+
+@PROFILE
+@given(cases, exclusion_values, st.sampled_from(["labels", "annotations"]))
+def test_an_exclusion_a_person_may_have_meant_is_never_ignored(
+    case: Case, value: str, where: str
+) -> None:
+    """Any value of the exclusion switch but an explicit false, no or 0 keeps nodefence away:
+    nothing claimed, fenced, purged or unfenced, and the decision says it is excluded and by
+    which value. An explicit false, no or 0 is as if the switch were not there."""
+    event, facts, policy, approval = case
+    if facts.node is None:
+        return
+    bare = without_exclusion(facts.node)
+    switched = replace(bare, **{where: {**getattr(bare, where), EXCLUDE_LABEL: value}})
+    with_switch = replace(facts, node=switched)
+    decisions = all_decisions(event, with_switch, policy, approval)
+    if not excluded(switched):
+        for first, second in zip(
+            decisions,
+            all_decisions(event, replace(facts, node=bare), policy, approval),
+            strict=True,
+        ):
+            assert (first.verdict, first.actions, first.reasons) == (
+                second.verdict,
+                second.actions,
+                second.reasons,
+            )
+        return
+    for decision in decisions:
+        assert not has(decision, ClaimAction, FenceAction, PurgePodAction, UnfenceAction)
+        assert not has(decision, ObserveReadyAction)
+        exclusions = [r for r in decision.reasons if r.guard == "exclusion"]
+        if exclusions:
+            (reason,) = exclusions
+            assert not reason.passed
+            assert EXCLUDE_LABEL in reason.message
+        else:
+            # Stopped before the node itself was judged (paused, another node, no alert).
+            assert decision.verdict in (Verdict.SKIP, Verdict.NOOP)
 
 
 @PROFILE
@@ -347,7 +398,10 @@ def test_s12_forged_annotations_never_cause_an_action(case: Case, forged: dict[s
             assert held is not None
             assert exact(taint, held)
         if forged_decision.actions != baseline.actions:
-            assert forged_decision.actions == ()
+            # Less, never more: nothing, or the claim of a fence in progress let go because the
+            # node now carries an exclusion (a stop that needs no clock: ``stopped``).
+            assert all(isinstance(a, ReleaseAction) for a in forged_decision.actions)
+            assert forged_decision.actions == () or stopped(dirty, policy)
             assert forged_decision.verdict in {Verdict.SKIP, Verdict.NOOP}
 
 

@@ -33,10 +33,10 @@ from nodefence.engine import (
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.approval_ask import with_question
 from nodefence.engine.authorship import taint_authorship
+from nodefence.engine.exclusion import exclusion
 from nodefence.engine.fallback import NO_ALERT
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
-    EXCLUDE_LABEL,
     Action,
     AlertEvent,
     AlertStatus,
@@ -110,13 +110,6 @@ class _Draft:
         )
 
 
-def _excluded(node: NodeFacts) -> bool:
-    return (
-        node.labels.get(EXCLUDE_LABEL, "").lower() == "true"
-        or node.annotations.get(EXCLUDE_LABEL, "").lower() == "true"
-    )
-
-
 def _exact(node: NodeFacts, entry: FenceEntry) -> bool:
     """S4: nodefence owns only the very taint it wrote, as the API server recorded the write
     (``engine.authorship``); the same key, value and effect written by someone else is theirs."""
@@ -176,8 +169,9 @@ def _common_preamble(
             f"UID {node.uid} (re-created under the same name); the old entry is let go",
         )
         return _let_go(draft, entry, "the node was re-created under the same name")
-    if _excluded(node):
-        draft.add("exclusion", False, f"node {node.name} is excluded ({EXCLUDE_LABEL}=true)")
+    excluded = exclusion(node)
+    if excluded is not None:
+        draft.add("exclusion", False, excluded)
         stopped = _stop_claim(draft, node, entry, f"node {node.name} was excluded")
         return stopped or draft.finish(Verdict.SKIP)
     return node, entry

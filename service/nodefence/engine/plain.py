@@ -27,7 +27,7 @@ WORDS = {
     "clock": "no reply of the API server dated the facts",
     "paused": "nodefence is paused",
     "silence": "an Alertmanager silence holds it",
-    "exclusion": "the node is excluded (nodefence.io/exclude=true)",
+    "exclusion": "the node is excluded (nodefence.io/exclude)",
     "rule": "no rule of the policy matches it",
     "approval": "a person's approval in Slack is needed",
     "escalation": "the power step failed and a person is asked",
