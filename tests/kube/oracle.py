@@ -4,11 +4,13 @@ count rather than against its own summaries.
 
 Ready, "takes workloads" and the out-of-service taint are read here without the product's
 helpers; only the clock-corrected "Ready since" (``convert.ready_since``, with its own tests in
-``test_ready_since``) is shared, since restating it would copy its managedFields arithmetic.
+``test_ready_since``) is shared, since restating it would copy its managedFields arithmetic. A
+node's first Ready, within five minutes of its creation, is no recovery.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodefence.engine.model import ClusterFacts
@@ -53,12 +55,19 @@ def _mirrored(node: Json) -> bool:
     return notes.get(FENCED_BY) == "nodefence"
 
 
+def _recovered(node: Json) -> datetime | None:
+    since = ready_since(node, ready_condition(node))
+    created = (node.get("metadata") or {}).get("creationTimestamp")
+    if since is None or not created:
+        return since
+    joined = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return since if since > joined + timedelta(minutes=5) else None
+
+
 def cluster_facts(nodes: list[Json]) -> ClusterFacts:
     """What the budget, quorum and storm guards would count from one list of all nodes."""
     control_plane = [n for n in nodes if _control_plane(n)]
-    recovered = tuple(
-        since for n in nodes if (since := ready_since(n, ready_condition(n))) is not None
-    )
+    recovered = tuple(since for n in nodes if (since := _recovered(n)) is not None)
     return ClusterFacts(
         total_nodes=len(nodes),
         ready_nodes=sum(1 for n in nodes if _ready(n)),

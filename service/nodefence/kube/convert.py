@@ -56,6 +56,30 @@ def ready_since(node: Json, cond: Condition | None) -> datetime | None:
     return cond.last_transition - offset if offset is not None else cond.last_transition
 
 
+# How long after its creation a Node's Ready transition is still its first one, taken as
+# joining rather than recovering. A kubelet registers its Node NotReady and turns it Ready once
+# its container runtime and network are up, within a minute or two; a node slower than this
+# counts as a recovery, which only makes the storm cooldown hold fences longer.
+JOINING_SECONDS = 300
+
+
+def recovered_since(node: Json, cond: Condition | None) -> datetime | None:
+    """When a Ready node came back Ready after an outage, for the storm cooldown; None when it
+    is not Ready, or when its Ready began within ``JOINING_SECONDS`` of the Node's creation (the
+    API server's stamp, so both on its clock). A node's first Ready after joining is no recovery:
+    counted as one, every node of a cluster minutes old, or a batch of nodes just added, looked
+    like a storm that just ended and held every fence for the whole cooldown. A node that goes
+    NotReady within its first minutes and comes back is not seen as a recovery either; the
+    storm guard still counts it while it is NotReady."""
+    since = ready_since(node, cond)
+    if since is None:
+        return None
+    created = parse_instant((node.get("metadata") or {}).get("creationTimestamp"))
+    if created is not None and since - created <= timedelta(seconds=JOINING_SECONDS):
+        return None
+    return since
+
+
 def _kubelet_clock_offset(node: Json, heartbeat: datetime | None) -> timedelta | None:
     if heartbeat is None:
         return None

@@ -156,10 +156,11 @@ class FactsReader:
           long, far longer than 30 s, so the index counts them; a storm that began within the
           last 30 s did not cause this node's outage, and counts from a live list would not
           show it either before the node monitor's 40 s grace;
-        - storm cooldown: it keys on when nodes became Ready (the Ready lastTransitionTime,
-          corrected by each kubelet's clock offset: ``convert.ready_since``), which the index
-          keeps; a recovery of the last 30 s not seen yet leaves that node counted NotReady,
-          which weighs against fencing in the storm guard: stale in the safe direction;
+        - storm cooldown: it keys on when nodes came back Ready (the Ready lastTransitionTime,
+          corrected by each kubelet's clock offset, a node's first Ready after joining left out:
+          ``convert.recovered_since``), which the index keeps; a recovery of the last 30 s
+          not seen yet leaves that node counted NotReady, which weighs against fencing in the
+          storm guard: stale in the safe direction;
         - control-plane quorum: not from the index; for an alert about a control-plane node
           ``read`` lists the control-plane nodes live by label (a handful of objects).
         """

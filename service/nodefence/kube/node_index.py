@@ -28,7 +28,7 @@ from nodefence.engine.mirror import FENCED_BY, FENCED_BY_VALUE
 from nodefence.engine.model import CONTROL_PLANE_LABELS, OUT_OF_SERVICE_KEY, ClusterFacts
 from nodefence.kube.backoff import Backoff
 from nodefence.kube.client import Deadline, Json, KubeClient, Stream
-from nodefence.kube.convert import ready_condition, ready_since
+from nodefence.kube.convert import ready_condition, recovered_since
 from nodefence.kube.informer import Informer
 from nodefence.kube.watch_events import parts
 
@@ -55,8 +55,8 @@ class NodeSummary:
     # Ready, schedulable and without the out-of-service taint: can carry what a fence moves.
     takes_workloads: bool
     control_plane: bool
-    # When it became Ready, on the API server's clock, while Ready (the storm cooldown looks at
-    # it; ``convert.ready_since``).
+    # When it came back Ready, on the API server's clock, while Ready; None for its first Ready
+    # after joining (the storm cooldown looks at it; ``convert.recovered_since``).
     ready_since: datetime | None
     # S3: carries an out-of-service taint, whoever applied it (its name, interned, then; ``""``
     # otherwise), and whether nodefence's mirror annotation says nodefence fenced it.
@@ -81,7 +81,7 @@ def summarize(node: Json) -> NodeSummary:
             cond, unschedulable=bool(spec.get("unschedulable")), out_of_service=out_of_service
         ),
         control_plane=any(k in (meta.get("labels") or {}) for k in CONTROL_PLANE_LABELS),
-        ready_since=ready_since(node, cond),
+        ready_since=recovered_since(node, cond),
         out_of_service=_name(node) if out_of_service else "",
         mirrored=out_of_service
         and (meta.get("annotations") or {}).get(FENCED_BY) == FENCED_BY_VALUE,
