@@ -39,11 +39,13 @@ def failure_line(exc: BaseException) -> str | None:
     keeps its traceback."""
     from kubernetes_asyncio.config import ConfigException
 
-    from nodefence.kube.client import KubeError
+    from nodefence.kube.client import KubeError, ReplyTooLargeError
 
     if isinstance(exc, (CommandRefusedError, ConfigError)):
         # A kubeconfig that cannot be used, a context it does not have: one line naming it.
         return f"nodefence: {exc}"
+    if isinstance(exc, ReplyTooLargeError):
+        return f"nodefence: the Kubernetes API{_where()} sent a reply too large to read: {exc}"
     if isinstance(exc, ClusterUnavailableError):
         return f"nodefence: cannot reach the Kubernetes API{_where()}: {exc}"
     if isinstance(exc, KubeError):

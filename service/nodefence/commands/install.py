@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine import record as fence_record
 from nodefence.kube.client import Deadline, KubeClient, KubeError
-from nodefence.kube.operator_reads import SELECTORS, WORKLOADS, OperatorReads
+from nodefence.kube.operator_reads import SELECTORS, OperatorReads
 
 CONFIGMAPS = "/api/v1/namespaces/{namespace}/configmaps"
 
@@ -36,8 +36,7 @@ async def find(kube: KubeClient, namespace: str, deadline: Deadline) -> Install:
         if exc.status != 404:
             raise
     reads = OperatorReads(kube.api)
-    for kind, path in WORKLOADS:
-        found += [f"{kind} {_name(o)}" for o in await reads.labelled(path, namespace, deadline)]
+    found += [f"{kind} {_name(o)}" for kind, o in await reads.workloads(namespace, deadline)]
     found += [
         f"ConfigMap {_name(o)}"
         for o in await reads.labelled(CONFIGMAPS, namespace, deadline)

@@ -9,6 +9,13 @@ configuration, credentials and TLS.
 Transient failures (429, 5xx, connection errors, timeouts) are retried with backoff until the
 request deadline; what remains is raised as ``ClusterUnavailableError`` so the webhook answers 503
 and Alertmanager retries.
+
+The status is read before the body: an error answer is an error of its status whatever its body
+says (the real API server answers a path it does not serve, such as the group of a CRD that is
+not installed, with a plain-text ``404 page not found``), and only a success body must be JSON.
+Every reply is read with a size limit (``MAX_REPLY_BYTES``, ``MAX_ERROR_BYTES``, and
+``MAX_EVENT_BYTES`` a watch event): a broken or hostile server that streams without end costs a
+bounded amount of memory and one clear error, never the process.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
 from nodefence.engine.authorship import FIELD_MANAGER
 from nodefence.errors import ClusterUnavailableError
@@ -56,6 +64,20 @@ AUTH = ["BearerToken"]  # what every generated Kubernetes API method authenticat
 JSON = "application/json"
 JSON_PATCH = "application/json-patch+json"
 Query = list[tuple[str, Any]]
+# The most one reply may hold. The largest nodefence asks for is a page of PAGE_SIZE Nodes or
+# Pods: tens of kB each (etcd refuses any object over 1.5 MiB), so a few MB to a few tens of MB.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+# An error's body is a Status of a few hundred bytes; past this only its start is kept.
+MAX_ERROR_BYTES = 64 * 1024
+# One watch event: one object (a Node, a ConfigMap) and its envelope, on one line.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+# How much of an error body that is not a Status its message keeps.
+TEXT_EXCERPT = 200
+
+
+class ReplyTooLargeError(ClusterUnavailableError):
+    """The API server's reply was larger than nodefence reads (``MAX_REPLY_BYTES``): it was
+    not read further, and the request is not retried (the same request would stream the same)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,16 @@ class KubeError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status} {self.reason}: {self.message}"
+
+    @classmethod
+    def answered(cls, status: int, http_reason: str | None, raw: bytes) -> KubeError:
+        """The error a reply of ``status`` is: its ``Status`` body's reason and message where
+        it has one, else the HTTP reason phrase and the start of the body as text (a proxy's
+        page, the API server's plain-text ``404 page not found``)."""
+        body = _json_or_empty(raw)
+        reason = str(body.get("reason") or "") or (http_reason or "")
+        message = str(body.get("message") or "") or _excerpt(raw)
+        return cls(status, reason, message, body)
 
     @property
     def is_conflict(self) -> bool:
@@ -157,8 +189,14 @@ class Stream:
     response: Any
 
     async def next_line(self) -> bytes:
-        """The next line of the stream; ``b""`` once the server ended it."""
-        line: bytes = await self.response.content.readline()
+        """The next line of the stream; ``b""`` once the server ended it. A line longer than
+        ``MAX_EVENT_BYTES`` is a broken stream (``aiohttp.ClientPayloadError``), as a cut one."""
+        try:
+            line: bytes = await self.response.content.readuntil(b"\n", max_size=MAX_EVENT_BYTES)
+        except LineTooLong as exc:
+            raise aiohttp.ClientPayloadError(
+                f"a watch event longer than {MAX_EVENT_BYTES} bytes, not read further"
+            ) from exc
         return line
 
     def close(self) -> None:
@@ -276,23 +314,33 @@ class KubeClient:
                 async with asyncio.timeout(timeout):
                     response = await factory()
                     try:
-                        raw = await response.read()
+                        status = int(response.status)
+                        raw = await read_limited(response, status)
+                    except ReplyTooLargeError:
+                        self._on_request(verb, "too-large", time.monotonic() - sent)
+                        raise
                     finally:
                         response.release()
-                status = int(response.status)
                 self._on_request(verb, str(status), time.monotonic() - sent)
                 self.server_clock.saw(response.headers.get("Date"))
-                body: Json = json.loads(raw) if raw else {}
                 if status < 400:
+                    # A success must be JSON; one that is not is garbled, retried as a cut reply.
+                    body: Json = json.loads(raw) if raw else {}
                     return Dated(body, server_date(response.headers.get("Date")))
-                message = str(body.get("message", "")) if isinstance(body, dict) else ""
+                error = KubeError.answered(status, response.reason, raw)
                 if status not in RETRYABLE:
-                    raise KubeError(status, str(body.get("reason", "")), message, body)
-                last_problem = f"{status} {message}".strip()
+                    raise error
+                last_problem = f"{status} {error.message}".strip()
                 header = response.headers.get("Retry-After")
                 if header and header.isdigit():
                     retry_after = float(header)
-            except (TimeoutError, aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
+            except (
+                TimeoutError,
+                aiohttp.ClientError,
+                OSError,
+                UnicodeError,
+                json.JSONDecodeError,
+            ) as exc:
                 self._on_request(verb, "error", time.monotonic() - sent)
                 last_problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             backoff = (
@@ -377,11 +425,10 @@ class KubeClient:
         if status == 200:
             return Stream(response)
         try:
-            raw = await response.read()
+            raw = await read_limited(response, status)
         finally:
             response.release()
-        body = _json_or_empty(raw)
-        raise KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+        raise KubeError.answered(status, response.reason, raw)
 
     async def get_node(self, name: str, deadline: Deadline | None = None) -> Dated:
         return await self._shared(
@@ -490,8 +537,10 @@ class KubeClient:
         )
 
     async def list_volume_attachments(self, deadline: Deadline | None = None) -> list[Json]:
-        body = await self._call("list", lambda: self._send("GET", VOLUME_ATTACHMENTS), deadline)
-        return list(body.get("items", []))
+        def page(token: str | None) -> Awaitable[Any]:
+            return self._send("GET", VOLUME_ATTACHMENTS, query=_page(token))
+
+        return await self._list_all("list", page, deadline)
 
     # ------------------------------------------------------------- writes
     async def replace_node(self, name: str, node: Json, deadline: Deadline | None = None) -> Dated:
@@ -603,6 +652,39 @@ class KubeClient:
 
 def _page(token: str | None) -> Query:
     return [("limit", PAGE_SIZE), *([("continue", token)] if token else [])]
+
+
+async def read_limited(response: Any, status: int) -> bytes:
+    """The body of a reply of ``status``, read to at most ``MAX_REPLY_BYTES`` (a success,
+    which must be whole: beyond it, ``ReplyTooLargeError``) or ``MAX_ERROR_BYTES`` (an error,
+    whose status is the answer: beyond it, only its start is kept). A body refused or cut is
+    never read to its end: the connection is closed instead."""
+    limit = MAX_REPLY_BYTES if status < 400 else MAX_ERROR_BYTES
+    declared = response.content_length
+    body = bytearray()
+    if declared is None or declared <= limit:
+        while chunk := await response.content.readany():
+            body += chunk
+            if len(body) > limit:
+                break
+    if len(body) <= limit and (declared is None or declared <= limit):
+        return bytes(body)
+    response.close()
+    if status >= 400:
+        return bytes(body[:limit])
+    where = f"{response.method} {response.url.path}"
+    raise ReplyTooLargeError(
+        f"the reply to {where} was larger than {limit // (1024 * 1024)} MiB, the most nodefence "
+        "reads of one reply; it was not read further"
+    )
+
+
+def _excerpt(raw: bytes) -> str:
+    """The start of a body that is not a Status, as one printable line."""
+    text = raw[: TEXT_EXCERPT * 4].decode("utf-8", errors="replace")
+    line = " ".join(text.split())
+    printable = "".join(c if c.isprintable() else "?" for c in line)
+    return printable[:TEXT_EXCERPT]
 
 
 def _json_or_empty(raw: bytes) -> Json:
