@@ -395,6 +395,27 @@ def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, s
     return summary
 
 
+def _fallback_rules(policy: Any) -> str:
+    """Which rules govern a node the fallback judges (no alert arrived): only those that name
+    no alert, each for the nodes its selector matches, the first that matches winning."""
+    from nodefence.engine.alerts import fallback_may_use
+
+    after = policy.cluster.fallback_after_seconds
+    if after <= 0:
+        return "off (cluster.fallback_after_seconds 0)"
+    usable = [r for r in policy.rules if fallback_may_use(r)]
+    left = [r.name for r in policy.rules if not fallback_may_use(r)]
+    chosen = (
+        "; ".join(f"rule {r.name!r} ({r.match.node_selector or 'every node'})" for r in usable)
+        or "NO RULE: a rule that names alerts never governs it, so the fallback never fences"
+    )
+    skipped = f"; never by {', '.join(repr(n) for n in left)} (they name alerts)" if left else ""
+    return (
+        f"after {after}s NotReady with no alert, a node is judged by the first of: "
+        f"{chosen}{skipped}"
+    )
+
+
 def _check_config(offline: bool) -> int:
     from nodefence.alertmanager.config import UNCONFIGURED
     from nodefence.errors import ConfigError
@@ -424,6 +445,7 @@ def _check_config(offline: bool) -> int:
         "fencing": _fencing_summary(policy, inventory, settings.namespace),
         "bmc_inventory": inventory.describe() if inventory is not None else None,
         "alertmanager": alertmanager.describe() if alertmanager is not None else UNCONFIGURED,
+        "fallback": _fallback_rules(policy),
     }
     from nodefence.commands.reach import OFFLINE, reachability
 
@@ -434,6 +456,8 @@ def _check_config(offline: bool) -> int:
         return 0
     report["reachability"], problems = asyncio.run(reachability(settings, policy, inventory))
     print(json.dumps(report, indent=2, default=str))
+    for warning in report["reachability"]["alertmanager"].get("warnings", []):
+        print(f"nodefence: check-config: warning: {warning}", file=sys.stderr)
     for problem in problems:
         print(f"nodefence: check-config: {problem}", file=sys.stderr)
     return 1 if problems else 0

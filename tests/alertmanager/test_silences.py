@@ -6,9 +6,15 @@ count for nothing here when this cluster's matchers are set."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from bench.processes import Processes
 
 from nodefence_sim.redfish import write_bmc_inventory
@@ -179,3 +185,119 @@ async def test_another_clusters_alerts_and_silences_count_for_nothing(
         assert by_node[NODE]["reasons"][0]["guard"] == "no-alert", by_node[NODE]
         assert oos_taints(cluster, OTHER) == []
         assert len(oos_taints(cluster, NODE)) == 1
+
+
+async def test_check_config_warns_of_a_shared_alertmanager_and_names_the_fallbacks_rules(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    am = start_alertmanager()
+    await am.post_alerts(
+        alert("KubeNodeNotReady", node=OTHER, cluster="prod-a"),
+        alert("KubeNodeNotReady", node=NODE, cluster="prod-b"),
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {
+                        "name": "unreachable-only",
+                        "match": {"alertnames": ["KubeNodeUnreachable"]},
+                        "fencing": {"driver": "none"},
+                    },
+                    {"name": "workers", "match": {"node_selector": "role=worker"}},
+                ]
+            }
+        )
+    )
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "NODEFENCE_ALERTMANAGER_URL": am.url,
+            "NODEFENCE_POLICY_FILE": str(policy),
+            "NODEFENCE_ALERT_TOKEN": "check-config-token",
+        }
+        command = [sys.executable, "-m", "nodefence", "check-config"]
+        shared = await asyncio.to_thread(
+            subprocess.run, command, env=env, capture_output=True, text=True, timeout=120
+        )
+        scoped = await asyncio.to_thread(
+            subprocess.run,
+            command,
+            env={**env, "NODEFENCE_ALERTMANAGER_MATCHERS": 'cluster="prod-a"'},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert shared.returncode == 0, shared.stderr
+    assert "warning: the node alerts Alertmanager holds come from several clusters" in (
+        shared.stderr
+    )
+    assert "cluster: prod-a, prod-b" in shared.stderr
+    report = json.loads(shared.stdout)
+    assert "rule 'workers' (role=worker)" in report["fallback"], report["fallback"]
+    assert "never by 'unreachable-only'" in report["fallback"], report["fallback"]
+    assert scoped.returncode == 0, scoped.stderr
+    assert "warning" not in scoped.stderr
+    assert 'cluster="prod-a"' in json.loads(scoped.stdout)["alertmanager"]
+
+
+async def test_explain_previews_the_fallbacks_decision(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    """``explain --no-alert``: the rule the fallback would choose (never one that names an
+    alert) and the silence that would hold the node, with nothing written."""
+    am = start_alertmanager()
+    silence_id = await am.silence_matching(
+        [eq("node", OTHER)], comment="disk replacement", created_by="on-call"
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {
+                        "name": "unreachable-only",
+                        "match": {"alertnames": ["KubeNodeUnreachable"]},
+                        "fencing": {"driver": "none"},
+                    },
+                    {"name": "default", "fencing": {"driver": "none"}},
+                ]
+            }
+        )
+    )
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)
+        cluster.sim.node_down(OTHER, since_seconds=DOWN_SECONDS)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "NODEFENCE_ALERTMANAGER_URL": am.url,
+            "NODEFENCE_POLICY_FILE": str(policy),
+            "NODEFENCE_ALERT_TOKEN": "explain-token",
+        }
+
+        async def explain(node: str) -> dict[str, Any]:
+            command = [sys.executable, "-m", "nodefence", "explain", node, "--no-alert"]
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [*command, "-o", "json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            report: dict[str, Any] = json.loads(done.stdout)
+            return report
+
+        dead = await explain(NODE)
+        silenced = await explain(OTHER)
+        assert oos_taints(cluster, NODE) == []
+    assert dead["decision"]["rule"] == "default", dead
+    assert dead["outcome"] == "would fence it", dead
+    assert "the fallback judges it from" in dead["alert"]["source"], dead
+    assert silenced["heldBackBy"] == ["silence"], silenced
+    [held] = [r for r in silenced["decision"]["reasons"] if r["guard"] == "silence"]
+    assert silence_id in held["message"], held

@@ -77,11 +77,12 @@ def test_rules_match_a_fallback_by_node_labels_alone() -> None:
     worker = node(labels={"role": "worker"})
     other = node(labels={"role": "db"})
     event = fallback_event("fp-0")
-    # alert_labels cannot be known without an alert: that rule never matches; alertnames are
-    # not judged, since the fallback stands for any handled alert.
+    # Neither the alert's labels nor its name can be known without an alert: a rule written
+    # for a particular alert (a driver: none rule meant for one of them) never matches.
     chosen = match_rule(rules, event, worker)
     assert chosen is not None
-    assert chosen.name == "named"
+    assert chosen.name == "workers"
+    assert match_rule(rules, event, other) is None
     only_labels = policy(
         rules=[
             {"name": "paged", "match": {"alert_labels": {"severity": "critical"}}},

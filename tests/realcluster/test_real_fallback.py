@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -22,8 +22,8 @@ from bench.processes import Processes, eventually, free_port
 from kubernetes import client
 
 from .conftest import RealBackend
-from .safety_support import nodefence_events, restore, wait_not_ready
-from .test_seed_story import POLICY, STEP_WITHIN, oos_taints, serve
+from .safety_support import http, nodefence_events, restore, wait_not_ready
+from .test_seed_story import POLICY, STEP_WITHIN, oos_taints, power_state, serve
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(900)]
 
@@ -135,3 +135,104 @@ def test_fenced_by_the_fallback_with_alertmanager_unreachable_by_address(
     procs: Processes, real_backend: RealBackend
 ) -> None:
     fenced_without_alert(real_backend, f"http://127.0.0.1:{free_port()}", procs)
+
+
+def _alertmanager_api(url: str, path: str, body: Any) -> Any:
+    code, raw = http("POST", f"{url}{path}", body)
+    assert code == 200, f"POST {path} -> {code}: {raw!r}"
+    return json.loads(raw) if raw else None
+
+
+def _refusals_naming(backend: RealBackend, text: str) -> list[str]:
+    events = backend.core.list_event_for_all_namespaces(
+        field_selector=f"involvedObject.kind=Node,involvedObject.name={NODE},reason=FenceRefused"
+    )
+    return [e.message for e in events.items if text in (e.message or "")]
+
+
+def test_a_silence_holds_the_fallback_on_real_controllers_through_alertmanager_outage(
+    procs: Processes, real_backend: RealBackend
+) -> None:
+    """A shared Alertmanager: this cluster is prod-a. Its on-call silenced compute01 for a
+    repair; prod-b's compute01 alert fires. The real node-lifecycle controller marks compute01
+    NotReady; nodefence's passes hold it by the silence, named in a Normal Event, and keep
+    holding it once Alertmanager is stopped; the machine is never powered off."""
+    workdir = procs.workdir / "alertmanager"
+    workdir.mkdir()
+    config = workdir / "alertmanager.yml"
+    config.write_text(
+        yaml.safe_dump({"route": {"receiver": "null"}, "receivers": [{"name": "null"}]})
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    process = procs.start(
+        "alertmanager",
+        [
+            "prometheus-alertmanager",
+            f"--config.file={config}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+            "--cluster.listen-address=",
+        ],
+        cwd=workdir,
+    )
+    procs.wait_ready(process, f"{url}/-/ready")
+    now = datetime.now(UTC)
+    _alertmanager_api(
+        url,
+        "/api/v2/alerts",
+        [
+            {
+                "labels": {"alertname": "KubeNodeNotReady", "node": NODE, "cluster": "prod-b"},
+                "startsAt": (now - timedelta(minutes=10)).isoformat(),
+                "endsAt": (now + timedelta(hours=1)).isoformat(),
+            }
+        ],
+    )
+    silence_id = _alertmanager_api(
+        url,
+        "/api/v2/silences",
+        {
+            "matchers": [
+                {"name": "cluster", "value": "prod-a", "isRegex": False, "isEqual": True},
+                {"name": "node", "value": NODE, "isRegex": False, "isEqual": True},
+            ],
+            "startsAt": now.isoformat(),
+            "endsAt": (now + timedelta(hours=1)).isoformat(),
+            "createdBy": "on-call",
+            "comment": "hardware repair, leave it alone",
+        },
+    )["silenceID"]
+    nodefence = serve(
+        procs,
+        real_backend,
+        fallback_policy(),
+        extra_env={
+            "NODEFENCE_RECONCILE_INTERVAL": str(RECONCILE_SECONDS),
+            "NODEFENCE_ALERTMANAGER_URL": url,
+            "NODEFENCE_ALERTMANAGER_MATCHERS": 'cluster="prod-a"',
+        },
+    )
+    try:
+        eventually(lambda: real_backend.ready(NODE) == "True", within=STEP_WITHIN, what="Ready")
+        assert real_backend.control(NODE, "down")["kubelet"] == "down"
+        wait_not_ready(real_backend, NODE)
+        [held] = eventually(
+            lambda: _refusals_naming(real_backend, silence_id),
+            within=STEP_WITHIN + FALLBACK_SECONDS,
+            interval=1.0,
+            what="the silence's refusal",
+        )
+        assert held.startswith("no alert arrived"), held
+        assert "hardware repair, leave it alone" in held, held
+        process.stop()
+        eventually(
+            lambda: _refusals_naming(real_backend, "cannot be asked now"),
+            within=STEP_WITHIN,
+            interval=1.0,
+            what="the silence held while Alertmanager is down",
+        )
+        assert entry(real_backend) is None
+        assert not oos_taints(real_backend.core.read_node(NODE))
+        assert power_state(real_backend, NODE) == "On"
+    finally:
+        restore(real_backend, NODE, nodefence)

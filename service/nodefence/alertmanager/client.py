@@ -239,6 +239,31 @@ def _ours(config: AlertmanagerConfig, data: Any) -> Any:
     ]
 
 
+async def cluster_label_values(
+    config: AlertmanagerConfig, names: Sequence[str], *, observe: Observer | None = None
+) -> dict[str, list[str]]:
+    """The values of every label whose name speaks of a cluster (``cluster``,
+    ``k8s_cluster``, ...) on the node alerts Alertmanager holds, in any state: a label with
+    several values means an Alertmanager shared by clusters, whose alerts
+    ``NODEFENCE_ALERTMANAGER_MATCHERS`` must tell apart (``check-config`` says so)."""
+    if not names:
+        return {}
+    params = {"active": "true", "silenced": "true", "inhibited": "true", "unprocessed": "true"}
+    query = _alert_query(config, alertname_matcher(names), params)
+    body = await _fetch(config, config.alerts_url, query, observe=observe)
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _error(config, f"answered with a body that is not JSON: {exc}") from None
+    values: dict[str, set[str]] = {}
+    for alert in data if isinstance(data, list) else []:
+        labels = alert.get("labels") if isinstance(alert, dict) else None
+        for name, value in (labels or {}).items():
+            if "cluster" in str(name).lower():
+                values.setdefault(str(name), set()).add(str(value))
+    return {name: sorted(found) for name, found in sorted(values.items())}
+
+
 def is_active(alert: dict[str, Any]) -> bool:
     """The API's own word on one alert: ``status.state`` active, silenced and inhibited by
     nothing. The query asks for exactly that, but a proxy in front of Alertmanager or another

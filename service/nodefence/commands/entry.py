@@ -33,6 +33,12 @@ def register(sub: Any, flags: argparse.ArgumentParser) -> None:
         help="the alert to explain (default KubeNodeNotReady; any name the policy handles)",
     )
     explain.add_argument(
+        "--no-alert",
+        action="store_true",
+        help="the decision the fallback (cluster.fallback_after_seconds) would make with no "
+        "alert: the rule it would choose, and any Alertmanager silence that holds the node",
+    )
+    explain.add_argument(
         "--label",
         action="append",
         default=[],
@@ -102,6 +108,7 @@ def _explain(args: argparse.Namespace) -> int:
     from nodefence.commands import explain
     from nodefence.commands.common import connected_fencer
     from nodefence.commands.failures import CommandRefusedError
+    from nodefence.kube.client import Deadline
 
     settings, policy = _configured()
     if args.alert not in policy.alerts.names:
@@ -114,6 +121,11 @@ def _explain(args: argparse.Namespace) -> int:
 
     async def main() -> explain.Explanation:
         async with connected_fencer(settings, reading) as fencer:
+            if args.no_alert:
+                deadline = Deadline(settings.request_deadline_seconds)
+                event, due = await fencer.fallback_preview(args.node, deadline)
+                preview = explain.Alert(event, f"no alert: the fallback's event; {due}")
+                return await explain.explain(fencer, preview, configured_dry_run=policy.dry_run)
             alert, why = (
                 (None, "labels given with --label")
                 if extra

@@ -13,7 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_alerts
+from nodefence.alertmanager.client import (
+    AlertmanagerUnavailableError,
+    active_alerts,
+    cluster_label_values,
+)
 from nodefence.engine import record as fence_record
 from nodefence.errors import ClusterUnavailableError, ConfigError
 from nodefence.fencing.inventory import Inventory
@@ -118,10 +122,25 @@ async def _alertmanager(settings: Settings, policy: Policy, problems: list[str])
         return {"checked": False, "why": "NODEFENCE_ALERTMANAGER_URL is unset"}
     try:
         firing = await active_alerts(config, policy.alerts.names, policy.alerts.node_labels)
+        clusters = await cluster_label_values(config, policy.alerts.names)
     except AlertmanagerUnavailableError as exc:
         problems.append(str(exc))
         return {"checked": True, "reachable": False, "error": str(exc)}
-    return {"checked": True, "reachable": True, "node_alerts_firing": len(firing)}
+    report: dict[str, Any] = {
+        "checked": True,
+        "reachable": True,
+        "node_alerts_firing": len(firing),
+        "warnings": [],
+    }
+    varying = {name: values for name, values in clusters.items() if len(values) > 1}
+    if varying and not config.matchers:
+        shown = "; ".join(f"{name}: {', '.join(values)}" for name, values in varying.items())
+        report["warnings"].append(
+            f"the node alerts Alertmanager holds come from several clusters ({shown}) and "
+            "NODEFENCE_ALERTMANAGER_MATCHERS is unset: another cluster's alert or silence "
+            'would count as this cluster\'s (set it, e.g. cluster="<this cluster>")'
+        )
+    return report
 
 
 async def reachability(

@@ -43,17 +43,23 @@ def node_from_labels(labels: Mapping[str, str], node_labels: Sequence[str]) -> s
 
 
 def rule_matches(rule: Rule, policy: Policy, event: AlertEvent, node: NodeFacts) -> bool:
-    """A fallback event (no alert arrived) has no alert name or labels of its own: it stands
-    for any handled alert, so ``alertnames`` is not judged, and a rule that asks for alert
-    labels never matches it, since what the labels were meant to select cannot be known."""
+    """A fallback event (no alert arrived) has no alert name or labels of its own, so a rule
+    that asks for alert names or labels never matches it: it was written for a particular
+    alert (a ``driver: none`` rule meant for one alert must not fence a node no alert
+    named), and which alert would have fired cannot be known."""
     if event.fallback:
-        return not rule.match.alert_labels and selector_matches(rule, node)
+        return fallback_may_use(rule) and selector_matches(rule, node)
     names = rule.match.alertnames or policy.alerts.names
     if event.alertname not in names:
         return False
     if any(event.labels.get(k) != v for k, v in rule.match.alert_labels.items()):
         return False
     return parse_selector(rule.match.node_selector).matches(node.labels)
+
+
+def fallback_may_use(rule: Rule) -> bool:
+    """Whether the fallback may choose ``rule``: only one that names no alert."""
+    return not rule.match.alert_labels and not rule.match.alertnames
 
 
 def selector_matches(rule: Rule, node: NodeFacts) -> bool:

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 import structlog
@@ -43,6 +43,7 @@ from nodefence.engine.model import (
     Facts,
     Verdict,
 )
+from nodefence.engine.wording import instant
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline, KubeClient, KubeError
@@ -299,6 +300,28 @@ class Fencer:
             fallback.event(node, since, silence, after, self._silenced(node, known, now))
             for node, since in due
         ]
+
+    async def fallback_preview(self, node: str, deadline: Deadline) -> tuple[AlertEvent, str]:
+        """The event the fallback would judge ``node`` on now, silences included, whether or not
+        its window has run yet (``nodefence explain --no-alert``), and when it would be due."""
+        not_ready = await self.reader.not_ready_nodes(deadline)
+        now = self.kube.server_clock.now() or self.clock()
+        after = self.policy.cluster.fallback_after_seconds
+        known = await self._silences(now, deadline) if self.alertmanager is not None else NOTHING
+        silence = fallback.not_configured()
+        if self.alertmanager is not None:
+            silence = self.reachability.silence() if self.reachability else fallback.holds_none()
+        since = not_ready.get(node)
+        if after <= 0:
+            due = "the fallback is off (cluster.fallback_after_seconds 0)"
+        elif node not in not_ready:
+            due = "the node is Ready: the fallback judges it only once it is NotReady"
+        elif since is None:
+            due = "its NotReady time is unknown: the fallback never judges it"
+        else:
+            due = f"the fallback judges it from {instant(since + timedelta(seconds=after))}"
+        event = fallback.event(node, since or now, silence, after, self._silenced(node, known, now))
+        return event, due
 
     async def _silences(self, now: datetime, deadline: Deadline) -> Known:
         """Alertmanager's silences that could hold a node of this cluster: as it answers now,
