@@ -145,6 +145,27 @@ async def test_silences_hold_while_alertmanager_is_down_for_every_replica(
         ) as started_during_outage:
             [decision] = await reconcile(started_during_outage)
             assert_held_by(decision, silence_id)
+        # status shows them, as last read, while Alertmanager cannot be asked.
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "NODEFENCE_ALERTMANAGER_URL": am.url,
+            "NODEFENCE_NAMESPACE": "nodefence",
+        }
+        command = [sys.executable, "-m", "nodefence", "status"]
+        as_json, as_text = [
+            await asyncio.to_thread(
+                subprocess.run, argv, env=env, capture_output=True, text=True, timeout=120
+            )
+            for argv in ([*command, "-o", "json"], command)
+        ]
+        assert as_json.returncode == 0, as_json.stderr
+        view = json.loads(as_json.stdout)["alertmanager"]
+        assert [s["id"] for s in view["silences"]] == [silence_id], view
+        assert view["silencesLive"] is False, view
+        assert as_text.returncode == 0, as_text.stderr
+        assert "Silences that hold nodes without an alert (as last read at" in as_text.stdout
+        assert silence_id in as_text.stdout
         assert oos_taints(cluster, NODE) == []
         assert force_offs(cluster) == 0
 

@@ -137,7 +137,31 @@ async def gather(fencer: Fencer, deadline: Deadline) -> dict[str, Any]:
         **status,
         **await operator_view(fencer, record, nodes, deadline),
         "fencingProbes": probes,
-        "alertmanager": await _alertmanager(fencer),
+        "alertmanager": {
+            **await _alertmanager(fencer),
+            **await _silences(fencer, deadline),
+        },
+    }
+
+
+async def _silences(fencer: Fencer, deadline: Deadline) -> dict[str, Any]:
+    """The Alertmanager silences that hold nodes of this cluster where no alert is held, and
+    whether they were read now or are the ones last read (Alertmanager cannot be asked)."""
+    known = await fencer.silences_held(deadline)
+    return {
+        "silences": [
+            {
+                "id": s.id,
+                "matchers": [str(m) for m in s.matchers],
+                "createdBy": s.created_by,
+                "comment": s.comment,
+                "startsAt": instant(s.starts_at),
+                "endsAt": instant(s.ends_at),
+            }
+            for s in known.silences
+        ],
+        "silencesReadAt": instant(known.read_at) if known.read_at is not None else None,
+        "silencesLive": known.live,
     }
 
 
@@ -186,6 +210,24 @@ def _alertmanager_line(view: dict[str, Any]) -> str:
     return f"Alertmanager: reachable at {view['url']}; node alerts held for: {held}; {fallback}"
 
 
+def _silence_lines(view: dict[str, Any]) -> list[str]:
+    silences = view.get("silences") or []
+    if not silences and view.get("silencesReadAt") is None:
+        return []
+    source = (
+        "as read now"
+        if view.get("silencesLive")
+        else f"as last read at {view['silencesReadAt']}, held until they end"
+    )
+    lines = [f"Silences that hold nodes without an alert ({source}): {len(silences) or 'none'}"]
+    for s in silences:
+        lines.append(
+            f"  {s['id']}  {{{', '.join(s['matchers'])}}}  until {s['endsAt']}  by "
+            f"{s['createdBy'] or '?'}: {s['comment']}"
+        )
+    return lines
+
+
 def _earliest_unfences(status: dict[str, Any], policy: Policy) -> None:
     """Each fenced node seen Ready again: the earliest unfence, when its rule's healthy delay
     has run from that moment (the other checks, pods and volumes, may hold it longer)."""
@@ -221,6 +263,7 @@ def as_text(status: dict[str, Any]) -> str:
     lines: list[str] = [pause_line(status)]
     if "alertmanager" in status:
         lines.append(_alertmanager_line(status["alertmanager"]))
+        lines.extend(_silence_lines(status["alertmanager"]))
     fenced = status["fenced"]
     lines.append(f"Fenced by nodefence: {len(fenced) or 'none'}")
     for f in fenced:

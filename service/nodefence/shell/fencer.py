@@ -323,6 +323,14 @@ class Fencer:
         event = fallback.event(node, since or now, silence, after, self._silenced(node, known, now))
         return event, due
 
+    async def silences_held(self, deadline: Deadline) -> Known:
+        """The silences that hold nodes of this cluster now, as the fallback would take them
+        (``nodefence status``): read from Alertmanager, or as last read while it cannot be."""
+        if self.alertmanager is None:
+            return NOTHING
+        now = self.kube.server_clock.now() or self.clock()
+        return await self._silences(now, deadline)
+
     async def _silences(self, now: datetime, deadline: Deadline) -> Known:
         """Alertmanager's silences that could hold a node of this cluster: as it answers now,
         kept for every replica; while it cannot be asked, as it last answered (a silence holds
