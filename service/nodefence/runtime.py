@@ -111,7 +111,8 @@ def assemble_fencer(
     reader = serving_reader(kube, namespace) if serving else FactsReader(kube, namespace)
     executor = Executor(kube, purge_concurrency=options.purge_concurrency)
     records = records or record_writer(kube, policy, options)
-    events = EventRecorder(kube, options.identity)
+    # S8: a dry run writes no Event either (the Reporter's and the Alertmanager watch's).
+    events = EventRecorder(kube, options.identity, dry_run=policy.dry_run)
     reporter = Reporter(metrics, events, clock, notifier)
     power_step = PowerStep(policy, inventory, records, reporter)
     commit = Commit(records, executor, power_step, approvals)

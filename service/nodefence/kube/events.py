@@ -5,6 +5,9 @@ identical lines, and Event exporters page on each new object. So, as client-go's
 correlator does, a repeat is the same Event object whose ``count`` and ``lastTimestamp`` grow:
 within ``REPEAT_SUPPRESSION_SECONDS`` a repeat is only counted here, after that the count is
 written onto the Event the first occurrence created (a patch), with the latest message.
+
+A recorder of a dry run writes nothing (S8: zero writes, Events included): it logs the Event it
+would have written instead.
 """
 
 from __future__ import annotations
@@ -54,9 +57,11 @@ class EventRecorder:
         *,
         suppression_seconds: float = REPEAT_SUPPRESSION_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        dry_run: bool = False,
     ) -> None:
         self.kube = kube
         self.identity = identity
+        self.dry_run = dry_run
         self.suppression_seconds = suppression_seconds
         self.clock = clock
         # Oldest repeat first, so the expired entries are dropped from the front without a
@@ -81,12 +86,14 @@ class EventRecorder:
         deadline: Deadline | None = None,
     ) -> bool:
         """An Event about nodefence itself, in its own namespace (``kubectl get events -n``),
-        on ``involved`` (apiVersion, kind, name). Best effort, as every Event."""
+        on ``involved`` (apiVersion, kind, name), an object of that namespace: the API server
+        refuses (422) an Event whose involved object's namespace is not the Event's own, so
+        it is set here. Best effort, as every Event."""
         name = involved.get("name", COMPONENT)
         created = await self._create(
             namespace,
             name,
-            involved,
+            {**involved, "namespace": namespace},
             reason=reason,
             message=message,
             warning=warning,
@@ -174,7 +181,11 @@ class EventRecorder:
         deadline: Deadline | None,
         subject: str,
     ) -> str:
-        """The new Event's name; empty when it could not be written."""
+        """The new Event's name; empty when it could not be written (or, in a dry run, was
+        not)."""
+        if self.dry_run:
+            log.info("event_not_written", subject=subject, reason=reason, dry_run=True)
+            return ""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         name = f"{prefix}.nodefence.{uuid.uuid4().hex[:12]}"
         event = {
