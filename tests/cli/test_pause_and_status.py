@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,14 @@ def test_status_lists_not_ready_nodes_nodefence_holds_back_and_writes_nothing(
     assert list(held) == ["control02"], "a fenced node is not listed as held back"
     assert held["control02"]["heldBackBy"] == "fence-budget"
     assert held["control02"]["notReadySince"] is not None
+    # With no alert, the fallback judges it once NotReady for cluster.fallback_after_seconds.
+    since = datetime.fromisoformat(held["control02"]["notReadySince"].replace("Z", "+00:00"))
+    fallback_at = datetime.fromisoformat(held["control02"]["fallbackAt"].replace("Z", "+00:00"))
+    assert fallback_at - since == timedelta(seconds=420)
+    assert (
+        f"if no alert arrives, the fallback judges it from {held['control02']['fallbackAt']}"
+        in (text)
+    )
     assert "NotReady, not fenced: 1" in text
     assert "control02  NotReady since" in text
     assert "held back: the fence budget is spent" in text

@@ -9,6 +9,7 @@ not fenced, the alert is not reaching nodefence (or has not fired yet).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from nodefence.commands import explain, pause
@@ -36,7 +37,16 @@ def _since(node: Json) -> str | None:
     return instant(cond.last_transition) if cond and cond.last_transition else None
 
 
-def _held(decision: Decision, node: Json) -> dict[str, Any]:
+def _fallback_at(node: Json, after_seconds: int) -> str | None:
+    """When the fallback judges the node if no alert arrives: NotReady since plus
+    ``cluster.fallback_after_seconds`` (None when it is off or the time is unknown)."""
+    cond = ready_condition(node)
+    if after_seconds <= 0 or cond is None or cond.last_transition is None:
+        return None
+    return instant(cond.last_transition + timedelta(seconds=after_seconds))
+
+
+def _held(decision: Decision, node: Json, fallback_after: int) -> dict[str, Any]:
     blocking = [r for r in decision.reasons if not r.passed]
     earliest = decision.not_before
     return {
@@ -52,6 +62,8 @@ def _held(decision: Decision, node: Json) -> dict[str, Any]:
         "allBlocking": [r.guard for r in blocking],
         # When the fence can happen at the earliest, if everything holding it back is a wait.
         "earliestFence": instant(earliest) if earliest is not None else None,
+        # If no alert reaches nodefence: when its reconcile pass judges the node itself.
+        "fallbackAt": _fallback_at(node, fallback_after),
     }
 
 
@@ -78,7 +90,10 @@ async def not_fenced(fencer: Fencer, record: FenceRecord, nodes: list[Json]) -> 
     ]
     decisions = await fencer.handle_events(events) if events else []
     return {
-        "notReadyNotFenced": [_held(d, n) for d, n in zip(decisions, judged, strict=True)],
+        "notReadyNotFenced": [
+            _held(d, n, policy.cluster.fallback_after_seconds)
+            for d, n in zip(decisions, judged, strict=True)
+        ],
         "notReadyNotJudged": [n["metadata"]["name"] for n in skipped],
     }
 
@@ -108,6 +123,10 @@ def held_back_lines(status: dict[str, Any]) -> list[str]:
         earliest = f"; earliest fence {h['earliestFence']}" if h["earliestFence"] else ""
         lines.append(f"  {h['node']}  NotReady{since}  held back: {because}{earliest}")
         lines.append(f"      {h['reason']}")
+        if h.get("fallbackAt"):
+            lines.append(
+                f"      if no alert arrives, the fallback judges it from {h['fallbackAt']}"
+            )
     if status["notReadyNotJudged"]:
         lines.append(
             f"  not judged (more than {MAX_EXPLAINED}; nodefence explain NODE judges one): "
