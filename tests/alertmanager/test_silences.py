@@ -18,6 +18,7 @@ import yaml
 from bench.processes import Processes
 
 from nodefence_sim.redfish import write_bmc_inventory
+from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
 from pipeline.harness import node_events, oos_taints, start_receiver
@@ -41,7 +42,8 @@ def assert_held_by(decision: dict[str, Any], silence_id: str) -> None:
     assert "disk replacement" in held["message"], held
     assert "until " in held["message"], held
     # It was the fallback that was held: the decision says no alert arrived.
-    assert decision["reasons"][0]["guard"] == "no-alert", decision
+    guards = [r["guard"] for r in decision["reasons"] if r["guard"] != "dry-run"]
+    assert guards[0] == "no-alert", decision
 
 
 async def test_a_silence_holds_a_node_no_alert_is_held_for(
@@ -322,3 +324,25 @@ async def test_explain_previews_the_fallbacks_decision(
     assert silenced["heldBackBy"] == ["silence"], silenced
     [held] = [r for r in silenced["decision"]["reasons"] if r["guard"] == "silence"]
     assert silence_id in held["message"], held
+
+
+async def test_a_dry_run_keeps_the_silences_it_reads_to_itself(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    """S8: the silences read in a dry run hold its decisions but are written nowhere."""
+    am = start_alertmanager()
+    silence_id = await am.silence_matching(
+        [eq("node", NODE)], comment="disk replacement", created_by="on-call"
+    )
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+        cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)
+        async with start_receiver(
+            cluster,
+            policy={**redfish_policy(), "dry_run": True},
+            alertmanager_url=am.url,
+            bmc_inventory=inventory,
+        ) as receiver:
+            [decision] = await reconcile(receiver)
+            assert_held_by(decision, silence_id)
+            assert cluster.sim.store.peek(CONFIGMAPS, "nodefence", "nodefence-silences") is None
