@@ -512,9 +512,14 @@ def use_cluster_flags(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every command's output, its failure line included, goes through the one writer that
+    shows control characters instead of letting them drive the terminal
+    (``commands.output``); the servers step out of it for their logs."""
     from nodefence.commands.failures import run_command
+    from nodefence.commands.output import guarded
 
-    return run_command(lambda: _dispatch(argv))
+    with guarded():
+        return run_command(lambda: _dispatch(argv))
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
@@ -528,10 +533,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         parser.error(conflict)
     if args.command in operator_commands.COMMANDS:
         return operator_commands.run(args)
-    if args.command in ("simulate", "demo"):
+    if args.command == "demo":
         return _simulated_cluster(args)
-    if args.command == "serve":
-        return _serve()
+    if args.command in ("simulate", "serve"):
+        from nodefence.commands.output import unguarded
+
+        # Servers: what they write is their log, not text for a terminal.
+        with unguarded():
+            return _simulated_cluster(args) if args.command == "simulate" else _serve()
     if args.command == "plan":
         return _plan(args.payload)
     if args.command == "status":

@@ -20,7 +20,8 @@ from nodefence.alerts.webhook import WebhookPayload
 from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine import plain
 from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
-from nodefence.engine.render import decision_to_dict, describe
+from nodefence.engine.printable import printable_lines
+from nodefence.engine.render import decision_to_dict, describe_lines
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline
 from nodefence.policy import Policy
@@ -176,6 +177,9 @@ async def explain(fencer: Fencer, alert: Alert, *, configured_dry_run: bool) -> 
 
 
 def as_text(explanation: Explanation) -> str:
+    """The explanation for a person. Labels, guard reasons and the node's own words come from
+    outside (a node writes its Ready condition's reason): each line is shown escaped, never
+    obeyed, and a newline inside a value does not start a line of its own."""
     decision, report = explanation.decision, explanation.report
     alert = report["alert"]
     when = f" at {instant(decision.now)}" if decision.now is not None else ""
@@ -188,7 +192,7 @@ def as_text(explanation: Explanation) -> str:
     if report["policyDryRun"]:
         lines.append("  the policy is dry-run: even a real alert would only be logged")
     lines.append("")
-    lines.append(describe(decision))
+    lines.extend(describe_lines(decision))
     lines.append("")
     deciding = plain.blocking(decision)
     if deciding is not None:
@@ -196,4 +200,4 @@ def as_text(explanation: Explanation) -> str:
         if decision.not_before is not None:
             lines.append(f"Earliest it can happen: {instant(decision.not_before)}")
     lines.append("Nothing was written: explain only reads (no power action, no Event).")
-    return "\n".join(lines)
+    return printable_lines(lines)

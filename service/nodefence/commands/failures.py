@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from nodefence.engine.printable import printable
 from nodefence.errors import ClusterUnavailableError, ConfigError, NodefenceError
 
 # What a shell reports for a process ended by SIGPIPE (128 + 13) or SIGINT (128 + 2).
@@ -83,6 +84,7 @@ def run_command(command: Callable[[], int]) -> int:
         line = failure_line(exc)
         if line is None:
             raise
-        print(line, file=sys.stderr)
+        # One line: a newline inside what it quotes (a name, a BMC's words) is shown escaped.
+        print(printable(line), file=sys.stderr)
         return REFUSED
     return code

@@ -25,6 +25,7 @@ from typing import Any
 from nodefence.commands.common import namespace_event
 from nodefence.commands.failures import CommandRefusedError
 from nodefence.engine.model import PREFIX
+from nodefence.engine.printable import printable, printable_lines
 from nodefence.engine.wording import instant
 from nodefence.kube import pause_watch
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
@@ -245,14 +246,17 @@ def describe(state: dict[str, Any]) -> str:
 
 def pause_text(report: dict[str, Any]) -> str:
     if not report["changed"]:
-        return f"already {describe(report)} (nothing written)"
-    return (
-        f"nodefence is {describe(report)}\nNo node is fenced, purged or unfenced until "
-        "`nodefence resume`; every replica sees the switch within seconds."
+        return printable(f"already {describe(report)} (nothing written)")
+    return printable_lines(
+        [
+            f"nodefence is {describe(report)}",
+            "No node is fenced, purged or unfenced until `nodefence resume`; every replica "
+            "sees the switch within seconds.",
+        ]
     )
 
 
 def resume_text(report: dict[str, Any]) -> str:
     if not report["changed"]:
         return "nodefence is not paused (nothing written)"
-    return f"resumed by {report['resumedBy']}; it was {describe(report['was'])}"
+    return printable(f"resumed by {report['resumedBy']}; it was {describe(report['was'])}")

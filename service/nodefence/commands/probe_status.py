@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from nodefence.engine.printable import printable
 from nodefence.engine.wording import instant
 from nodefence.fencing import probe_record
 from nodefence.fencing.inventory import Inventory
@@ -95,9 +96,10 @@ def probe_lines(status: dict[str, Any]) -> list[str]:
         counts.append(f"{stale} STALE")
     lines = [f"Power-state probes (ConfigMap {probes['configMap']}): " + ", ".join(counts)]
     columns = ("node", "driver", "state")
-    widths = {key: max((len(n[key]) for n in nodes), default=0) for key in columns}
+    # Aligned as shown: a value's escapes are wider than the characters they stand for.
+    widths = {key: max((len(printable(n[key])) for n in nodes), default=0) for key in columns}
     for n in nodes:
-        cells = [n[key].ljust(widths[key]) for key in columns]
+        cells = [printable(n[key]).ljust(widths[key]) for key in columns]
         line = f"  {'  '.join(cells)}  {_ago(n['ageSeconds'])} ({n['at']})"
         if n["stale"]:
             line += (

@@ -32,6 +32,7 @@ from nodefence.engine.model import (
     Facts,
     ReleaseFenceAction,
 )
+from nodefence.engine.printable import printable_lines
 from nodefence.engine.record import FenceEntry, FenceRecord
 from nodefence.engine.wording import instant
 from nodefence.kube.client import Deadline, Json
@@ -217,4 +218,4 @@ def as_text(report: dict[str, Any]) -> str:
         lines.append(f"  Event {report['event']} recorded on the node")
     if report["stillNotReady"]:
         lines.append("  the node is still NotReady: watch its pods and volumes")
-    return "\n".join(lines)
+    return printable_lines(lines)

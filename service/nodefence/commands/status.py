@@ -16,6 +16,7 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, held_nod
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.model import OUT_OF_SERVICE_KEY
+from nodefence.engine.printable import printable_lines
 from nodefence.engine.record import FenceRecord, Phase, RecordedReading
 from nodefence.engine.wording import duration, instant, parse_instant
 from nodefence.kube.client import Deadline, Json, KubeError
@@ -258,6 +259,9 @@ async def _volumes_of_fenced(status: dict[str, Any], fencer: Fencer, deadline: D
 
 
 def as_text(status: dict[str, Any]) -> str:
+    """The report for a person. Most of it was written by others (proofs and readings quote
+    BMCs, a pause reason is whoever wrote the ConfigMap's): each line is shown escaped, never
+    obeyed, and a newline inside a value does not start a line of its own."""
     from nodefence.commands.held_back import held_back_lines, pause_line
 
     lines: list[str] = [pause_line(status)]
@@ -342,4 +346,4 @@ def as_text(status: dict[str, Any]) -> str:
     from nodefence.commands.probe_status import probe_lines
 
     lines.extend(probe_lines(status))
-    return "\n".join(lines)
+    return printable_lines(lines)

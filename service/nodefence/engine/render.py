@@ -75,6 +75,12 @@ def describe_action(action: Action) -> str:
 
 def describe(decision: Decision) -> str:
     """A few lines for a terminal: headline, then each guard marked ok or blocked, then actions."""
+    return "\n".join(describe_lines(decision))
+
+
+def describe_lines(decision: Decision) -> list[str]:
+    """``describe``'s lines, each one line of the program's own (a newline inside one comes
+    from a value, and a command shows it escaped: ``engine.printable``)."""
     mode = " (dry run)" if decision.dry_run else ""
     about = decision.alertname or decision.status or "decision"
     head = f"{decision.verdict.value}{mode} {decision.node or '-'} [{about}]: {decision.summary}"
@@ -83,4 +89,4 @@ def describe(decision: Decision) -> str:
         f"  {'ok ' if r.passed else 'NO '} {r.guard}: {r.message}" for r in decision.reasons
     )
     lines.extend(f"  -> {describe_action(a)}" for a in decision.actions)
-    return "\n".join(lines)
+    return lines

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nodefence.engine.printable import printable, printable_lines
 from nodefence.fencing.binding import (
     IdentityCheck,
     NodeIdentity,
@@ -202,18 +203,23 @@ def _identity(checks: Mapping[str, IdentityCheck], node: str) -> str:
 
 
 def as_text(result: FencingCheck) -> str:
+    """The table for a person. What a BMC or agent reported (its UUID, its error) is shown
+    escaped, never obeyed; cells are aligned as shown."""
     lines = []
     checks = {c.node: c for c in result.identities}
     header = ("NODE", "DRIVER", "STATE", "SECONDS", "IDENTITY", "TARGET", "ERROR")
     rows = [
-        (
-            n.node,
-            n.driver or "-",
-            n.state,
-            f"{n.seconds:.2f}",
-            _identity(checks, n.node),
-            n.target or "-",
-            n.error or "",
+        tuple(
+            printable(cell)
+            for cell in (
+                n.node,
+                n.driver or "-",
+                n.state,
+                f"{n.seconds:.2f}",
+                _identity(checks, n.node),
+                n.target or "-",
+                n.error or "",
+            )
         )
         for n in result.nodes
     ]
@@ -237,4 +243,4 @@ def as_text(result: FencingCheck) -> str:
     lines.append(
         f"{verdict}: {answered} of {len(result.nodes)} nodes answered in {result.seconds:.2f}s"
     )
-    return "\n".join(lines)
+    return printable_lines(lines)
