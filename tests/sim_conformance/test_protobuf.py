@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from typing import Any
 
@@ -333,6 +334,7 @@ async def test_protobuf_eviction_uses_its_delete_options(seed: SimulatorHandle) 
         if (p["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "ReplicaSet"
     )
     name = victim["metadata"]["name"]
+    before = victim["metadata"]["resourceVersion"]
     meta = lfield(1, name) + lfield(3, "openstack")
     raw = lfield(1, meta) + lfield(2, vfield(1, 7))  # deleteOptions.gracePeriodSeconds = 7
     status, reply = await post(
@@ -342,7 +344,19 @@ async def test_protobuf_eviction_uses_its_delete_options(seed: SimulatorHandle) 
         unknown("policy/v1", "Eviction", raw),
     )
     assert (status, reply["status"]) == (201, "Success"), reply
-    evicted = seed.sim.store.get(PODS, "openstack", name)
+    # The pod's kubelet may finish the graceful delete before the pod is read back: what the
+    # eviction wrote is read from the pod's changes since before it (a watch from that
+    # resourceVersion replays them), not from the pod, which may already be gone.
+    changes = seed.sim.store.watch(PODS, "openstack", None, f"metadata.name={name}", before)
+
+    async def marked_for_deletion() -> dict[str, Any]:
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                if change.object["metadata"].get("deletionTimestamp"):
+                    return change.object
+        raise AssertionError(f"pod {name} was never marked for deletion")
+
+    evicted = await asyncio.wait_for(marked_for_deletion(), 30)
     assert evicted["metadata"]["deletionGracePeriodSeconds"] == 7
 
 
