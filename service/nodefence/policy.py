@@ -185,8 +185,14 @@ class Rule(_Model):
         )
 
 
+# The most nodes the fence budget may hold at once: the fence record, one object every fence
+# writes, is sized for this many fences with every field at its cap (``engine.caps``) and stays
+# far below the API server's 1 MiB per object.
+MAX_FENCED_NODES = 32
+
+
 class ClusterPolicy(_Model):
-    max_fenced_nodes: int = Field(default=1, ge=0)
+    max_fenced_nodes: int = Field(default=1, ge=0, le=MAX_FENCED_NODES)
     min_ready_fraction: float = Field(default=0.51, ge=0.0, le=1.0)
     control_plane_quorum: bool = True
     storm_not_ready_fraction: float = Field(default=0.5, gt=0.0, le=1.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from nodefence.engine.caps import field
 from nodefence.engine.identity import Reported
 
 
@@ -43,3 +44,10 @@ class PowerEvidence:
     # Why the action this call was to send was not sent ("": nothing was held back): the
     # ``before_send`` check said the claim that decided it no longer holds.
     withheld: str = ""
+
+    def __post_init__(self) -> None:
+        """``source`` and ``detail`` kept to the caps of ``engine.caps`` from the moment the
+        driver answers (a BMC's error page can be a megabyte): the decision, the question a
+        person is asked about it and the fence record's reading all quote the same text."""
+        object.__setattr__(self, "source", field("reading.source", self.source))
+        object.__setattr__(self, "detail", field("reading.detail", self.detail))

@@ -22,6 +22,8 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from nodefence.engine.caps import MAX_ALIASES, field
+
 UNCHECKED = "unchecked"
 SYSTEM_UUID = "system-uuid"
 PLUG = "plug"
@@ -54,6 +56,15 @@ class Reported:
     # Where ``value`` names one machine (a plug is one only within its agent's account or
     # host); "" for identities unique everywhere (system UUIDs, cloud instance ids).
     scope: str = ""
+
+    def __post_init__(self) -> None:
+        """Kept to the caps of ``engine.caps`` as the BMC or agent says it: the judgement, the
+        fence record and every report see the same text, and one target reporting megabytes
+        cannot fill the record. A cut value ends in a marker, so it never matches a machine."""
+        for name in ("value", "source", "agent", "detail", "scope"):
+            object.__setattr__(self, name, field(f"identity.{name}", getattr(self, name)))
+        aliases = tuple(field("identity.alias", a) for a in self.aliases[:MAX_ALIASES])
+        object.__setattr__(self, "aliases", aliases)
 
 
 @dataclass(frozen=True)

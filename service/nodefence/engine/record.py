@@ -13,6 +13,14 @@ answered, which the request that asked decides on (``engine.power_reading``).
 Every timestamp of a fence entry or release comes from the API server's clock (the ``Date`` of
 a response), never from a replica's; an approval request's are the requester's, the clock that
 signs its buttons' expiry (they only decide when to ask again, never whether to fence).
+Everything in it is bounded, so that it stays far below the API server's 1 MiB per object,
+whose every write would otherwise fail, and every fence with it: each field said by someone else
+(a BMC's identity and error, a node's boot ID, a person's name, a reason) is kept to its cap in
+``engine.caps.FIELD_CAPS``, applied as the value is made; how many readings, approvals and
+releases it keeps is capped here (``MAX_READINGS`` a node for at most ``MAX_READING_NODES``
+nodes, ``MAX_APPROVALS``, ``MAX_RELEASES``), and its entries by the policy's fence budget
+(``policy.MAX_FENCED_NODES`` at most).
+
 This module is pure: it turns ConfigMap data into values and back.
 """
 
@@ -33,6 +41,7 @@ from nodefence.engine.approval_request import (
     parse_request,
     request_json,
 )
+from nodefence.engine.caps import FIELD_CAPS, field
 from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.identity import Reported
 from nodefence.engine.wording import instant, parse_instant
@@ -52,8 +61,15 @@ MAX_READINGS = 4
 # A reading only serves the request that asked, which lives for seconds; it is kept an hour
 # for people (``nodefence status``) and then dropped at the next reading's write.
 READING_KEEP_SECONDS = 3600.0
-# A driver's message is kept to this many characters (a BMC's error page can be long).
-MAX_DETAIL = 500
+# A driver's message is kept to this many bytes (a BMC's error page can be long).
+MAX_DETAIL = FIELD_CAPS["reading.detail"]
+# Nodes whose readings are kept: a reading serves only its own request, so beyond the nodes
+# being fenced now (at most the fence budget) the newest ones are kept for people.
+MAX_READING_NODES = 32
+# Approval requests kept, newest first: one dropped is at worst asked again (never a fence).
+MAX_APPROVALS = 32
+# Releases kept for the flap guard, newest first.
+MAX_RELEASES = 64
 
 
 class Phase(StrEnum):
@@ -78,6 +94,15 @@ class RecordedReading(PowerEvidence):
     by: str
     operation: str
     at: datetime
+
+
+# A fence entry's fields from outside and their caps' keys.
+_ENTRY_CAPS = (
+    ("proof", "fence.proof"),
+    ("approval", "fence.approval"),
+    ("boot_id", "fence.bootID"),
+    ("fingerprint", "fence.fingerprint"),
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +142,12 @@ class FenceEntry:
     # the machine was never off, so the proof was false, and the taint is held for a person.
     proof_contradicted_at: datetime | None = None
 
+    def __post_init__(self) -> None:
+        """The fields said by others kept to their caps (``engine.caps``) as the entry is
+        made, decided or read back alike, so a decision compares what the record holds."""
+        for name, key in _ENTRY_CAPS:
+            object.__setattr__(self, name, field(key, getattr(self, name)))
+
 
 @dataclass(frozen=True)
 class Release:
@@ -126,6 +157,9 @@ class Release:
     uid: str
     at: datetime
     why: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "why", field("released.why", self.why))
 
 
 @dataclass(frozen=True)
@@ -458,13 +492,18 @@ def claim_lost(
 
 def with_reading(record: FenceRecord, reading: RecordedReading) -> FenceRecord:
     """The record with ``reading`` as its node's newest (its request's earlier one replaced):
-    at most ``MAX_READINGS`` a node, none older than ``READING_KEEP_SECONDS`` before it."""
+    at most ``MAX_READINGS`` a node, none older than ``READING_KEEP_SECONDS`` before it, for
+    at most ``MAX_READING_NODES`` nodes (those whose newest reading is newest)."""
     cut = reading.at.timestamp() - READING_KEEP_SECONDS
     kept = [r for r in record.readings if r.at.timestamp() >= cut]
     mine = [r for r in kept if r.node == reading.node and r.by != reading.by]
     others = [r for r in kept if r.node != reading.node]
-    added = replace(reading, detail=reading.detail[:MAX_DETAIL])
-    return replace(record, readings=(*others, *[*mine, added][-MAX_READINGS:]))
+    newest: dict[str, float] = {}
+    for r in others:
+        newest[r.node] = max(newest.get(r.node, 0.0), r.at.timestamp())
+    room = sorted(newest, key=lambda node: newest[node], reverse=True)[: MAX_READING_NODES - 1]
+    others = [r for r in others if r.node in room]
+    return replace(record, readings=(*others, *[*mine, reading][-MAX_READINGS:]))
 
 
 def reading_by(record: FenceRecord, node: str, uid: str, token: str) -> RecordedReading | None:
@@ -489,7 +528,8 @@ def without_entry(
     if not remember:
         return replace(record, entries=entries)
     released = tuple(r for r in record.released if r.node != node)
-    return replace(record, entries=entries, released=(*released, Release(node, uid, at, why)))
+    newest = sorted(released, key=lambda r: r.at)[-(MAX_RELEASES - 1) :]
+    return replace(record, entries=entries, released=(*newest, Release(node, uid, at, why)))
 
 
 def prune_releases(record: FenceRecord, now: datetime, keep_seconds: float) -> FenceRecord:
@@ -503,9 +543,16 @@ def with_approval(record: FenceRecord, request: ApprovalRequest) -> FenceRecord:
     """The record with ``request`` as its node's only approval request (an unreadable one of
     that node is replaced too)."""
     key = APPROVAL_PREFIX + request.node
-    others = tuple(a for a in record.approvals if a.node != request.node)
+    others = [a for a in record.approvals if a.node != request.node]
+    # The newest kept (by when each was asked, an answer without a question first to go).
+    others = sorted(others, key=_asked_at)[-(MAX_APPROVALS - 1) :]
     unreadable = tuple(k for k in record.unreadable_approvals if k != key)
     return replace(record, approvals=(*others, request), unreadable_approvals=unreadable)
+
+
+def _asked_at(request: ApprovalRequest) -> float:
+    moment = request.requested_at or request.expires_at
+    return moment.timestamp() if moment is not None else 0.0
 
 
 def without_approval(record: FenceRecord, node: str) -> FenceRecord:
