@@ -15,6 +15,7 @@ from nodefence.engine.model import (
     PowerAction,
     ProofContradictedAction,
     PurgePodAction,
+    RecordApprovalAction,
     RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
@@ -53,5 +54,6 @@ SAMPLES: tuple[Action, ...] = (
     ReleaseVolumeAttachmentAction("worker1", "uid-1", "csi-1", "pv-1", "va-uid"),
     ReleaseFenceAction("worker1", "uid-1", "43", "NoExecute", ("nodefence.io/fenced",), "asked"),
     RecordRejectionAction("worker1", "uid-1", INCIDENT, "rejected by alice at 03:00", NOW),
+    RecordApprovalAction("worker1", "uid-1", INCIDENT, "approved by bob at 03:00", NOW, NOW),
     WithdrawQuestionAction("worker1", "uid-1", "fp-1"),
 )

@@ -7,7 +7,7 @@ and a dry run writes nothing (S8)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from engine_factories import NODE, NOW, UID, ago, entry, facts, node, policy, record
 from engine_strategies import PROFILE, UIDS, all_facts
@@ -23,6 +23,7 @@ from nodefence.engine.model import (
     ApprovalDecision,
     Decision,
     Facts,
+    RecordApprovalAction,
     RecordRejectionAction,
     Verdict,
     WithdrawQuestionAction,
@@ -91,15 +92,25 @@ def test_a_rejection_is_written_only_for_the_node_object_it_was_about(
 ) -> None:
     """S9: a rejection is written for the node object the button named, and bound to the
     outage the question described; an approval never writes one, a rejection never
-    withdraws its question."""
+    withdraws its question. An approval is written only for the node object and outage it
+    applies to, and only by the decision that lets it be acted on."""
     facts_, asked = case
-    for decision in _decisions(facts_, asked):
+    first, after = _decisions(facts_, asked)
+    assert not any(isinstance(a, RecordApprovalAction) for a in after.actions)
+    if any(isinstance(a, RecordApprovalAction) for a in first.actions):
+        assert engine_answer.applies(first)
+    for decision in (first, after):
         for action in decision.actions:
             if isinstance(action, RecordRejectionAction):
                 assert asked.rejects
                 assert facts_.node is not None
                 assert action.node_uid == facts_.node.uid == asked.approval.node_uid
                 assert action.incident == asked.incident
+            elif isinstance(action, RecordApprovalAction):
+                assert not asked.rejects
+                assert facts_.node is not None
+                assert action.node_uid == facts_.node.uid == asked.approval.node_uid
+                assert action.incident == Incident.of(facts_.node, FINGERPRINT)
             else:
                 assert isinstance(action, WithdrawQuestionAction)
                 assert not asked.rejects
@@ -213,3 +224,68 @@ def test_after_the_alert_an_approval_that_fenced_is_settled_and_one_that_did_not
     assert other.actions == ()
     assert not engine_answer.applies(none)
     assert none.actions == (WithdrawQuestionAction(NODE, UID, FINGERPRINT, ago(10)),)
+
+
+def _answered(approval: str = "", until: datetime | None = None, rejection: str = "") -> Facts:
+    """The node down, and the record's question about its outage answered as given."""
+    request = ApprovalRequest(
+        NODE,
+        Incident.of(node(), FINGERPRINT),
+        requested_at=ago(60),
+        expires_at=EXPIRES,
+        rejection=rejection,
+        approval=approval,
+        approval_until=until,
+    )
+    return replace(facts(), record=fence_record.with_approval(record(), request))
+
+
+def test_an_answer_that_applies_is_written_before_it_is_acted_on() -> None:
+    """One answer wins: an answer is acted on only once the record holds it, so the decision
+    that lets it through is the one that writes it (the write is the record's
+    compare-and-swap)."""
+    open_ = _answered()
+    approve = engine_answer.decide_answer(
+        open_, _answer(UID, ApprovalDecision.APPROVE), POLICY, NOW
+    )
+    reject = engine_answer.decide_answer(open_, _answer(UID, ApprovalDecision.REJECT), POLICY, NOW)
+
+    assert engine_answer.applies(approve)
+    [approved] = approve.actions
+    assert isinstance(approved, RecordApprovalAction)
+    assert approved.incident == Incident.of(node(), FINGERPRINT)
+    assert approved.said == f"approved by U0ALICE at {NOW.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    # Other answers are held off while it may be acted on: the answering request's time.
+    assert approved.until == NOW + engine_answer.Answer(NODE, approved_by(), 0, EXPIRES).acting
+    assert engine_answer.applies(reject)
+    [rejected] = reject.actions
+    assert isinstance(rejected, RecordRejectionAction)
+
+
+def approved_by(user: str = "U0ALICE") -> Approval:
+    return Approval(user, ago(5), ApprovalDecision.APPROVE, UID, FINGERPRINT)
+
+
+def test_an_answer_the_record_holds_refuses_every_other_answer_by_name() -> None:
+    acting = _answered(approval="approved by U0BOB at x", until=NOW + timedelta(seconds=20))
+    rejected = _answered(rejection="rejected by U0BOB at x")
+    for facts_, guard in (
+        (acting, engine_answer.NOT_APPROVED),
+        (rejected, engine_answer.NOT_REJECTED),
+    ):
+        for answered in ApprovalDecision:
+            decision = engine_answer.decide_answer(facts_, _answer(UID, answered), POLICY, NOW)
+            refused = [r for r in decision.reasons if not r.passed]
+            assert [r.guard for r in refused] == [guard]
+            assert "U0BOB" in refused[0].message
+            assert decision.actions == (), "a losing answer wrote something"
+
+
+def test_an_approval_no_longer_acted_on_holds_nothing_off() -> None:
+    """Its request's time is up and it fenced nothing (the replica died before withdrawing
+    it): the next answer is taken."""
+    stale = _answered(approval="approved by U0BOB at x", until=NOW)
+    for answered in ApprovalDecision:
+        decision = engine_answer.decide_answer(stale, _answer(UID, answered), POLICY, NOW)
+        assert engine_answer.applies(decision)
+        assert len(decision.actions) == 1

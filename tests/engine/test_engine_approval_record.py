@@ -95,3 +95,16 @@ def test_the_incident_since_round_trips_through_a_button() -> None:
     assert Incident("u", "f", "").since_unix == 0
     assert Incident.since_text(0) == ""
     assert datetime.fromtimestamp(INCIDENT.since_unix, UTC).year == 2026
+
+
+def test_an_approval_being_acted_on_round_trips_and_holds_until_its_time() -> None:
+    until = NOW + timedelta(seconds=20)
+    acting = request(approval="approved by U0ALICE at 2026-11-30T08:20:00Z", approval_until=until)
+    data = fence_record.encode(fence_record.with_approval(FenceRecord(), acting))
+    read = fence_record.decode(data, "4").approval(NODE)
+    assert read == acting
+    assert read.approving(INCIDENT, NOW) == acting.approval
+    assert read.approving(INCIDENT, until) is None
+    assert read.approving(Incident("uid-a", "fp-1", "2026-11-30T08:10:00Z"), NOW) is None
+    rejected = request(rejection="rejected by U0BOB at x", approval=acting.approval)
+    assert rejected.approving(INCIDENT, NOW) is None

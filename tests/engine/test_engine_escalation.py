@@ -630,3 +630,24 @@ def test_an_approval_with_no_question_in_the_record_fences_nothing() -> None:
 
     assert not fences(decision)
     assert any("cannot be matched" in r.message for r in decision.reasons if not r.passed)
+
+
+def test_an_approval_written_without_a_question_answers_nothing_asked() -> None:
+    """One answer wins by writing the answer into the record before acting on it; where the
+    record held no question, the approval written there is not taken for one."""
+    unasked = ApprovalRequest(
+        NODE,
+        Incident.of(node(), "fp-1"),
+        expires_at=NOW + timedelta(seconds=3000),
+        approval=f"approved by U0ALICE at {NOW.strftime('%Y-%m-%dT%H:%M:%SZ')}",
+        approval_until=NOW + timedelta(seconds=20),
+    )
+    at_click = dataclasses.replace(
+        the_facts(refused_login(), asked=False),
+        record=fence_record.with_approval(record(), unasked),
+    )
+
+    decision = decide(event(), at_click, redfish(), NOW, approval=approved())
+
+    assert not fences(decision)
+    assert any("cannot be matched" in r.message for r in decision.reasons if not r.passed)

@@ -30,6 +30,7 @@ from nodefence.engine.model import (
     PowerAction,
     ProofContradictedAction,
     PurgePodAction,
+    RecordApprovalAction,
     RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
@@ -118,6 +119,8 @@ NODE_RELEASED = Result("release-node")
 # write through, by the action's own.
 REJECTION_WRITTEN = Result("approval-reject")
 REJECTION = Result("record-rejection")
+APPROVAL_WRITTEN = Result("approval-approve")
+APPROVAL = Result("record-approval")
 WITHDRAWAL_WRITTEN = Result("approval-withdraw")
 WITHDRAWAL = Result("withdraw-question")
 
@@ -453,6 +456,41 @@ def _rejection_words(action: RecordRejectionAction) -> str:
     return f"record in {CONFIGMAP} that fencing node {action.node} was {action.said}"
 
 
+class RecordApprovalActionJson(TypedDict):
+    """Record in the fence record that a person approved fencing this incident of the node,
+    before acting on it: the one answer that is acted on, holding any other off until
+    ``until``."""
+
+    type: Literal["record-approval"]
+    node: str
+    node_uid: str
+    fingerprint: str
+    not_ready_since: str
+    said: str
+    expires: str
+    until: str
+
+
+def _approval_json(action: RecordApprovalAction) -> RecordApprovalActionJson:
+    return {
+        "type": "record-approval",
+        "node": action.node,
+        "node_uid": action.node_uid,
+        "fingerprint": action.incident.fingerprint,
+        "not_ready_since": action.incident.not_ready_since,
+        "said": action.said,
+        "expires": instant(action.expires),
+        "until": instant(action.until),
+    }
+
+
+def _approval_words(action: RecordApprovalAction) -> str:
+    return (
+        f"record in {CONFIGMAP} that fencing node {action.node} was {action.said}, "
+        "the answer acted on"
+    )
+
+
 class WithdrawQuestionActionJson(TypedDict):
     """Forget an answered approval question that did not lead to a fence, so the next alert that
     reaches approval asks afresh."""
@@ -490,6 +528,7 @@ ActionJson = (
     | ReleaseVolumeAttachmentActionJson
     | ReleaseFenceActionJson
     | RecordRejectionActionJson
+    | RecordApprovalActionJson
     | WithdrawQuestionActionJson
 )
 
@@ -564,6 +603,14 @@ KINDS: tuple[ActionKind[Any], ...] = (
         _rejection_json,
         _rejection_words,
         (REJECTION_WRITTEN, REJECTION),
+    ),
+    ActionKind(
+        RecordApprovalAction,
+        "record-approval",
+        RecordApprovalActionJson,
+        _approval_json,
+        _approval_words,
+        (APPROVAL_WRITTEN, APPROVAL),
     ),
     ActionKind(
         WithdrawQuestionAction,

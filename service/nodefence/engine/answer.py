@@ -9,6 +9,15 @@ never one from the node's annotations). An answer that applies is acted on by de
 alert again with it, on every guard (``decide``); ``decide_answered`` then says what is left
 to record: a rejection, or the question withdrawn when the approval fenced nothing.
 
+One answer wins. Two people may press at the same moment, on one replica or on two; so an
+answer that applies is first written into the fence record's question (``RecordRejectionAction``,
+``RecordApprovalAction``), on the record as it is and only while no other answer holds for the
+outage, and acted on only once written. The record's version makes that write a
+compare-and-swap: of two answers judged together, the second write finds the first, the loop
+reads again, and the second answer is refused by name (``NOT_REJECTED``, ``NOT_APPROVED``): a
+rejection holds for the outage; an approval holds while it is acted on (until its request's
+deadline), after which it either fenced the node or was withdrawn.
+
 Each refusal is a named guard, and each record change an action the shell's commit carries
 out with its precondition (the entry or question as the record holds it now).
 """
@@ -17,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nodefence.engine import mirror, readiness
 from nodefence.engine.approval_request import Incident
@@ -30,6 +39,7 @@ from nodefence.engine.model import (
     Facts,
     NodeFacts,
     Reason,
+    RecordApprovalAction,
     RecordRejectionAction,
     Verdict,
     WithdrawQuestionAction,
@@ -44,6 +54,7 @@ SAME_NODE = "answer-same-node"
 STILL_NOT_READY = "answer-still-not-ready"
 SAME_OUTAGE = "answer-same-outage"
 NOT_REJECTED = "answer-not-rejected"
+NOT_APPROVED = "answer-not-approved"
 FENCED_WITH_IT = "answer-fenced-with-it"
 STATUS = "slack-answer"
 
@@ -53,13 +64,16 @@ class Answer:
     """The press as its signed button says: which node object and alert it was asked about,
     the outage (``since``: the Ready condition's last transition, whole seconds; 0 when the
     question did not say), when the buttons expire, the person's answer, and the requester's
-    clock when acting on it began: a question asked from then on is not the one answered."""
+    clock when acting on it began: a question asked from then on is not the one answered.
+    ``acting``: how long acting on an approval may take (the answering request's deadline);
+    its record holds other answers off that long."""
 
     node: str
     approval: Approval
     since: int
     expires: datetime
     asked_before: datetime | None = None
+    acting: timedelta = timedelta(seconds=60)
 
     @property
     def rejects(self) -> bool:
@@ -142,8 +156,8 @@ def same_outage(node: NodeFacts, answer: Answer) -> Reason:
 
 
 def not_rejected(facts: Facts, answer: Answer) -> Reason:
-    """S12: a rejection the fence record holds for this outage stands; a second approver or
-    the approve button of the same message changes nothing."""
+    """S12: a rejection the fence record holds for this outage stands; a second approver, a
+    second rejection or the approve button of the same message changes nothing."""
     node = facts.node
     requested = facts.record.approval(answer.node)
     incident = Incident.of(node, answer.approval.fingerprint) if node is not None else None
@@ -154,12 +168,46 @@ def not_rejected(facts: Facts, answer: Answer) -> Reason:
     return _pass(NOT_REJECTED, f"no rejection of fencing node {answer.node} holds for this outage")
 
 
+def not_approved(facts: Facts, answer: Answer, now: datetime) -> Reason:
+    """One answer wins: an approval the fence record holds for this outage is being acted on
+    (until its request's deadline, on the API server's clock ``now``); no other answer is
+    taken meanwhile, neither a rejection that would come too late to stop it nor a second
+    approval that would fence in another name."""
+    node = facts.node
+    requested = facts.record.approval(answer.node)
+    incident = Incident.of(node, answer.approval.fingerprint) if node is not None else None
+    approving = (
+        requested.approving(incident, now)
+        if requested is not None and incident is not None
+        else None
+    )
+    if approving is not None:
+        return _block(
+            NOT_APPROVED,
+            f"fencing node {answer.node} was {approving} for this outage, and nodefence is "
+            "acting on that approval",
+        )
+    return _pass(NOT_APPROVED, f"no approval of fencing node {answer.node} is being acted on")
+
+
 def _rejection(node: NodeFacts | None, answer: Answer) -> tuple[Action, ...]:
     """The rejection, written only for the node object it was about."""
     if node is None or node.uid != answer.approval.node_uid:
         return ()
     said = mirror.approval_text(answer.approval)
     return (RecordRejectionAction(answer.node, node.uid, answer.incident, said, answer.expires),)
+
+
+def _recorded(node: NodeFacts, answer: Answer, now: datetime) -> tuple[Action, ...]:
+    """The answer written into the record before it is acted on: the write that makes it the
+    one answer (``approvals`` refuses it when another holds by then, and the loop decides
+    again)."""
+    if answer.rejects:
+        return _rejection(node, answer)
+    incident = Incident.of(node, answer.approval.fingerprint)
+    said = mirror.approval_text(answer.approval)
+    until = now + answer.acting
+    return (RecordApprovalAction(answer.node, node.uid, incident, said, answer.expires, until),)
 
 
 def _withdrawal(answer: Answer) -> tuple[Action, ...]:
@@ -192,9 +240,11 @@ def applies(decision: Decision) -> bool:
 
 
 def decide_answer(facts: Facts, answer: Answer, policy: Policy, now: datetime) -> Decision:
-    """Whether the answer applies to the node as it is now. When the question no longer
-    describes it, a rejection is still recorded (for the node object it was about) and an
-    approval's question withdrawn; nothing is written in a dry run (S8)."""
+    """Whether the answer applies to the node as it is now, and if it does, the answer
+    written into the record (the one answer acted on). When the question no longer describes
+    the node, a rejection is still recorded (for the node object it was about) and an
+    approval's question withdrawn; when another answer holds, nothing is written; nothing is
+    written in a dry run (S8)."""
     answer = dated(answer, facts, now)
     reasons = [not_fenced(facts, answer)]
     if not reasons[0].passed:
@@ -209,9 +259,13 @@ def decide_answer(facts: Facts, answer: Answer, policy: Policy, now: datetime) -
     if not reasons[-1].passed:
         settled = _rejection(node, answer) if answer.rejects else _withdrawal(answer)
         return _finish(answer, reasons, policy, now, *settled)
-    if not answer.rejects:
-        reasons.append(not_rejected(facts, answer))
-    return _finish(answer, reasons, policy, now)
+    assert node is not None
+    reasons.append(not_rejected(facts, answer))
+    if reasons[-1].passed:
+        reasons.append(not_approved(facts, answer, now))
+    if not reasons[-1].passed:
+        return _finish(answer, reasons, policy, now)
+    return _finish(answer, reasons, policy, now, *_recorded(node, answer, now))
 
 
 def decide_answered(

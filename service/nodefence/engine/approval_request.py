@@ -11,6 +11,11 @@ An incident is the NotReady period of one node object for one alert: node UID, a
 fingerprint and the Ready condition's last transition. A rejection holds for its incident; a
 request is asked again only once it expired, or when its claim never got a message posted.
 This module is pure: it turns ConfigMap values into these and back.
+
+One answer wins: a person's answer is written here, on the record version it was judged on,
+before anything is done with it, and only while no other answer holds for the incident (a
+rejection; an approval being acted on). Two people who press at once, on one replica or two,
+cannot both have their way: the second write finds the first and is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from nodefence.engine.caps import field
 from nodefence.engine.wording import instant, parse_instant
 
 
@@ -58,11 +62,6 @@ class Incident:
     # The Ready condition's last transition as written (``instant``), or "" when there is none.
     not_ready_since: str
 
-    def __post_init__(self) -> None:
-        # The alert's fingerprint at its cap (``engine.caps``) however the incident is made (an
-        # alert, a button, the record), so the same incident compares equal.
-        object.__setattr__(self, "fingerprint", field("approval.fingerprint", self.fingerprint))
-
     @classmethod
     def of(cls, node: IncidentNode, fingerprint: str) -> Incident:
         since = node.ready.last_transition if node.ready is not None else None
@@ -98,15 +97,30 @@ class ApprovalRequest:
     # power step's kind, state and error), "" for a rule that asks before every fence. An
     # approval stands in for that failure only, never for another one found when it is acted on.
     subject: str = ""
-
-    def __post_init__(self) -> None:
-        """The fields said by others (a BMC's error in ``subject``, a Slack user's name) kept
-        to their caps (``engine.caps``) as the request is made or read back alike."""
-        for name in ("subject", "rejection", "channel", "ts"):
-            object.__setattr__(self, name, field(f"approval.{name}", getattr(self, name)))
+    # "approved by <user> at <time>": the approval being acted on for this incident, until
+    # ``approval_until`` (the API server's clock: the answering request's deadline). Until then
+    # no other answer is taken; after it, an approval that fenced nothing (its replica died
+    # before withdrawing it) no longer stands in anybody's way.
+    approval: str = ""
+    approval_until: datetime | None = None
 
     def rejected(self, incident: Incident) -> bool:
         return self.incident == incident and bool(self.rejection)
+
+    def approving(self, incident: Incident, now: datetime) -> str | None:
+        """The approval being acted on for ``incident`` at ``now`` (the API server's clock),
+        or None."""
+        if self.incident != incident or not self.approval or self.rejection:
+            return None
+        if self.approval_until is not None and now >= self.approval_until:
+            return None
+        return self.approval
+
+    @property
+    def asked(self) -> bool:
+        """A question was asked (claimed, then posted); False for an answer written without
+        one (the record had no question about the incident the button named)."""
+        return self.requested_at is not None
 
     def pending(self, incident: Incident, now: datetime, subject: str | None = None) -> bool:
         """A question about ``incident`` is out and still open (or being posted right now);
@@ -161,6 +175,8 @@ def request_json(request: ApprovalRequest) -> dict[str, Any]:
         "ts": request.ts,
         "rejection": request.rejection,
         "subject": request.subject,
+        "approval": request.approval,
+        "approvalUntil": _time(request.approval_until),
     }
     return {k: v for k, v in raw.items() if v not in (None, "")}
 
@@ -192,6 +208,8 @@ def parse_request(key: str, raw: Any) -> ApprovalRequest:
         ts=_text(raw, "ts"),
         rejection=_text(raw, "rejection"),
         subject=_text(raw, "subject"),
+        approval=_text(raw, "approval"),
+        approval_until=parse_instant(raw.get("approvalUntil")),
     )
 
 

@@ -161,7 +161,8 @@ def unanswered(
     this very failure. A person who approved fencing despite an HTTP 401 did not approve it
     despite a BMC that now reports the machine On; that new fact is asked anew."""
     incident = Incident.of(node, fingerprint)
-    if requested is None or requested.incident != incident:
+    # An answer written without a question (``ApprovalRequest.asked``) answered nothing asked.
+    if requested is None or requested.incident != incident or not requested.asked:
         return (
             f"the answer from {approval.user} cannot be matched to a question the fence record "
             f"holds about this incident; the power step now reports {found.subject}, which is "

@@ -418,6 +418,23 @@ class RecordRejectionAction:
 
 
 @dataclass(frozen=True)
+class RecordApprovalAction:
+    """A person approved fencing ``incident`` (``engine.answer``): write it into the fence
+    record's question about the node before acting on it, on the record as it is, and only
+    while no other answer holds for the incident; the one answer that is written is the one
+    acted on. It holds other answers off until ``until`` (the API server's clock)."""
+
+    node: str
+    node_uid: str
+    incident: Incident
+    # "approved by <user> at <time>".
+    said: str
+    # When the question's buttons expire: an approval written without a question is kept as long.
+    expires: datetime
+    until: datetime
+
+
+@dataclass(frozen=True)
 class WithdrawQuestionAction:
     """Forget the answered question about node object ``node_uid`` and alert ``fingerprint``
     when it did not lead to a fence, so the next alert that reaches approval asks afresh. A
@@ -444,6 +461,7 @@ Action = (
     | ReleaseVolumeAttachmentAction
     | ReleaseFenceAction
     | RecordRejectionAction
+    | RecordApprovalAction
     | WithdrawQuestionAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction

@@ -1,5 +1,5 @@
 """The approval channel as the commit and the report see it: a requester that asks, records
-an answer's outcome (a rejection, a question withdrawn), and the wait it reports.
+an answer (the one acted on) and its outcome (a question withdrawn), and the wait it reports.
 
 Whether to ask is the engine's (``engine.approval_ask``); the requester carries the question
 out (claim it in the fence record, post it, record where it is) and answers with what it did.
@@ -15,6 +15,7 @@ from nodefence.engine.model import (
     AskApprovalAction,
     Decision,
     Facts,
+    RecordApprovalAction,
     RecordRejectionAction,
     Verdict,
     WithdrawQuestionAction,
@@ -44,7 +45,12 @@ class ApprovalRequester(Protocol):
         self, action: RecordRejectionAction, node: Json | None, deadline: Deadline
     ) -> ActionResult:
         """Record a person's rejection for its incident (``node``: the node object as read,
-        to show it on)."""
+        to show it on). CONFLICT when an approval is being acted on: the answer is decided
+        again."""
+
+    async def approve(self, action: RecordApprovalAction, deadline: Deadline) -> ActionResult:
+        """Record a person's approval for its incident before it is acted on. CONFLICT when
+        another answer holds for the incident by then: the answer is decided again."""
 
     async def withdraw(self, action: WithdrawQuestionAction, deadline: Deadline) -> ActionResult:
         """Forget an answered question that did not lead to a fence."""

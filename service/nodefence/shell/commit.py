@@ -23,6 +23,7 @@ from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.action_kinds import (
+    APPROVAL,
     ASKED,
     REJECTION,
     UNDONE,
@@ -40,6 +41,7 @@ from nodefence.engine.model import (
     PowerAction,
     ProofContradictedAction,
     PurgePodAction,
+    RecordApprovalAction,
     RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
@@ -238,6 +240,11 @@ class Commit:
             return ActionResult(REJECTION.name, action.node, Outcome.SKIPPED, "no approval channel")
         return await self.approvals.reject(action, at.snapshot.node, at.deadline)
 
+    async def _record_approval(self, action: RecordApprovalAction, at: _Progress) -> Step:
+        if self.approvals is None:
+            return ActionResult(APPROVAL.name, action.node, Outcome.SKIPPED, "no approval channel")
+        return await self.approvals.approve(action, at.deadline)
+
     async def _withdraw_question(self, action: WithdrawQuestionAction, at: _Progress) -> Step:
         if self.approvals is None:
             return ActionResult(
@@ -291,6 +298,7 @@ HANDLERS: dict[type[Any], Handler] = {
     ReleaseVolumeAttachmentAction: Commit._release_volume,
     ReleaseFenceAction: Commit._release_fence,
     RecordRejectionAction: Commit._record_rejection,
+    RecordApprovalAction: Commit._record_approval,
     WithdrawQuestionAction: Commit._withdraw_question,
 }
 

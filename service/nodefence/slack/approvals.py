@@ -26,12 +26,18 @@ from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import approval_request, mirror
 from nodefence.engine import record as fence_record
-from nodefence.engine.action_kinds import ASKED, REJECTION_WRITTEN, WITHDRAWAL_WRITTEN
+from nodefence.engine.action_kinds import (
+    APPROVAL_WRITTEN,
+    ASKED,
+    REJECTION_WRITTEN,
+    WITHDRAWAL_WRITTEN,
+)
 from nodefence.engine.approval_ask import question_open
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.model import (
     AskApprovalAction,
     Decision,
+    RecordApprovalAction,
     RecordRejectionAction,
     WithdrawQuestionAction,
 )
@@ -226,29 +232,75 @@ class SlackApprovals:
         self, action: RecordRejectionAction, node: Json | None, deadline: Deadline
     ) -> ActionResult:
         """Write the rejection into the record, bound to the incident the question was about
-        (``node``: the node as read for the decision, which shows it to people)."""
+        (``node``: the node as read for the decision, which shows it to people). Refused
+        (CONFLICT) while an approval of the same question is being acted on (that answer came
+        first, and a rejection written now could not stop it) or when another person's
+        rejection was written first; this very rejection, written already, is SKIPPED."""
         name, incident = action.node, action.incident
+        answered: list[str] = []
 
         def reject(record: FenceRecord, at: datetime) -> FenceRecord | None:
-            del at
             current = record.approval(name)
+            standing = _approving(current, incident, at)
+            if standing is not None:
+                answered.append(standing)
+                return None
             if current is not None and current.incident == incident:
+                if current.rejection and current.rejection != action.said:
+                    # Another person's rejection of this outage was written first.
+                    answered.append(current.rejection)
                 if current.rejection:
                     return None
-                rejected = replace(current, rejection=action.said)
+                rejected = replace(current, rejection=action.said, approval="", approval_until=None)
                 return fence_record.with_approval(record, rejected)
-            answered = ApprovalRequest(
+            unasked = ApprovalRequest(
                 name, incident, expires_at=action.expires, rejection=action.said
             )
-            return fence_record.with_approval(record, answered)
+            return fence_record.with_approval(record, unasked)
 
         written = await self.records.approval_request(
             REJECTION_WRITTEN.name, name, reject, deadline
         )
+        if answered:
+            return _outanswered(REJECTION_WRITTEN.name, name, answered[-1])
         if written.outcome is Outcome.DONE and node is not None:
             await self._show(name, node, action.said, deadline)
         if self.metrics is not None:
             self.metrics.approval_settled(name)
+        return written
+
+    async def approve(self, action: RecordApprovalAction, deadline: Deadline) -> ActionResult:
+        """Write the approval into the record before it is acted on: the one answer acted on.
+        Refused (CONFLICT) when the record holds another answer to the same question by then
+        (a rejection for the incident, or an approval being acted on)."""
+        name, incident = action.node, action.incident
+        answered: list[str] = []
+
+        def approve(record: FenceRecord, at: datetime) -> FenceRecord | None:
+            current = record.approval(name)
+            standing = _approving(current, incident, at)
+            if standing is None and current is not None and current.rejected(incident):
+                standing = current.rejection
+            if standing is not None:
+                answered.append(standing)
+                return None
+            if current is not None and current.incident == incident:
+                approved = replace(current, approval=action.said, approval_until=action.until)
+                return fence_record.with_approval(record, approved)
+            unasked = ApprovalRequest(
+                name,
+                incident,
+                expires_at=action.expires,
+                approval=action.said,
+                approval_until=action.until,
+            )
+            return fence_record.with_approval(record, unasked)
+
+        written = await self.records.approval_request(
+            APPROVAL_WRITTEN.name, name, approve, deadline
+        )
+        if answered:
+            return _outanswered(APPROVAL_WRITTEN.name, name, answered[-1])
         return written
 
     async def withdraw(self, action: WithdrawQuestionAction, deadline: Deadline) -> ActionResult:
@@ -282,3 +334,23 @@ class SlackApprovals:
         if self.metrics is not None:
             self.metrics.approval_settled(name)
         return written
+
+
+def _same_question(recorded: Incident, answered: Incident) -> bool:
+    """The question about the same node object and alert: an approval being acted on holds
+    off every answer to it, a button of a message that did not carry the outage included."""
+    return (recorded.node_uid, recorded.fingerprint) == (answered.node_uid, answered.fingerprint)
+
+
+def _approving(request: ApprovalRequest | None, incident: Incident, now: datetime) -> str | None:
+    """The approval the record holds for the question ``incident`` is about, while it is
+    being acted on (``now``: the API server's time of the read)."""
+    if request is None or not _same_question(request.incident, incident):
+        return None
+    return request.approving(request.incident, now)
+
+
+def _outanswered(kind: str, node: str, standing: str) -> ActionResult:
+    """Another answer was written first: CONFLICT, so the loop reads the record again and the
+    engine says which answer holds."""
+    return ActionResult(kind, node, Outcome.CONFLICT, f"fencing node {node} was {standing} first")

@@ -13,6 +13,13 @@ still the same object, still NotReady, in the same outage the question described
 rejection holds for it). The alert is then decided again with the answer, every guard of the
 engine judged again, and what is left to record (a rejection, a question withdrawn) is decided
 and committed by the shell's loop like any other change.
+
+One answer wins: an answer that applies is written into the fence record before it is acted
+on, on the record's version like every other write, and refused when another answer got
+there first (two people pressing at once, on this replica or another). The person whose answer
+lost is told which answer stood and whose it was; against an approval being acted on, the
+reply waits (reading, never writing) until that approval fenced the node or was withdrawn, so
+that it says what really happened.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import asyncio
 import json
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -47,6 +54,7 @@ from nodefence.http.problems import Problem
 from nodefence.kube.client import Deadline, Json
 from nodefence.kube.facts import Snapshot
 from nodefence.shell.fencer import Fencer
+from nodefence.shell.loop import SETTLE_POLL_SECONDS
 from nodefence.slack import messages, tokens
 from nodefence.slack.approvals import SlackApprovals
 from nodefence.slack.client import ApprovalChannelUnavailableError, SlackClient
@@ -248,6 +256,7 @@ class Interactions:
             token.since,
             datetime.fromtimestamp(token.expires, UTC),
             asked_before=self.approvals.now(),
+            acting=timedelta(seconds=self.deadline_seconds),
         )
         policy = self.fencer.policy
 
@@ -258,6 +267,12 @@ class Interactions:
         facts = first.snapshot.facts
         # The engine judged the answer's age on the API server's clock, as everything else.
         dated = answer.dated(asked, facts, first.snapshot.now)
+        if _refused_by(first.decision) == answer.NOT_APPROVED:
+            request = facts.record.approval(node)
+            standing = request.approval if request is not None else ""
+            decision, facts = await self._acted_on(node, asked, deadline)
+            await self._replace(click, _outanswered(decision, dated, facts, who, standing), None)
+            return
         if not answer.applies(first.decision):
             await self._replace(click, _refusal(first.decision, dated, facts, who), None)
             return
@@ -293,6 +308,21 @@ class Interactions:
             )
         await self._replace(click, headline, decision)
 
+    async def _acted_on(
+        self, node: str, asked: Answer, deadline: Deadline
+    ) -> tuple[Decision, Facts]:
+        """Another person's approval is being acted on: the record is read again (nothing is
+        written: this answer lost) until that approval fenced the node or was withdrawn, or
+        this request's time is up; the answer judged on the last read, to tell what happened."""
+        while True:
+            snapshot = await self.fencer.loop.reader.read(node, deadline)
+            decision = decide_answer(snapshot.facts, asked, self.fencer.policy, snapshot.now)
+            if _refused_by(decision) != answer.NOT_APPROVED:
+                return decision, snapshot.facts
+            if deadline.remaining <= SETTLE_POLL_SECONDS:
+                return decision, snapshot.facts
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+
     def _settled(self, node: str) -> None:
         if self.approvals.metrics is not None:
             self.approvals.metrics.approval_settled(node)
@@ -315,6 +345,35 @@ class Interactions:
         )
 
 
+def _refused_by(decision: Decision) -> str | None:
+    """The guard that refused the answer, or None when it applies."""
+    return next((r.guard for r in decision.reasons if not r.passed), None)
+
+
+def _kind(asked: Answer) -> str:
+    return "rejection" if asked.rejects else "approval"
+
+
+def _outanswered(decision: Decision, asked: Answer, facts: Facts, who: str, standing: str) -> str:
+    """The new headline for an answer that lost to another person's approval (``standing``,
+    as the record held it), once that approval was acted on (``decision``: this answer judged
+    on the record read last)."""
+    node = asked.node
+    refused = _refused_by(decision)
+    if refused == answer.NOT_APPROVED:
+        return (
+            f"Fencing node *{node}* was {standing} first, and nodefence is acting on that "
+            f"approval; the {_kind(asked)} by {who} changes nothing."
+        )
+    if refused is not None and refused != answer.NOT_REJECTED:
+        return _refusal(decision, asked, facts, who)
+    return (
+        f"Fencing node *{node}* was {standing} first; node *{node}* was not fenced on it, and "
+        f"the {_kind(asked)} by {who} changed nothing. If the alert keeps firing and every "
+        "guard passes, nodefence asks again."
+    )
+
+
 def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
     """The message's new headline for an answer that no longer applies, by the guard that
     refused it."""
@@ -323,8 +382,8 @@ def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
     if refused.guard == answer.NOT_FENCED:
         fenced = answer.fenced_by_us(facts.node, asked.approval.node_uid, facts.record)
         tail = (
-            f"the rejection by {who} came after the fence; nodefence removes its taint once "
-            "the node is verifiably healthy again"
+            f"the rejection by {who} came after the approval and changed nothing; nodefence "
+            "removes its taint once the node is verifiably healthy again"
             if asked.rejects
             else f"the approval by {who} changed nothing"
         )
@@ -334,7 +393,7 @@ def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
         rejected = request.rejection if request is not None else ""
         return (
             f":no_entry_sign: Fencing node *{node}* was {rejected} for this outage; the "
-            f"approval by {who} changes nothing. A new outage of the node is asked again."
+            f"{_kind(asked)} by {who} changes nothing. A new outage of the node is asked again."
         )
     stale = {
         answer.NODE_EXISTS: f"Node *{node}* no longer exists.",
