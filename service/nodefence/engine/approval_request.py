@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from nodefence.engine.caps import field
 from nodefence.engine.wording import instant, parse_instant
 
 
@@ -61,6 +62,11 @@ class Incident:
     fingerprint: str
     # The Ready condition's last transition as written (``instant``), or "" when there is none.
     not_ready_since: str
+
+    def __post_init__(self) -> None:
+        # The alert's fingerprint at its cap (``engine.caps``) however the incident is made (an
+        # alert, a button, the record), so the same incident compares equal.
+        object.__setattr__(self, "fingerprint", field("approval.fingerprint", self.fingerprint))
 
     @classmethod
     def of(cls, node: IncidentNode, fingerprint: str) -> Incident:
@@ -103,6 +109,12 @@ class ApprovalRequest:
     # before withdrawing it) no longer stands in anybody's way.
     approval: str = ""
     approval_until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        """The fields said by others (a BMC's error in ``subject``, a Slack user's name) kept
+        to their caps (``engine.caps``) as the request is made or read back alike."""
+        for name in ("subject", "rejection", "channel", "ts"):
+            object.__setattr__(self, name, field(f"approval.{name}", getattr(self, name)))
 
     def rejected(self, incident: Incident) -> bool:
         return self.incident == incident and bool(self.rejection)
