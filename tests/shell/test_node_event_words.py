@@ -1,12 +1,25 @@
 """The Event an operator reads in ``kubectl describe node``: what survives the API server's
-1,024-character cut of a fence's message, and Normal against Warning for a refusal."""
+1,024-character cut of a fence's message (the proof, and the command that releases volumes left
+attached), and Normal against Warning for a refusal."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
+import pytest
+
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine.model import Decision, Reason, Verdict
+from nodefence.engine.model import (
+    ClusterFacts,
+    Decision,
+    Facts,
+    NodeFacts,
+    Reason,
+    Verdict,
+    VolumeAttachmentFacts,
+)
+from nodefence.engine.volumes import plan_volume_release, release_command
 from nodefence.kube.events import MAX_MESSAGE
 from nodefence.shell.report import node_event
 
@@ -64,3 +77,50 @@ def test_a_wait_is_normal_and_a_spent_budget_a_warning() -> None:
     full = node_event(refused("fence-budget"), [], 0, fenced=False)
     assert waiting == ("FenceRefused", "held", False)
     assert full == ("FenceRefused", "held", True)
+
+
+def _attachments(count: int) -> tuple[VolumeAttachmentFacts, ...]:
+    """As CSI names them: ``csi-`` and the SHA-256 of the volume, attacher and node."""
+    return tuple(
+        VolumeAttachmentFacts(
+            name="csi-" + hashlib.sha256(f"pv-{i}".encode()).hexdigest(),
+            node_name="compute02",
+            persistent_volume=f"pvc-{hashlib.sha256(str(i).encode()).hexdigest()[:36]}",
+            attached=True,
+        )
+        for i in range(count)
+    )
+
+
+@pytest.mark.parametrize("count", [1, 3, 5, 40])
+def test_the_command_that_releases_volumes_left_attached_survives_the_cut(count: int) -> None:
+    """A fence that left volumes attached: its Event, cut at 1,024 characters, still holds the
+    proof, the identity and the whole command an operator runs to release them."""
+    node = NodeFacts(name="compute02", uid="uid-2", resource_version="7")
+    facts = Facts(node, None, (), ClusterFacts(5, 4, server_version="v1.25.16"))
+    attachments = _attachments(count)
+    plan = plan_volume_release(facts, attachments, cleanup_allowed=False)
+    decision = fence(
+        Reason("ready", True, "Ready is Unknown"), Reason("verdict", True, PROOF), plan.reason
+    )
+    results = [
+        ActionResult("purge", f"openstack/pod-{i}", Outcome.DONE, "deleted") for i in range(3)
+    ]
+    event = node_event(decision, results, purged=3, fenced=True)
+    assert event is not None
+    reason, message, warning = event
+    assert (reason, warning) == ("NodeFenced", True)
+    kept = message[:MAX_MESSAGE]
+    command = release_command("compute02", attachments)
+    assert f"`{command}`" in kept
+    assert "identity matched (system UUID 4c4c4544-0042-3510-8052-b4c04f4e3232)" in kept
+    assert "VOLUMES NOT RELEASED" in kept
+    if count <= 3:
+        assert command.split() == [
+            "kubectl",
+            "delete",
+            "volumeattachment",
+            *(a.name for a in attachments),
+        ]
+    # The decision keeps why, for status and the log.
+    assert "NodeOutOfServiceVolumeDetach" in plan.reason.message

@@ -43,6 +43,31 @@ class VolumePlan:
 
 GUARD = "volumes"
 SHOWN = 5
+# The longest command that names the attachments one by one; past it, the command selects them
+# by node. Either way it is whole in the first sentence of the reason, which is what the Event
+# of a fence carries of it (``headline``): an Event's message is cut at 1,024 characters.
+COMMAND_LIMIT = 240
+# Where the reason of volumes left attached turns from what to do to why.
+_WHY = " Why: "
+
+
+def release_command(node: str, attachments: tuple[VolumeAttachmentFacts, ...]) -> str:
+    """The command an operator runs to release ``attachments`` of ``node`` by hand: their
+    names, or, when that would be long, every VolumeAttachment whose spec names the node."""
+    named = "kubectl delete volumeattachment " + " ".join(a.name for a in attachments)
+    if len(named) <= COMMAND_LIMIT:
+        return named
+    return (
+        "kubectl get volumeattachments -o jsonpath='{range .items[?(@.spec.nodeName==\""
+        + node
+        + '")]}{.metadata.name}{"\\n"}{end}\' | xargs -r kubectl delete volumeattachment'
+    )
+
+
+def headline(reason: Reason) -> str:
+    """What to do about volumes left attached, without why: the part of the reason an Event
+    carries (``nodefence status`` and the decision keep the whole)."""
+    return reason.message.split(_WHY, 1)[0]
 
 
 def _listed(attachments: tuple[VolumeAttachmentFacts, ...]) -> str:
@@ -139,25 +164,21 @@ def plan_volume_release(
         return VolumePlan((), Reason(GUARD, True, f"no volume is attached to {node.name}"))
     names = ", ".join(a.persistent_volume for a in mine[:5]) + (" ..." if len(mine) > 5 else "")
     if not cleanup_allowed:
-        by_hand = (
-            "kubectl delete volumeattachment " + " ".join(a.name for a in mine)
-            if len(mine) <= SHOWN
-            else f"kubectl get volumeattachments | grep {node.name}, then delete those"
-        )
+        # What to do first, whole: the command survives wherever the message is cut.
         return VolumePlan(
             (),
             Reason(
                 GUARD,
                 False,
                 f"VOLUMES NOT RELEASED: {len(mine)} VolumeAttachment(s) are still attached to "
-                f"{node.name}: {_listed(mine)}. Kubernetes {version} detaches the volumes of an "
-                "out-of-service node only with the NodeOutOfServiceVolumeDetach feature gate, "
-                "which the API does not show: unless it is on, pods that use them cannot start "
-                "on another node (Multi-Attach errors) until they go "
-                "(nodefence_volumes_unreleased shows whether they do). The policy does not let "
-                "nodefence delete them (volume_attachment_cleanup: true would, once the node's "
-                "pods are gone); to release them yourself once the machine is known to be off: "
-                f"{by_hand}",
+                f"{node.name}; once its machine is known to be off, release them: "
+                f"`{release_command(node.name, mine)}`.{_WHY}they are {_listed(mine)}. "
+                f"Kubernetes {version} detaches the volumes of an out-of-service node only with "
+                "the NodeOutOfServiceVolumeDetach feature gate, which the API does not show: "
+                "unless it is on, pods that use them cannot start on another node (Multi-Attach "
+                "errors) until they go (nodefence_volumes_unreleased shows whether they do). The "
+                "policy does not let nodefence delete them (volume_attachment_cleanup: true "
+                "would, once the node's pods are gone)",
             ),
             kept=mine,
         )

@@ -29,6 +29,7 @@ from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.fallback import NO_ALERT
 from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
 from nodefence.engine.render import describe_action
+from nodefence.engine.volumes import headline as volume_headline
 from nodefence.engine.volumes import unreleased
 from nodefence.kube.client import Deadline
 from nodefence.kube.events import EventRecorder
@@ -228,7 +229,8 @@ def node_event(
         return ("RebootFailed", stays_off.message, True)
     # Volumes left attached make a fence no plain success: said before anything else.
     stuck = unreleased(decision.reasons)
-    kept = f" {stuck.message}." if stuck is not None else ""
+    # What to do about them, with the command whole; the decision and status keep why.
+    kept = f" {volume_headline(stuck)}" if stuck is not None else ""
     if fenced:
         volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
         verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
