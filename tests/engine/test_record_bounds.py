@@ -106,6 +106,8 @@ def approval(i: int) -> ApprovalRequest:
         ts=HOSTILE,
         rejection=HOSTILE,
         subject=HOSTILE,
+        approval=HOSTILE,
+        approval_until=NOW + timedelta(hours=1),
     )
 
 
@@ -174,6 +176,7 @@ def test_every_capped_field_is_cut_to_its_cap_with_a_marker() -> None:
         "approval.fingerprint": record.approvals[0].incident.fingerprint,
         "approval.subject": record.approvals[0].subject,
         "approval.rejection": record.approvals[0].rejection,
+        "approval.approval": record.approvals[0].approval,
         "approval.channel": record.approvals[0].channel,
         "approval.ts": record.approvals[0].ts,
         "reading.source": reading.source,

@@ -113,7 +113,7 @@ class ApprovalRequest:
     def __post_init__(self) -> None:
         """The fields said by others (a BMC's error in ``subject``, a Slack user's name) kept
         to their caps (``engine.caps``) as the request is made or read back alike."""
-        for name in ("subject", "rejection", "channel", "ts"):
+        for name in ("subject", "rejection", "approval", "channel", "ts"):
             object.__setattr__(self, name, field(f"approval.{name}", getattr(self, name)))
 
     def rejected(self, incident: Incident) -> bool:

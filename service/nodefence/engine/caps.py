@@ -44,6 +44,8 @@ FIELD_CAPS = MappingProxyType(
         "approval.subject": 640,
         # "rejected by <Slack user> at <time>".
         "approval.rejection": 256,
+        # "approved by <Slack user> at <time>": the approval being acted on.
+        "approval.approval": 256,
         "approval.channel": 32,
         "approval.ts": 32,
         # reading.<node>: a driver's answer to one power step.

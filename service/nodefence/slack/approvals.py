@@ -34,6 +34,7 @@ from nodefence.engine.action_kinds import (
 )
 from nodefence.engine.approval_ask import question_open
 from nodefence.engine.approval_request import ApprovalRequest, Incident
+from nodefence.engine.caps import field
 from nodefence.engine.model import (
     AskApprovalAction,
     Decision,
@@ -236,7 +237,7 @@ class SlackApprovals:
         (CONFLICT) while an approval of the same question is being acted on (that answer came
         first, and a rejection written now could not stop it) or when another person's
         rejection was written first; this very rejection, written already, is SKIPPED."""
-        name, incident = action.node, action.incident
+        name, incident, said = action.node, action.incident, action.said
         answered: list[str] = []
 
         def reject(record: FenceRecord, at: datetime) -> FenceRecord | None:
@@ -246,7 +247,7 @@ class SlackApprovals:
                 answered.append(standing)
                 return None
             if current is not None and current.incident == incident:
-                if current.rejection and current.rejection != action.said:
+                if current.rejection and current.rejection != field("approval.rejection", said):
                     # Another person's rejection of this outage was written first.
                     answered.append(current.rejection)
                 if current.rejection:
