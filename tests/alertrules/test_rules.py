@@ -35,6 +35,7 @@ SELF_ALERTS = {
     "NodefencePowerActionFailed",
     "NodefenceFenceRecordMissing",
     "NodefenceAlertmanagerUnreachable",
+    "NodefenceTLSCertificateRefused",
 }
 
 
@@ -100,6 +101,7 @@ def test_unit_tests_fail_when_a_threshold_changes(tmp_path: Path) -> None:
             "max(nodefence_alertmanager_up) == 0\n        for: 30m",
         ),
         ("NodefenceWebhookRejected", "[10m])) > 0", "[10m])) > 5"),
+        ("NodefenceTLSCertificateRefused", "[1h])) > 0", "[1h])) > 1"),
         (
             "NodefenceVolumesUnreleased",
             "(nodefence_volumes_unreleased) > 0\n        for: 10m",
@@ -218,5 +220,6 @@ def test_metric_contract_documents_every_metric_the_rules_use() -> None:
         "nodefence_power_actions_total",
         "nodefence_fences_without_record",
         "nodefence_alertmanager_up",
+        "nodefence_tls_reload_failures_total",
     }
     assert used == documented
