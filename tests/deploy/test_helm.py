@@ -12,6 +12,7 @@ import copy
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -667,7 +668,7 @@ def test_kube_prometheus_stack_posts_over_https_when_tls_is_on(helm_home: Path) 
 
 
 def test_admission_policies_bind_this_releases_account(helm_home: Path) -> None:
-    objs = template(helm_home, "--set", "admissionPolicies.enabled=true", release="site-a")
+    objs = template(helm_home, release="site-a")
     validate(objs)
     policies = find(objs, "ValidatingAdmissionPolicy")
     bindings = find(objs, "ValidatingAdmissionPolicyBinding")
@@ -681,4 +682,95 @@ def test_admission_policies_bind_this_releases_account(helm_home: Path) -> None:
         account = f"system:serviceaccount:{NAMESPACE}:site-a-nodefence"
         assert condition["expression"] == f"request.userInfo.username == '{account}'"
         assert policy["spec"]["failurePolicy"] == "Fail"
-    assert find(chart(helm_home), "ValidatingAdmissionPolicy") == []
+    # The pod policy's parameters are every Node.
+    pods = one(objs, "ValidatingAdmissionPolicyBinding", "site-a-nodefence-pod-deletes")
+    assert pods["spec"]["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Deny"}
+
+
+def test_admission_policies_are_on_by_default_and_refused_where_not_served(
+    helm_home: Path,
+) -> None:
+    assert len(find(chart(helm_home), "ValidatingAdmissionPolicy")) == 2
+    off = chart(helm_home, "--set", "admissionPolicies.enabled=false")
+    assert find(off, "ValidatingAdmissionPolicy") == []
+    assert find(off, "ValidatingAdmissionPolicyBinding") == []
+    # An API server older than 1.30 serves no ValidatingAdmissionPolicy: the install says so
+    # and names the switch, instead of running without the policies unnoticed.
+    old = helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        "1.29.4",
+        home=helm_home,
+        check=False,
+    )
+    assert old.returncode != 0
+    assert "admissionPolicies.enabled=false" in old.stderr, old.stderr
+    assert "Kubernetes 1.30 or newer" in old.stderr, old.stderr
+    older = chart(helm_home, "--kube-version", "1.29.4", "--set", "admissionPolicies.enabled=false")
+    assert find(older, "Deployment")
+
+
+def notes(helm_home: Path, *args: str) -> str:
+    """The NOTES ``helm install`` prints, rendered without a cluster."""
+    out = helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        *args,
+        home=helm_home,
+    ).stdout
+    assert "NOTES:" in out, out
+    return out.split("NOTES:", 1)[1]
+
+
+def nodefence_commands(text: str) -> list[list[str]]:
+    """The commands the NOTES give to run (indented lines), without the program's name."""
+    return [line.split()[1:] for line in text.splitlines() if line.startswith("  nodefence ")]
+
+
+def test_the_notes_commands_are_ones_the_cli_accepts(helm_home: Path) -> None:
+    commands = nodefence_commands(notes(helm_home))
+    assert [c[0] for c in commands] == ["status", "check-fencing"], commands
+    for command in commands:
+        assert command[1:] == ["-n", NAMESPACE], command
+        parsed = subprocess.run(
+            [sys.executable, "-m", "nodefence", *command, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert parsed.returncode == 0, (command, parsed.stderr)
+    # The order the NOTES had before: refused by the CLI.
+    wrong = subprocess.run(
+        [sys.executable, "-m", "nodefence", "-n", NAMESPACE, "status", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert wrong.returncode == 2
+
+
+def test_the_notes_name_the_route_to_merge_only_when_the_chart_did_not_install_it(
+    helm_home: Path,
+) -> None:
+    plain = notes(helm_home)
+    assert "deploy/alertmanager/nodefence-route.yaml" in plain
+    assert "AlertmanagerConfig" not in plain
+    stack = "monitoring.stack=kube-prometheus-stack,monitoring.release=kps"
+    installed = notes(helm_home, "--set", stack)
+    assert "nodefence-route.yaml" not in installed
+    assert "installed the AlertmanagerConfig nodefence in namespace monitoring" in installed
+    assert "nodefence-alert-token" in installed
+    without = notes(helm_home, "--set", f"{stack},monitoring.alertmanagerConfig.enabled=false")
+    assert "deploy/alertmanager/nodefence-route.yaml" in without
+    tls = notes(helm_home, "--set", "tls.enabled=true")
+    assert f"https://nodefence.{NAMESPACE}.svc/alerts" in tls

@@ -143,10 +143,10 @@ SETUPS = {
         ["stacks/kube-prometheus"],
         ["components/tls"],
     ),
-    "deployment-admission": (
-        ["--set", "admissionPolicies.enabled=true"],
-        ["overlays/deployment", "admission"],
-        [],
+    "deployment-without-admission-policies": (
+        ["--set", "admissionPolicies.enabled=false"],
+        ["overlays/deployment"],
+        ["components/without-admission-policies"],
     ),
     "knative": (["--set", "mode=knative"], ["overlays/knative"], []),
     "knative-placement-bmc-inventory": (

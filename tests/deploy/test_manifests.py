@@ -29,7 +29,14 @@ from .conftest import (
 
 K8S_VERSION = "1.32"
 CUSTOM_GROUPS = {"serving.knative.dev", "monitoring.coreos.com"}
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 UID = 10001
 # kube-prometheus' Alertmanager Service, asked by the reconcile pass for active node alerts.
 ALERTMANAGER_URL = {

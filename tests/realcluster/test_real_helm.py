@@ -9,6 +9,9 @@ exactly nodefence's calls, a new policy given to ``helm upgrade`` replaces the p
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 from bench.processes import eventually
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from tests.deploy.test_helm import CHART, helm
+from tests.deploy.test_helm import CHART, helm, nodefence_commands
 
 from .conftest import RealBackend
 
@@ -107,8 +110,6 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
             str(CHART),
             "--namespace",
             NAMESPACE,
-            "--set",
-            "admissionPolicies.enabled=true",
             "--wait",
             "--timeout",
             "5m",
@@ -247,3 +248,90 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
         )
     finally:
         core.delete_namespace(NAMESPACE)
+
+
+SEED_NAMESPACE = "nodefence"
+
+
+def test_the_chart_installs_on_the_seed_cluster_and_its_notes_work(
+    real_backend: RealBackend, tmp_path: Path
+) -> None:
+    """The chart with its defaults (release nodefence, namespace nodefence, the admission
+    policies on) on the seed cluster, where nodefence's namespace already holds the policy
+    ConfigMap deploy/base leaves there: Helm adopts nothing it does not own and collides with
+    nothing; the NOTES' own commands run against the cluster as printed; uninstall leaves the
+    seed's ConfigMap as it was."""
+    core = real_backend.core
+    admission = client.AdmissionregistrationV1Api(real_backend.api)
+    kubeconfig = str(real_backend.kubeconfig)
+    home = tmp_path / "helm"
+    seeded = [
+        c
+        for c in core.list_namespaced_config_map(SEED_NAMESPACE).items
+        if c.metadata.name.startswith("nodefence-policy")
+    ]
+    assert seeded, "the seed scenario holds nodefence's policy ConfigMap"
+    core.create_namespaced_secret(
+        SEED_NAMESPACE,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="nodefence-secrets"),
+            string_data={"NODEFENCE_ALERT_TOKEN": "helm-seed-test-token"},
+        ),
+    )
+    installed = False
+    try:
+        install = helm(
+            "install",
+            "nodefence",
+            str(CHART),
+            "--namespace",
+            SEED_NAMESPACE,
+            home=home,
+            timeout=300,
+            check=False,
+            KUBECONFIG=kubeconfig,
+        )
+        assert install.returncode == 0, install.stderr
+        installed = True
+        assert "STATUS: deployed" in install.stdout, install.stdout
+        chart_policy = core.read_namespaced_config_map("nodefence-policy", SEED_NAMESPACE)
+        assert chart_policy.metadata.labels["app.kubernetes.io/managed-by"] == "Helm"
+        for policy in ("nodefence-node-writes", "nodefence-pod-deletes"):
+            found = admission.read_validating_admission_policy(policy)
+            (condition,) = found.spec.match_conditions
+            assert "system:serviceaccount:nodefence:nodefence" in condition.expression
+
+        notes = install.stdout.split("NOTES:", 1)[1]
+        status = next(c for c in nodefence_commands(notes) if c[0] == "status")
+        done = subprocess.run(
+            [sys.executable, "-m", "nodefence", *status, "-o", "json"],
+            env={**os.environ, "KUBECONFIG": kubeconfig},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode == 0, (status, done.stdout, done.stderr)
+        assert "fenced" in json.loads(done.stdout), done.stdout
+    finally:
+        if installed:
+            helm(
+                "uninstall",
+                "nodefence",
+                "--namespace",
+                SEED_NAMESPACE,
+                "--wait",
+                "--timeout",
+                "3m",
+                home=home,
+                timeout=240,
+                KUBECONFIG=kubeconfig,
+            )
+        core.delete_namespaced_secret("nodefence-secrets", SEED_NAMESPACE)
+    after = [
+        c
+        for c in core.list_namespaced_config_map(SEED_NAMESPACE).items
+        if c.metadata.name.startswith("nodefence-policy")
+    ]
+    assert [(c.metadata.name, c.data) for c in after] == [(c.metadata.name, c.data) for c in seeded]
+    assert absent(admission.read_validating_admission_policy, "nodefence-node-writes")
