@@ -170,10 +170,12 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "list_configmap_named": {("namespace", "", "configmaps", "list", "nodefence-control")},
     "watch_configmap_named": {("namespace", "", "configmaps", "watch", "nodefence-control")},
     "create_configmap": {("namespace", "", "configmaps", "create", "*")},
-    # The fence record; the probe record (each node's last power-state probe).
+    # The fence record; the probe record (each node's last power-state probe); Alertmanager's
+    # silences as last read.
     "replace_configmap": {
         ("namespace", "", "configmaps", "update", "nodefence-fences"),
         ("namespace", "", "configmaps", "update", "nodefence-fencing-probes"),
+        ("namespace", "", "configmaps", "update", "nodefence-silences"),
     },
     # Events on Nodes (in default) and on nodefence itself (in its namespace).
     "create_event": {
