@@ -56,6 +56,18 @@ class ApiError(Exception):
         return body
 
 
+class NotServed(ApiError):
+    """A path the API server serves nothing at: under a group it does not serve (a CRD's,
+    where it is not installed), or outside ``/api`` and ``/apis`` altogether. kube-apiserver's
+    last handler answers it with Go's ``http.NotFound``: the plain text ``404 page not found``,
+    not a ``Status`` (which every other path under ``/api`` or a served group gets)."""
+
+    TEXT = "404 page not found\n"
+
+    def __init__(self) -> None:
+        super().__init__(404, "NotFound", self.TEXT.strip())
+
+
 def not_found(resource: str, name: str, group: str = "") -> ApiError:
     qualified = f"{resource}.{group}" if group else resource
     return ApiError(

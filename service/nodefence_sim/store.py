@@ -18,9 +18,9 @@ from typing import Any, TypeVar, cast
 
 from nodefence_sim import managed
 from nodefence_sim.errors import ApiError, already_exists, conflict, invalid, not_found
-from nodefence_sim.resources import BY_KIND, NAMESPACES, NODES, PODS, ResourceType
+from nodefence_sim.resources import BY_KIND, EVENTS, NAMESPACES, NODES, PODS, ResourceType
 from nodefence_sim.selectors import parse_field_selector, parse_label_selector
-from nodefence_sim.validation import validate_node
+from nodefence_sim.validation import validate_event, validate_node
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -281,6 +281,8 @@ class Store:
         meta.pop("deletionGracePeriodSeconds", None)
         if rt.key == NODES.key:
             validate_node(new)
+        elif rt.key == EVENTS.key:
+            validate_event(new)
         self._record_fields(rt, {}, new, obj, manager, subresource="", moment=None)
         meta["resourceVersion"] = self._next_rv()
         self._put(rt, key, new)
@@ -366,6 +368,8 @@ class Store:
         new["kind"] = rt.kind
         if rt.key == NODES.key and subresource != "status":
             validate_node(new)
+        elif rt.key == EVENTS.key:
+            validate_event(new)
         self._record_fields(rt, old, new, obj, manager, subresource=subresource, moment=written_at)
         if new == old or _same_but_rv(new, old):
             return clone(old)

@@ -75,7 +75,8 @@ def qualified_name_errors(value: str) -> list[str]:
         errors.append("name part must be non-empty")
     elif len(name) > _NAME_MAX:
         errors.append(f"name part must be no more than {_NAME_MAX} characters")
-    if name and not _full(_QUALIFIED_NAME_FMT, name):
+    # Go's IsQualifiedName: an empty name fails the pattern too, and says so as well.
+    if not _full(_QUALIFIED_NAME_FMT, name):
         errors.append(
             "name part "
             + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
@@ -166,6 +167,83 @@ def validate_node(node: Mapping[str, Any]) -> None:
         "Invalid",
         f'Node "{name}" is invalid: {listed}',
         kind="Node",
+        name=name,
+        causes=causes,
+    )
+
+
+# ``pkg/apis/core/validation/events.go``: the limits of an Event that carries an eventTime.
+_EVENT_FIELD_LIMIT = 128
+_EVENT_NOTE_LIMIT = 1024
+
+
+def event_causes(event: Mapping[str, Any], namespace: str) -> list[dict[str, str]]:
+    """The field errors ``legacyValidateEvent`` reports for an Event created or updated
+    through core/v1, as Status causes, in its order. An Event without ``eventTime`` (the form
+    most clients write) must be in its involved object's namespace, or, about an object
+    without one (a Node), in ``default`` (or no namespace); one with ``eventTime`` must also
+    name its reporter and action."""
+    causes: list[dict[str, str]] = []
+
+    def invalid(field: str, value: str, message: str) -> None:
+        causes.append(
+            {
+                "reason": "FieldValueInvalid",
+                "message": f"Invalid value: {_go_quote(value)}: {message}",
+                "field": field,
+            }
+        )
+
+    def required(field: str) -> None:
+        causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": field})
+
+    involved = event.get("involvedObject")
+    involved_ns = str((involved if isinstance(involved, Mapping) else {}).get("namespace") or "")
+    mismatch = "does not match event.namespace"
+    if not event.get("eventTime"):
+        if (not involved_ns and namespace not in ("", "default")) or (
+            involved_ns and namespace != involved_ns
+        ):
+            invalid("involvedObject.namespace", involved_ns, mismatch)
+        return causes
+    if not involved_ns and namespace not in ("default", "kube-system"):
+        invalid("involvedObject.namespace", involved_ns, mismatch)
+    controller = str(event.get("reportingComponent") or "")
+    if not controller:
+        required("reportingComponent")
+    for message in qualified_name_errors(controller):
+        invalid("reportingComponent", controller, message)
+    limits = (
+        ("reportingInstance", _EVENT_FIELD_LIMIT),
+        ("action", _EVENT_FIELD_LIMIT),
+        ("reason", _EVENT_FIELD_LIMIT),
+    )
+    for field, limit in limits:
+        value = str(event.get(field) or "")
+        if not value:
+            required(field)
+        if len(value) > limit:
+            invalid(field, "", f"can have at most {limit} characters")
+    if len(str(event.get("message") or "")) > _EVENT_NOTE_LIMIT:
+        invalid("message", "", f"can have at most {_EVENT_NOTE_LIMIT} characters")
+    return causes
+
+
+def validate_event(event: Mapping[str, Any]) -> None:
+    """Refuse an Event the real server would refuse, with its 422 ``Invalid`` Status."""
+    meta = event.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    causes = event_causes(event, namespace)
+    if not causes:
+        return
+    name = str(meta.get("name", ""))
+    errors = [f"{c['field']}: {c['message']}" for c in causes]
+    listed = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+    raise ApiError(
+        422,
+        "Invalid",
+        f'Event "{name}" is invalid: {listed}',
+        kind="Event",
         name=name,
         causes=causes,
     )

@@ -19,8 +19,8 @@ from nodefence_sim.api.fieldvalidation import add_warning_headers
 from nodefence_sim.api.handlers import ResourceHandlers
 from nodefence_sim.api.health import add_health_routes
 from nodefence_sim.api.openapi import add_openapi_routes
-from nodefence_sim.api.paths import is_watch, verb_for
-from nodefence_sim.errors import ApiError
+from nodefence_sim.api.paths import is_watch, not_served, verb_for
+from nodefence_sim.errors import ApiError, NotServed
 from nodefence_sim.faults import Fault, Faults, faults_of
 from nodefence_sim.simulation import Simulation
 
@@ -35,6 +35,14 @@ def is_kube_path(path: str) -> bool:
 
 
 def status_response(error: ApiError) -> web.Response:
+    if isinstance(error, NotServed):
+        return web.Response(
+            status=404,
+            text=NotServed.TEXT,
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
@@ -46,8 +54,10 @@ def status_response(error: ApiError) -> web.Response:
     )
 
 
-def _http_error(exc: web.HTTPException) -> ApiError:
+def _http_error(exc: web.HTTPException, path: str) -> ApiError:
     if exc.status == 404:
+        if not_served(path):
+            return NotServed()
         return ApiError(404, "NotFound", "the server could not find the requested resource")
     if exc.status == 405:
         return ApiError(
@@ -131,7 +141,7 @@ def _middleware(faults: Faults) -> Middleware:
             status = exc.code
             return status_response(exc)
         except web.HTTPException as exc:
-            error = _http_error(exc)
+            error = _http_error(exc, request.path)
             status = error.code
             return status_response(error)
         finally:

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodefence_sim.errors import ApiError
+from nodefence_sim.errors import ApiError, NotServed
 from nodefence_sim.resources import RESOURCE_TYPES, SUBRESOURCE_VERBS, ResourceType
 from nodefence_sim.simulation import Simulation
 
@@ -141,8 +141,12 @@ def add_discovery_routes(app: web.Application, sim: Simulation) -> None:
         return web.json_response(resource_list("", "v1"))
 
     async def group_resources(request: web.Request) -> web.Response:
-        body = resource_list(request.match_info["group"], request.match_info["version"])
+        group = request.match_info["group"]
+        body = resource_list(group, request.match_info["version"])
         if body is None:
+            # A version the group lacks is a Status 404; a group not served, no API at all.
+            if group in group_versions():
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
             raise _missing()
         return web.json_response(body)
 
@@ -161,4 +165,5 @@ def add_discovery_routes(app: web.Application, sim: Simulation) -> None:
 
 
 def _missing() -> ApiError:
-    return ApiError(404, "NotFound", "the server could not find the requested resource")
+    """A group or group version not served: no discovery document, no API at all."""
+    return NotServed()

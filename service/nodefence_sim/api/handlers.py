@@ -27,6 +27,7 @@ from nodefence_sim.managed import manager_for
 from nodefence_sim.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
+    EVENTS,
     NAMESPACES,
     NODES,
     PODS,
@@ -42,7 +43,7 @@ from nodefence_sim.resources import (
 )
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.store import DeleteOptions, rfc3339
-from nodefence_sim.validation import validate_node
+from nodefence_sim.validation import validate_event, validate_node
 
 Obj = dict[str, Any]
 
@@ -436,6 +437,8 @@ class ResourceHandlers:
         obj["kind"] = rt.kind
         if rt.key == NODES.key:
             validate_node(obj)
+        elif rt.key == EVENTS.key:
+            validate_event(obj)
         return obj
 
     async def _update(self, request: web.Request, target: Target) -> web.Response:
@@ -505,6 +508,8 @@ class ResourceHandlers:
         result["kind"] = rt.kind
         if rt.key == NODES.key:
             validate_node(result)
+        elif rt.key == EVENTS.key:
+            validate_event(result)
         return result
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:

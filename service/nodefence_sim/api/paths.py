@@ -5,8 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nodefence_sim.errors import ApiError
-from nodefence_sim.resources import NAMESPACES, ResourceType, find
+from nodefence_sim.errors import ApiError, NotServed
+from nodefence_sim.resources import NAMESPACES, RESOURCE_TYPES, ResourceType, find
+
+# The API groups served (core is ``""``): a path under any other is no API at all.
+SERVED_GROUPS = frozenset(rt.group for rt in RESOURCE_TYPES)
+
+
+def not_served(path: str) -> bool:
+    """Whether the real server answers ``path`` as no API at all (``NotServed``): outside
+    ``/api`` and outside every served group under ``/apis``. Anything under ``/api`` or a served
+    group, a version or resource it lacks included, gets a ``Status`` 404 instead."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"]:
+        return False
+    return not (parts[:1] == ["apis"] and (len(parts) == 1 or parts[1] in SERVED_GROUPS))
 
 
 @dataclass(frozen=True)
@@ -27,7 +40,8 @@ def resolve(path: str) -> Target | None:
     """Resolve a resource path; None for paths that are not resource URLs (discovery).
 
     Raises 404 for a resource URL naming a type the simulator does not serve, so clients get
-    the same ``Status`` a real server sends.
+    the same answer a real server sends: a ``Status`` within a group version it serves, the
+    plain text ``404 page not found`` (``NotServed``) under a group it does not serve.
     """
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
@@ -36,6 +50,8 @@ def resolve(path: str) -> Target | None:
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
         return None
+    if group not in SERVED_GROUPS:
+        raise NotServed()
     if not rest:
         return None
     namespace: str | None = None
