@@ -19,7 +19,6 @@ import json
 from typing import Any
 
 from nodefence_sim.controllers.registry import all_controllers
-from nodefence_sim.resources import NODES
 from nodefence_sim.server import serve_until_signalled
 from nodefence_sim.simulation import SimSettings, Simulation
 
@@ -139,8 +138,7 @@ def simulation(
     sim.controllers.extend(all_controllers(sim))
     sim.load_objects(objects(nodes, pods))
     sim.settle()
-    for node in sim.store.items(NODES):
-        sim.kubelets.up(str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds)
+    sim.have_run()
     sim.settle()
     sim.kubelets.spread_timers()
     for index in range(max(0, nodes - down), nodes):

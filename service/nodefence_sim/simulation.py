@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodefence_sim.controllers.kubelet import NOT_READY_REASON, KubeletFleet
@@ -14,7 +14,7 @@ from nodefence_sim.controllers.taint_eviction import default_toleration_seconds
 from nodefence_sim.managed import CONTROLLER_MANAGER, KUBELET, SCENARIO_LOADER
 from nodefence_sim.priority import bootstrap_system_priority_classes, priority_admission
 from nodefence_sim.resources import LEASES, NAMESPACES, NODES, PODS, ResourceType
-from nodefence_sim.store import Obj, Store, WatchEvent, utcnow
+from nodefence_sim.store import Obj, Store, WatchEvent, rfc3339, utcnow
 from nodefence_sim.wakeup import significant
 
 NODE_OUT_OF_SERVICE_VOLUME_DETACH = "NodeOutOfServiceVolumeDetach"
@@ -29,6 +29,8 @@ _GATE_DEFAULTS: dict[str, tuple[int, int]] = {
 }
 
 SETTLE_ROUNDS = 30
+# How long before its first Ready a scenario's node joined the cluster.
+JOIN_SECONDS = 60.0
 _INTEGER_SETTINGS = frozenset({"lease_duration_seconds", "pod_eviction_toleration_seconds"})
 
 
@@ -59,7 +61,7 @@ class SimSettings:
     orphan_pod_quarantine_seconds: float = 40.0
     force_detach_after_seconds: float | None = None
     # How long a scenario's nodes have been Ready when it starts: a cluster that has run for a
-    # while, not one whose nodes all just came up together.
+    # while, not one whose nodes all just came up together (``Simulation.have_run``).
     initial_uptime_seconds: float = 86400.0
     tick_seconds: float = 0.1
 
@@ -172,10 +174,22 @@ class Simulation:
         sim.load_objects(scenario.objects)
         sim.settle()
         if sim.settings.initial_uptime_seconds > 0:
-            for node in sim.store.items(NODES):
-                sim.kubelets.up(str(node["metadata"]["name"]), sim.settings.initial_uptime_seconds)
+            sim.have_run()
             sim.settle()
         return sim
+
+    def have_run(self) -> None:
+        """Every node has been Ready for ``initial_uptime_seconds``, and was created (joined)
+        a minute before that: a real API server never shows a Node Ready since before it was
+        created, and a node's first Ready after joining is no recovery (nodefence's storm
+        cooldown tells one from the other by the two)."""
+        uptime = self.settings.initial_uptime_seconds
+        joined = self.store.now() - timedelta(seconds=uptime + JOIN_SECONDS)
+        for node in self.store.items(NODES):
+            # Stored objects are not written through the API here: the scenario's cluster
+            # existed before the simulator started serving it.
+            node["metadata"]["creationTimestamp"] = rfc3339(joined)
+            self.kubelets.up(str(node["metadata"]["name"]), uptime)
 
     @property
     def git_version(self) -> str:
