@@ -346,3 +346,42 @@ async def test_a_dry_run_keeps_the_silences_it_reads_to_itself(
             [decision] = await reconcile(receiver)
             assert_held_by(decision, silence_id)
             assert cluster.sim.store.peek(CONFIGMAPS, "nodefence", "nodefence-silences") is None
+
+
+async def test_unchanged_silences_are_written_once_whatever_the_replicas(
+    tmp_path: Path, start_alertmanager: Starter
+) -> None:
+    """The record of silences is written when they change (or when its reading time grows
+    old), not on every pass of every replica."""
+    am = start_alertmanager()
+    await am.silence_matching([eq("node", NODE)])
+    async with running_simulator(Simulation.from_scenario("seed")) as cluster:
+        inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+
+        def version() -> str:
+            kept = cluster.sim.store.peek(CONFIGMAPS, "nodefence", "nodefence-silences")
+            assert kept is not None
+            return str(kept["metadata"]["resourceVersion"])
+
+        written = ""
+        for identity in ("replica-1", "replica-2"):
+            async with start_receiver(
+                cluster,
+                policy=redfish_policy(),
+                alertmanager_url=am.url,
+                bmc_inventory=inventory,
+                identity=identity,
+            ) as receiver:
+                for _ in range(3):
+                    assert await reconcile(receiver) == []
+                    written = written or version()
+                    assert version() == written
+        await am.silence_matching([eq("node", OTHER)])
+        async with start_receiver(
+            cluster, policy=redfish_policy(), alertmanager_url=am.url, bmc_inventory=inventory
+        ) as receiver:
+            assert await reconcile(receiver) == []
+        assert version() != written
+        kept = cluster.sim.store.peek(CONFIGMAPS, "nodefence", "nodefence-silences")
+        assert kept is not None
+        assert len(json.loads(kept["data"]["silences.json"])["silences"]) == 2

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -29,6 +29,9 @@ log = structlog.get_logger(__name__)
 
 NAME = "nodefence-silences"
 KEY = "silences.json"
+# How old the record's reading time may grow while the silences stay the same: one write per
+# this period at most, for a time that a replica started during an outage can trust that much.
+REFRESH = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -76,27 +79,38 @@ class SilenceStore:
         self.dry_run = dry_run
         # The last answer this process read or found, so an outage does not cost a read.
         self.last: Known = NOTHING
+        # What the shared record holds as far as this process knows, and its reading time.
+        self.stored: Known | None = None
+        self.stored_at = datetime.min.replace(tzinfo=UTC)
 
     async def keep(
         self, silences: tuple[Silence, ...], read_at: datetime, deadline: Deadline
     ) -> None:
         """Alertmanager's answer, as read now: held in memory, and written to the shared record
-        when it differs from what is there. A failed write is logged and left to the next pass:
-        this replica still holds to what it read."""
-        previous = self.last
+        when it differs from what is there, or when the record's reading time is older than
+        ``REFRESH`` (so that a replica started during an outage says truthfully when
+        Alertmanager last answered, give or take that much). A failed write is logged and left
+        to the next pass: this replica still holds to what it read."""
         self.last = Known(silences, read_at, live=True)
-        if self.dry_run or (previous.read_at is not None and previous.silences == silences):
+        fresh = self.stored is not None and self.stored.silences == silences
+        if self.dry_run or (fresh and read_at - self.stored_at < REFRESH):
             return
         body = {"readAt": read_at.isoformat(), "silences": silences_to_json(silences)}
         data = {KEY: json.dumps(body, sort_keys=True, separators=(",", ":"))}
         try:
             current = await self._read(deadline)
+            there = _parse(current) if current is not None else None
+            if there is not None and there.silences == silences and there.read_at is not None:
+                self.stored, self.stored_at = there, there.read_at
+                if read_at - there.read_at < REFRESH:
+                    return
             if current is None:
                 configmap = {"metadata": {"name": NAME, "namespace": self.namespace}, "data": data}
                 await self.kube.create_configmap(self.namespace, configmap, deadline)
-            elif (current.get("data") or {}).get(KEY) != data[KEY]:
+            else:
                 updated = {**current, "data": data}
                 await self.kube.replace_configmap(self.namespace, NAME, updated, deadline)
+            self.stored, self.stored_at = Known(silences, read_at, live=False), read_at
         except (ClusterUnavailableError, KubeError) as exc:
             log.warning("silences_not_kept", error=str(exc))
 
