@@ -245,6 +245,24 @@ def test_modes_render_their_receiver_and_reconcile(helm_home: Path) -> None:
     }
 
 
+def test_this_clusters_alertmanager_matchers_reach_every_pass(helm_home: Path) -> None:
+    """On a shared Alertmanager, the receivers' passes and the CronJob's ask for this cluster's
+    alerts only; unset, no variable is rendered (the setting's default)."""
+    matchers = 'cluster="prod-a"'
+    objs = chart(
+        helm_home,
+        "--set-string",
+        f"alertmanager.matchers={matchers}",
+        "--set",
+        "reconcileCronJob.enabled=true",
+    )
+    for kind in ("Deployment", "CronJob"):
+        env = {e["name"]: e.get("value") for e in pod_spec(objs, kind)["containers"][0]["env"]}
+        assert env["NODEFENCE_ALERTMANAGER_MATCHERS"] == matchers, kind
+    plain = pod_spec(chart(helm_home), "Deployment")["containers"][0]["env"]
+    assert "NODEFENCE_ALERTMANAGER_MATCHERS" not in {e["name"] for e in plain}
+
+
 def test_bmc_inventory_comes_from_the_existing_secret_read_only(helm_home: Path) -> None:
     objs = chart(
         helm_home,
