@@ -16,6 +16,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     RecordApprovalAction,
+    RecordRecoveryAction,
     RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
@@ -56,4 +57,5 @@ SAMPLES: tuple[Action, ...] = (
     RecordRejectionAction("worker1", "uid-1", INCIDENT, "rejected by alice at 03:00", NOW),
     RecordApprovalAction("worker1", "uid-1", INCIDENT, "approved by bob at 03:00", NOW, NOW),
     WithdrawQuestionAction("worker1", "uid-1", "fp-1"),
+    RecordRecoveryAction("worker1", "uid-1", NOW, 71.0, "StatefulSet pods running elsewhere"),
 )

@@ -15,6 +15,7 @@ import pytest
 from nodefence.engine import record as fence_record
 from nodefence.engine.approval_request import ApprovalRequest, Incident
 from nodefence.engine.caps import FIELD_CAPS, MAX_ALIASES, capped, stored_size
+from nodefence.engine.held_pods import MAX_HELD_PODS, STATEFULSET, HeldPod, HeldPods, bounded
 from nodefence.engine.identity import Reported, same_identity
 from nodefence.engine.record import (
     MAX_APPROVALS,
@@ -92,6 +93,18 @@ def entry(i: int) -> FenceEntry:
         taint_version="9" * 20,
         power_on_count=2,
         proof_contradicted_at=NOW,
+        silent_since=NOW,
+        held=held_pods(),
+        recovered_at=NOW,
+    )
+
+
+def held_pods() -> HeldPods:
+    """More pods than are remembered, under the longest names a namespace (63) and a
+    StatefulSet (253) can have, each of them once in its own namespace."""
+    return bounded(
+        HeldPod(f"{i:02d}" + "n" * 61, STATEFULSET, f"{i:02d}" + "s" * 251, i)
+        for i in range(MAX_HELD_PODS * 2)
     )
 
 
@@ -154,6 +167,7 @@ def test_the_worst_case_the_policy_allows_stays_far_below_one_mebibyte() -> None
     assert len(record.readings) == MAX_READING_NODES * MAX_READINGS
     assert len(record.approvals) == MAX_APPROVALS
     assert len(record.released) == MAX_RELEASES
+    assert all(e.held.count and e.held.left_out for e in record.entries)
     # What the API server counts against its limit, and the whole object as sent.
     assert sum(len(k) + len(v.encode()) for k, v in data.items()) < LIMIT
     assert configmap_bytes(data) < LIMIT

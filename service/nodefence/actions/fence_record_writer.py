@@ -20,6 +20,7 @@ from nodefence.engine.action_kinds import (
     CLAIMED,
     CONFIRMED,
     CONTRADICTED,
+    RECOVERED,
     RELEASED,
     SEEN_READY,
 )
@@ -28,9 +29,11 @@ from nodefence.engine.model import (
     ConfirmAction,
     ObserveReadyAction,
     ProofContradictedAction,
+    RecordRecoveryAction,
     ReleaseAction,
 )
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase, RecordedReading
+from nodefence.engine.wording import instant
 from nodefence.errors import ClusterUnavailableError
 from nodefence.kube.client import Dated, Deadline, Json, KubeClient, KubeError
 from nodefence.kube.ratelimit import Priority, reads_at
@@ -383,3 +386,27 @@ class FenceRecordWriter:
             return fence_record.with_entry(record, observed)
 
         return await self._change(SEEN_READY.name, action.node, action.node_uid, seen, deadline)
+
+    async def recovered(self, action: RecordRecoveryAction, deadline: Deadline) -> ActionResult:
+        """The incident measured (``engine.recovery``): written only into the entry of node
+        object ``node_uid`` that is not measured yet, on the record's resourceVersion. The one
+        write that finds it unmeasured is DONE and counts it; any other (another replica, a
+        pass that read the record before that write) is ALREADY and counts nothing."""
+        kind = RECOVERED.name
+
+        def measured(current: FenceRecord, now: datetime) -> FenceRecord | ActionResult:
+            entry = _held(current, kind, action.node, action.node_uid, "")
+            if isinstance(entry, ActionResult):
+                return entry
+            if entry.recovered_at is not None:
+                return ActionResult(
+                    kind,
+                    action.node,
+                    Outcome.ALREADY,
+                    f"measured already (running elsewhere since {instant(entry.recovered_at)})",
+                )
+            done = dataclasses.replace(entry, recovered_at=action.recovered_at)
+            return fence_record.with_entry(current, done)
+
+        result = await self._update(kind, action.node, measured, deadline)
+        return dataclasses.replace(result, detail=result.detail or action.words)

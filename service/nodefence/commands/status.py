@@ -46,7 +46,33 @@ def _fence(entry: Any) -> dict[str, Any]:
         "proofContradictedAt": (
             instant(entry.proof_contradicted_at) if entry.proof_contradicted_at else None
         ),
+        "recovery": _recovery(entry),
     }
+
+
+def _recovery(entry: Any) -> dict[str, Any] | None:
+    """The incident's recovery (``engine.recovery``), as the fence record holds it: when the
+    node went silent, how many pods it held are awaited elsewhere, and once measured, since
+    when they run there and the seconds ``nodefence_recovery_seconds`` counted; None when the
+    entry remembers nothing to measure."""
+    silent = entry.silent_since
+    if silent is None or not (entry.held.count or entry.held.left_out):
+        return None
+    out: dict[str, Any] = {
+        "silentSince": instant(silent),
+        "pods": entry.held.count,
+        "podsNotRemembered": entry.held.left_out,
+        "kinds": list(entry.held.kinds()),
+        "runningElsewhereSince": None,
+        "seconds": None,
+        "fencedAfterSeconds": (
+            round((entry.fenced_at - silent).total_seconds()) if entry.fenced_at else None
+        ),
+    }
+    if entry.recovered_at is not None:
+        out["runningElsewhereSince"] = instant(entry.recovered_at)
+        out["seconds"] = round((entry.recovered_at - silent).total_seconds())
+    return out
 
 
 def report(record: FenceRecord, nodes: list[Json]) -> dict[str, Any]:
@@ -258,6 +284,31 @@ async def _volumes_of_fenced(status: dict[str, Any], fencer: Fencer, deadline: D
         ]
 
 
+def _recovery_lines(recovery: dict[str, Any] | None) -> list[str]:
+    if recovery is None:
+        return []
+    kinds = " and ".join(recovery["kinds"]) or "no"
+    fenced = (
+        f"; fenced {recovery['fencedAfterSeconds']} s after"
+        if recovery["fencedAfterSeconds"] is not None
+        else ""
+    )
+    left = (
+        f" ({recovery['podsNotRemembered']} more not remembered)"
+        if recovery["podsNotRemembered"]
+        else ""
+    )
+    if recovery["seconds"] is None:
+        return [
+            f"      recovery: waiting for {recovery['pods']} {kinds} pod(s){left} to run "
+            f"elsewhere; silent since {recovery['silentSince']}{fenced}"
+        ]
+    return [
+        f"      recovery: {kinds} pods running elsewhere {recovery['seconds']} s after the node "
+        f"went silent (at {recovery['silentSince']}){fenced}; {recovery['pods']} pod(s){left}"
+    ]
+
+
 def as_text(status: dict[str, Any]) -> str:
     """The report for a person. Most of it was written by others (proofs and readings quote
     BMCs, a pause reason is whoever wrote the ConfigMap's): each line is shown escaped, never
@@ -282,6 +333,7 @@ def as_text(status: dict[str, Any]) -> str:
                 f"      seen Ready again since {f['readySeenAt']}; earliest unfence "
                 f"{f['earliestUnfence']}"
             )
+        lines.extend(_recovery_lines(f.get("recovery")))
         if f.get("volumesAttached"):
             names = ", ".join(
                 f"{va['name']} ({va['persistentVolume']})" for va in f["volumesAttached"]

@@ -31,6 +31,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     RecordApprovalAction,
+    RecordRecoveryAction,
     RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
@@ -123,6 +124,9 @@ APPROVAL_WRITTEN = Result("approval-approve")
 APPROVAL = Result("record-approval")
 WITHDRAWAL_WRITTEN = Result("approval-withdraw")
 WITHDRAWAL = Result("withdraw-question")
+# An incident's recovery written into its entry (``nodefence_recovery_seconds`` is observed by
+# the replica whose write did it; ``already``: another replica measured it first).
+RECOVERED = Result("record-recovery")
 
 
 class FenceActionJson(TypedDict):
@@ -514,6 +518,34 @@ def _withdraw_words(action: WithdrawQuestionAction) -> str:
     return f"withdraw the answered question about node {action.node} from {CONFIGMAP}"
 
 
+class RecordRecoveryActionJson(TypedDict):
+    """Record that every pod the fenced node held has stayed Running elsewhere, and since when
+    (the API server's clock); ``seconds`` is from the node's last sign of life."""
+
+    type: Literal["record-recovery"]
+    node: str
+    node_uid: str
+    recovered_at: str
+    seconds: float
+
+
+def _recovery_json(action: RecordRecoveryAction) -> RecordRecoveryActionJson:
+    return {
+        "type": "record-recovery",
+        "node": action.node,
+        "node_uid": action.node_uid,
+        "recovered_at": instant(action.recovered_at),
+        "seconds": action.seconds,
+    }
+
+
+def _recovery_words(action: RecordRecoveryAction) -> str:
+    return (
+        f"record in {CONFIGMAP} that node {action.node}'s pods run elsewhere "
+        f"({action.seconds:.0f} s after it went silent)"
+    )
+
+
 ActionJson = (
     FenceActionJson
     | PurgePodActionJson
@@ -530,6 +562,7 @@ ActionJson = (
     | RecordRejectionActionJson
     | RecordApprovalActionJson
     | WithdrawQuestionActionJson
+    | RecordRecoveryActionJson
 )
 
 KINDS: tuple[ActionKind[Any], ...] = (
@@ -619,6 +652,14 @@ KINDS: tuple[ActionKind[Any], ...] = (
         _withdraw_json,
         _withdraw_words,
         (WITHDRAWAL_WRITTEN, WITHDRAWAL),
+    ),
+    ActionKind(
+        RecordRecoveryAction,
+        "record-recovery",
+        RecordRecoveryActionJson,
+        _recovery_json,
+        _recovery_words,
+        (RECOVERED,),
     ),
 )
 

@@ -17,8 +17,9 @@ are bounded where they come from: node names (253) and UIDs by the API server's 
 rule and alert names by the policy, claim tokens by the replica, times (RFC 3339) and states
 (``on``, ``off``, ``unknown``) by nodefence itself. How many values the record holds is bounded
 in ``engine.record`` (``MAX_READINGS`` a node for at most ``MAX_READING_NODES`` nodes,
-``MAX_APPROVALS``, ``MAX_RELEASES``) and by the policy's fence budget
-(``cluster.max_fenced_nodes``, at most ``policy.MAX_FENCED_NODES``).
+``MAX_APPROVALS``, ``MAX_RELEASES``), the pods a fence entry remembers in ``engine.held_pods``
+(``MAX_HELD_PODS`` and ``MAX_HELD_BYTES``: whole pods are left out, never a name cut) and by
+the policy's fence budget (``cluster.max_fenced_nodes``, at most ``policy.MAX_FENCED_NODES``).
 """
 
 from __future__ import annotations

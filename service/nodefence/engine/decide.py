@@ -27,6 +27,7 @@ from nodefence.engine import (
     orphans,
     readiness,
     reboot,
+    recovery,
     silences,
     volumes,
 )
@@ -609,6 +610,9 @@ def _fresh(
         effect=effect,
         control_plane=node.is_control_plane,
         approval=mirror.approval_text(approved) if approved is not None else "",
+        # What the incident's recovery is measured from and waits for (``engine.recovery``).
+        silent_since=recovery.last_sign_of_life(node, facts.lease),
+        held=recovery.held_pods(node.name, facts.pods),
     )
     if ask_bmc:
         step = _power_step(draft, node, rule, pending)

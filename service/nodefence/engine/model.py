@@ -120,6 +120,14 @@ class PodFacts:
     owner_name: str | None = None
     phase: str = ""
     has_pvc: bool = False
+    # Both stamped by the API server: when the pod was created, and when anyone last changed it
+    # (its latest ``managedFields`` time); a pod Running whose last change is long past has
+    # stayed Running since (``engine.recovery``).
+    created: datetime | None = None
+    changed: datetime | None = None
+    # The ``pod-template-hash`` label: with a ReplicaSet owner, names the Deployment (the
+    # ReplicaSet is ``<deployment>-<hash>``).
+    template_hash: str = ""
 
     @property
     def terminating(self) -> bool:
@@ -187,6 +195,9 @@ class Facts:
     # until none from before the fence is still attached), or when a decision on a node found
     # down says what becomes of them (``Decision.needs_attachments``).
     attachments: tuple[VolumeAttachmentFacts, ...] | None = None
+    # The pods of the namespaces the node held pods in, read for the reconcile pass's recovery
+    # measurement (``engine.recovery``; None: not read).
+    elsewhere: tuple[PodFacts, ...] | None = None
 
 
 class ApprovalDecision(StrEnum):
@@ -447,6 +458,20 @@ class WithdrawQuestionAction:
     asked_before: datetime | None = None
 
 
+@dataclass(frozen=True)
+class RecordRecoveryAction:
+    """Write into the record that the incident of node object ``node_uid`` is measured: every
+    pod it held has been Running elsewhere since ``recovered_at`` (``engine.recovery``), the API
+    server's clock. Written once: the replica whose write goes through counts it
+    (``nodefence_recovery_seconds``) and writes the Event; any other finds it written."""
+
+    node: str
+    node_uid: str
+    recovered_at: datetime
+    seconds: float
+    words: str
+
+
 Action = (
     ClaimAction
     | PowerAction
@@ -463,6 +488,7 @@ Action = (
     | RecordRejectionAction
     | RecordApprovalAction
     | WithdrawQuestionAction
+    | RecordRecoveryAction
 )
 RecordAction = ClaimAction | ConfirmAction | ReleaseAction | ObserveReadyAction
 

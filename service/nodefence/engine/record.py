@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from enum import StrEnum
@@ -43,6 +44,7 @@ from nodefence.engine.approval_request import (
 )
 from nodefence.engine.caps import FIELD_CAPS, field
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.held_pods import HeldPods, held_json, parse_held
 from nodefence.engine.identity import Reported
 from nodefence.engine.wording import instant, parse_instant
 
@@ -141,6 +143,13 @@ class FenceEntry:
     # When nodefence saw the node back with the boot ID it had at fence time (API server clock):
     # the machine was never off, so the proof was false, and the taint is held for a person.
     proof_contradicted_at: datetime | None = None
+    # For ``nodefence_recovery_seconds`` (``engine.recovery``): the node's last sign of life as
+    # the API server saw it when the fence was claimed (its Lease's stamped renewal), the pods
+    # it held that should come back elsewhere, and, once measured, the API server's time at
+    # which the last of them was Running elsewhere: set once, so replicas count it once.
+    silent_since: datetime | None = None
+    held: HeldPods = dataclass_field(default_factory=HeldPods)
+    recovered_at: datetime | None = None
 
     def __post_init__(self) -> None:
         """The fields said by others kept to their caps (``engine.caps``) as the entry is
@@ -237,6 +246,9 @@ def _entry(raw: Mapping[str, Any]) -> FenceEntry:
         taint_version=str(raw.get("taintVersion", "")),
         power_on_count=int(raw.get("powerOnCount", 0)),
         proof_contradicted_at=parse_instant(raw.get("proofContradictedAt")),
+        silent_since=parse_instant(raw.get("silentSince")),
+        held=parse_held(raw.get("held")),
+        recovered_at=parse_instant(raw.get("recoveredAt")),
     )
 
 
@@ -340,12 +352,19 @@ _KEYS = {
     "taint_version": "taintVersion",
     "power_on_count": "powerOnCount",
     "proof_contradicted_at": "proofContradictedAt",
+    "silent_since": "silentSince",
+    "held": "held",
+    "recovered_at": "recoveredAt",
 }
 
 
 def entry_json(entry: FenceEntry) -> dict[str, Any]:
     out: dict[str, Any] = {"format": FORMAT}
     for field_name, value in asdict(entry).items():
+        if field_name == "held":
+            if entry.held.count or entry.held.left_out:
+                out[_KEYS[field_name]] = held_json(entry.held)
+            continue
         if value is None or value == "":
             continue
         out[_KEYS[field_name]] = instant(value) if isinstance(value, datetime) else value

@@ -453,6 +453,16 @@ class KubeClient:
 
         return await self._list_all("list", page, deadline)
 
+    async def list_pods_in(self, namespace: str, deadline: Deadline | None = None) -> list[Json]:
+        """Every pod of one namespace, a page at a time: where a fenced node's StatefulSet and
+        Deployment pods come back (``engine.recovery``)."""
+        path = "/api/v1/namespaces/{namespace}/pods"
+
+        def page(token: str | None) -> Awaitable[Any]:
+            return self._send("GET", path, query=_page(token), namespace=namespace)
+
+        return await self._list_all("list", page, deadline)
+
     async def get_configmap(
         self, namespace: str, name: str, deadline: Deadline | None = None
     ) -> Json:

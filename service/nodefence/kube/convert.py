@@ -229,6 +229,9 @@ def pod_facts(pod: Json) -> PodFacts:
         owner_name=str(owner["name"]) if owner else None,
         phase=str(pod.get("status", {}).get("phase") or ""),
         has_pvc=any("persistentVolumeClaim" in v for v in volumes if isinstance(v, dict)),
+        created=parse_instant(meta.get("creationTimestamp")),
+        changed=server_stamped(pod),
+        template_hash=str(_str_map(meta.get("labels")).get("pod-template-hash", "")),
     )
 
 

@@ -17,6 +17,7 @@ from nodefence.engine.model import (
     ClusterFacts,
     Facts,
     LeaseFacts,
+    PodFacts,
 )
 from nodefence.kube import pause_watch
 from nodefence.kube.cached_facts import NodeFactsCache
@@ -255,6 +256,15 @@ class FactsReader:
             attachments=attachments,
         )
         return Snapshot(facts, raw, data, server_time, record.body.get("metadata") or {})
+
+    async def pods_in(
+        self, namespaces: tuple[str, ...], deadline: Deadline | None = None
+    ) -> tuple[PodFacts, ...]:
+        """Every pod of these namespaces (the ones a fenced node held pods in, at most
+        ``held_pods.MAX_HELD_PODS``), for the recovery measurement: where their replacements
+        run now."""
+        lists = await asyncio.gather(*(self.kube.list_pods_in(ns, deadline) for ns in namespaces))
+        return tuple(pod_facts(p) for pods in lists for p in pods)
 
     async def _control_plane_live(
         self, cluster: ClusterFacts, deadline: Deadline | None

@@ -32,6 +32,11 @@ from nodefence.engine.model import Decision, Verdict
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30)
+# An incident's recovery (``nodefence_recovery_seconds``): from the node's last sign of life to
+# its pods Running elsewhere, about a minute at best (the node-lifecycle grace, the proof, the
+# purge, scheduling, start) and many minutes at the default waits; beyond 15 minutes the
+# buckets only say "too long".
+_RECOVERY_BUCKETS = (30, 45, 60, 75, 90, 120, 150, 180, 240, 300, 360, 420, 480, 600, 720, 900)
 # The states a power action or read can end in (``nodefence_power_actions_total{outcome}``).
 POWER_OUTCOMES = ("off", "on", "unknown", "not-sent")
 ACTING_VERDICTS = frozenset({Verdict.FENCE, Verdict.PURGE, Verdict.UNFENCE})
@@ -253,6 +258,15 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self.recovery = Histogram(
+            "nodefence_recovery_seconds",
+            "Per incident, seconds from a fenced node's last sign of life (its Lease's renewal, "
+            "on the API server's clock) to every StatefulSet and Deployment pod it held Running "
+            "elsewhere (and staying so); observed once per incident by the replica that "
+            "recorded it.",
+            buckets=_RECOVERY_BUCKETS,
+            registry=registry,
+        )
         self.dry_run_decisions = Counter(
             "nodefence_dry_run_decisions_total",
             "Decisions made in dry-run, by the verdict they would have had and the first guard "
@@ -305,6 +319,9 @@ class Metrics:
         self.volumes_unreleased.clear()
         for node, attached in by_node.items():
             self.volumes_unreleased.labels(node=node).set(attached)
+
+    def recovery_measured(self, seconds: float) -> None:
+        self.recovery.observe(seconds)
 
     def action_executed(self, action: str, result: str) -> None:
         self._child(self.actions, action, result).inc()

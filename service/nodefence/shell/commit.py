@@ -42,6 +42,7 @@ from nodefence.engine.model import (
     ProofContradictedAction,
     PurgePodAction,
     RecordApprovalAction,
+    RecordRecoveryAction,
     RecordRejectionAction,
     ReleaseAction,
     ReleaseFenceAction,
@@ -228,6 +229,9 @@ class Commit:
     async def _proof_contradicted(self, action: ProofContradictedAction, at: _Progress) -> Step:
         return await self.records.contradicted(action, at.deadline)
 
+    async def _record_recovery(self, action: RecordRecoveryAction, at: _Progress) -> Step:
+        return await self.records.recovered(action, at.deadline)
+
     async def _ask_approval(self, action: AskApprovalAction, at: _Progress) -> Step:
         if self.approvals is None:
             return ActionResult(
@@ -300,6 +304,7 @@ HANDLERS: dict[type[Any], Handler] = {
     RecordRejectionAction: Commit._record_rejection,
     RecordApprovalAction: Commit._record_approval,
     WithdrawQuestionAction: Commit._withdraw_question,
+    RecordRecoveryAction: Commit._record_recovery,
 }
 
 

@@ -31,7 +31,7 @@ from nodefence.alertmanager.client import (
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alertmanager.reachability import Reachability
 from nodefence.alertmanager.silence_store import NOTHING, Known, SilenceStore, relevant
-from nodefence.engine import fallback, silences, volumes
+from nodefence.engine import fallback, recovery, silences, volumes
 from nodefence.engine import record as fence_record
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
@@ -237,6 +237,12 @@ class Fencer:
         for key in held.unreadable:
             log.warning("fence_record_unreadable", key=key)
         decisions: list[Decision] = []
+        # First, while the nodes are still fenced: a node this pass unfences is not measured.
+        for entry in held.entries:
+            if recovery.wanted(entry):
+                measured = await self._measure_recovery(entry.node, deadline)
+                if measured is not None:
+                    decisions.append(measured)
         uids = {entry.node: entry.uid for entry in held.entries}
         # S3: nodes whose mirror says nodefence fenced them but whose entry is gone (a deleted
         # or rolled-back record) are judged too: reported, and adopted back where proven.
@@ -269,6 +275,34 @@ class Fencer:
             deadline_seconds=self.options.deadline_seconds,
         )
         return decisions
+
+    async def _measure_recovery(self, name: str, deadline: Deadline) -> Decision | None:
+        """Measure the incident of fenced node ``name`` (``engine.recovery``) on the pods of the
+        namespaces it held pods in; the decision when it was measured now, else None. A
+        measurement that cannot be made now (the API server unavailable, a namespace list
+        refused) is tried again on the next pass and never stops this one."""
+
+        async def with_pods(snapshot: Snapshot) -> Snapshot:
+            entry = snapshot.facts.record.entry(name)
+            if entry is None or not recovery.wanted(entry):
+                return snapshot
+            pods = await self.reader.pods_in(entry.held.namespaces(), deadline)
+            facts = dataclasses.replace(snapshot.facts, elsewhere=pods)
+            return dataclasses.replace(snapshot, facts=facts)
+
+        def decider(snapshot: Snapshot) -> Decision:
+            return recovery.decide(snapshot.facts, self.policy, snapshot.now, name)
+
+        try:
+            done = await self.loop.run(name, decider, deadline, prepare=with_pods)
+        except (ClusterUnavailableError, KubeError) as exc:
+            log.warning("recovery_not_measured", node=name, error=str(exc))
+            return None
+        if done.decision.dry_run or not done.results:
+            return None
+        return await self.reporter.report(
+            done.decision, list(done.results), done.node_uid, deadline, fenced=False
+        )
 
     async def _fallback_events(self, judged: set[str], deadline: Deadline) -> list[AlertEvent]:
         """The NotReady nodes no alert brought (``engine.fallback``), as firing events: past

@@ -17,6 +17,7 @@ from nodefence.engine import escalation, guards, machine, orphans, reboot, silen
 from nodefence.engine.action_kinds import (
     POWER_ON,
     PURGED,
+    RECOVERED,
     RELEASED,
     UNFENCED,
     VOLUME_RELEASED,
@@ -27,7 +28,13 @@ from nodefence.engine.action_kinds import (
 from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.fallback import NO_ALERT
-from nodefence.engine.model import AlertStatus, Decision, PowerAction, Verdict
+from nodefence.engine.model import (
+    AlertStatus,
+    Decision,
+    PowerAction,
+    RecordRecoveryAction,
+    Verdict,
+)
 from nodefence.engine.render import describe_action
 from nodefence.engine.volumes import headline as volume_headline
 from nodefence.engine.volumes import unreleased
@@ -121,6 +128,11 @@ class Reporter:
         )
         if purged:
             self.metrics.pod_purged(purged)
+        if _done(results, RECOVERED):
+            # Only the write that recorded the incident counts it: once, whichever replica.
+            for action in decision.actions:
+                if isinstance(action, RecordRecoveryAction):
+                    self.metrics.recovery_measured(action.seconds)
         note = escalation.is_escalation(decision.reasons)
         if note is not None and decision.node is not None and not fenced:
             self.metrics.fencing_escalated(decision.node, *escalation.labels(note))
@@ -223,6 +235,11 @@ def node_event(
     if lost is not None:
         # S3: a record that lost a fence's entry is said on every pass, adopted back or not.
         return ("FenceRecordMissing", lost.message, True)
+    measured = [r for r in _named(results, RECOVERED) if r.outcome is Outcome.DONE]
+    if measured:
+        # The incident's recovery time (``engine.recovery``), said once, by the replica whose
+        # write recorded it.
+        return ("NodeRecovered", measured[0].detail, False)
     stays_off = next((r for r in blocked if r.guard == reboot.REBOOT), None)
     if stays_off is not None:
         # The bounded power-ons are spent and the machine is still not back: a person must look.
