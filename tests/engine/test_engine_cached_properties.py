@@ -20,13 +20,17 @@ from engine_strategies import PROFILE, all_facts, approvals, events, policies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodefence.engine.cached import CACHEABLE, CACHED, NOT_READ, Source, refusal_on_cache
+from nodefence.engine.cached import CACHED, Source, refusal_on_cache
 from nodefence.engine.decide import decide
+from nodefence.engine.guard_kinds import KINDS, Cache
 from nodefence.engine.model import PREFIX, AlertEvent, Approval, Decision, Facts, Verdict
 from nodefence.policy import Policy
 
 TOKEN = "replica-a/0123456789ab"
 ages = st.floats(min_value=0.0, max_value=3600.0, allow_nan=False)
+
+CACHEABLE = {name for name, kind in KINDS.items() if kind.cache is Cache.REFUSES}
+NOT_READ = {name for name, kind in KINDS.items() if kind.cache is Cache.UNREAD}
 
 
 def cached_view(live: Facts) -> Facts:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from nodefence.engine import fallback
 from nodefence.engine.alerts import match_rule
 from nodefence.engine.decide import decide
+from nodefence.engine.guard_kinds import NO_ALERT
 from nodefence.engine.model import ClaimAction, FenceAction, Verdict
 
 
@@ -50,7 +51,7 @@ def test_due_is_exactly_the_nodes_down_for_the_window(
 def test_a_fallback_fences_on_every_guard_and_says_no_alert_arrived() -> None:
     decision = decide(fallback_event("fp-0"), facts(node(since=1200)), policy(), NOW)
     assert decision.verdict is Verdict.FENCE
-    assert decision.reasons[0].guard == fallback.NO_ALERT
+    assert decision.reasons[0].guard == NO_ALERT
     assert decision.reasons[0].message.startswith("no alert arrived: ")
     claim = next(a for a in decision.actions if isinstance(a, ClaimAction))
     assert claim.entry.alertname == fallback.ALERTNAME
@@ -95,7 +96,7 @@ def test_rules_match_a_fallback_by_node_labels_alone() -> None:
     assert match_rule(only_labels, event, other) is None
     skipped = decide(event, facts(other), only_labels, NOW)
     assert skipped.verdict is Verdict.SKIP
-    assert skipped.reasons[0].guard == fallback.NO_ALERT
+    assert skipped.reasons[0].guard == NO_ALERT
 
 
 def test_the_reason_names_why_and_holds_no_running_duration() -> None:

@@ -18,8 +18,8 @@ from nodefence.alertmanager.client import AlertmanagerUnavailableError, active_a
 from nodefence.alerts.events import extract_events
 from nodefence.alerts.webhook import WebhookPayload
 from nodefence.commands.failures import CommandRefusedError
-from nodefence.engine import plain
-from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
+from nodefence.engine.guard_kinds import kind, words
+from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Reason, Verdict
 from nodefence.engine.printable import printable_lines
 from nodefence.engine.render import decision_to_dict, describe_lines
 from nodefence.engine.wording import instant
@@ -37,7 +37,6 @@ NOT_READY_LABELS = {
     "severity": "warning",
     "status": "true",
 }
-DRY_RUN_GUARD = "dry-run"
 
 WOULD = {
     Verdict.FENCE: "would fence it",
@@ -51,18 +50,23 @@ WOULD = {
 HELD = "has fenced it already"
 
 
+def blocking(decision: Decision) -> Reason | None:
+    """The guard that decides: the first that blocked."""
+    return next((r for r in decision.reasons if not r.passed), None)
+
+
 def outcome(decision: Decision, held: bool) -> str:
     """What nodefence would do, in words, and the one guard that decides it. ``held``: its
     fence record holds the node, where "would not fence it" would read as a refusal of a node
     that is fenced. A fence that a guard still holds back (a dry run's BMC read that gave no
     proof) is a fence that would not happen now, and is said so."""
-    deciding = plain.blocking(decision)
+    deciding = blocking(decision)
     if not held:
         if deciding is None:
             return WOULD[decision.verdict]
         if decision.verdict in (Verdict.FENCE, Verdict.NOOP, Verdict.SKIP):
-            return f"would not fence it now: {plain.words(deciding)}"
-        return f"{WOULD[decision.verdict]}: {plain.words(deciding)}"
+            return f"would not fence it now: {words(deciding.guard)}"
+        return f"{WOULD[decision.verdict]}: {words(deciding.guard)}"
     if decision.verdict is Verdict.PURGE:
         return f"{HELD} and would purge the pods left on it"
     if decision.verdict in (Verdict.NOOP, Verdict.SKIP):
@@ -133,7 +137,7 @@ def _explained(decision: Decision, configured_dry_run: bool) -> Decision:
     how it reads without writing, not part of the answer (unless the policy is dry-run too)."""
     if configured_dry_run:
         return decision
-    reasons = tuple(r for r in decision.reasons if r.guard != DRY_RUN_GUARD)
+    reasons = tuple(r for r in decision.reasons if not kind(r.guard).run_note)
     return dataclasses.replace(decision, reasons=reasons, dry_run=False)
 
 
@@ -153,7 +157,7 @@ async def explain(fencer: Fencer, alert: Alert, *, configured_dry_run: bool) -> 
     record = await fencer.read_record(Deadline(fencer.options.deadline_seconds))
     held = alert.event.node is not None and record.entry(alert.event.node) is not None
     decision = _explained(decisions[0], configured_dry_run)
-    if any(r.guard == "node-found" and not r.passed for r in decision.reasons):
+    if any(kind(r.guard).no_node and not r.passed for r in decision.reasons):
         raise CommandRefusedError(f"node {alert.event.node} does not exist in the cluster")
     blocked = [r.guard for r in decision.reasons if not r.passed]
     event = alert.event
@@ -194,9 +198,9 @@ def as_text(explanation: Explanation) -> str:
     lines.append("")
     lines.extend(describe_lines(decision))
     lines.append("")
-    deciding = plain.blocking(decision)
+    deciding = blocking(decision)
     if deciding is not None:
-        lines.append(f"Held back because {plain.words(deciding)}: {deciding.message}")
+        lines.append(f"Held back because {words(deciding.guard)}: {deciding.message}")
         if decision.not_before is not None:
             lines.append(f"Earliest it can happen: {instant(decision.not_before)}")
     lines.append("Nothing was written: explain only reads (no power action, no Event).")

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from nodefence.commands import explain, pause
-from nodefence.engine import plain
+from nodefence.engine.guard_kinds import words
 from nodefence.engine.model import Decision
 from nodefence.engine.readiness import is_ready
 from nodefence.engine.record import FenceRecord
@@ -54,7 +54,7 @@ def _held(decision: Decision, node: Json, fallback_after: int) -> dict[str, Any]
         "notReadySince": _since(node),
         "outcome": explain.outcome(decision, held=False),
         "heldBackBy": blocking[0].guard if blocking else None,
-        "heldBecause": plain.words(blocking[0]) if blocking else None,
+        "heldBecause": words(blocking[0].guard) if blocking else None,
         "reason": blocking[0].message
         if blocking
         else "nothing holds it back: a firing alert would fence it now (is the alert reaching "

@@ -24,6 +24,7 @@ from typing import Any
 
 from nodefence.actions.executor import Outcome, is_own_taint, release_patch
 from nodefence.commands.failures import CommandRefusedError
+from nodefence.engine import guard_kinds
 from nodefence.engine import release as engine_release
 from nodefence.engine.model import (
     OUT_OF_SERVICE_KEY,
@@ -74,7 +75,7 @@ def planned(decision: Decision, node: Json | None, record: FenceRecord) -> Relea
     (``ConfirmationNeededError`` when only the operator's confirmation is missing)."""
     blocking = next((r for r in decision.reasons if not r.passed), None)
     if blocking is not None:
-        if blocking.guard == engine_release.CONFIRMED:
+        if blocking.guard == guard_kinds.RELEASE_CONFIRMED:
             raise ConfirmationNeededError(blocking.message)
         raise CommandRefusedError(blocking.message)
     action = next(a for a in decision.actions if isinstance(a, ReleaseFenceAction))

@@ -30,6 +30,14 @@ from datetime import datetime, timedelta
 
 from nodefence.engine import mirror, readiness
 from nodefence.engine.approval_request import Incident
+from nodefence.engine.guard_kinds import ANSWER_FENCED_WITH_IT as FENCED_WITH_IT
+from nodefence.engine.guard_kinds import ANSWER_NODE_EXISTS as NODE_EXISTS
+from nodefence.engine.guard_kinds import ANSWER_NOT_APPROVED as NOT_APPROVED
+from nodefence.engine.guard_kinds import ANSWER_NOT_FENCED as NOT_FENCED
+from nodefence.engine.guard_kinds import ANSWER_NOT_REJECTED as NOT_REJECTED
+from nodefence.engine.guard_kinds import ANSWER_SAME_NODE as SAME_NODE
+from nodefence.engine.guard_kinds import ANSWER_SAME_OUTAGE as SAME_OUTAGE
+from nodefence.engine.guard_kinds import ANSWER_STILL_NOT_READY as STILL_NOT_READY
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     Action,
@@ -48,14 +56,6 @@ from nodefence.engine.record import FenceRecord, Phase
 from nodefence.engine.wording import instant
 from nodefence.policy import Policy
 
-NOT_FENCED = "answer-not-fenced"
-NODE_EXISTS = "answer-node-exists"
-SAME_NODE = "answer-same-node"
-STILL_NOT_READY = "answer-still-not-ready"
-SAME_OUTAGE = "answer-same-outage"
-NOT_REJECTED = "answer-not-rejected"
-NOT_APPROVED = "answer-not-approved"
-FENCED_WITH_IT = "answer-fenced-with-it"
 STATUS = "slack-answer"
 
 

@@ -10,13 +10,12 @@ a metric, a shipped alert) and holds its taint until a person has looked and rel
 
 from __future__ import annotations
 
+from nodefence.engine.guard_kinds import PROOF_CONTRADICTED
 from nodefence.engine.model import NodeFacts, Reason
 from nodefence.engine.readiness import node_is_ready
 from nodefence.engine.record import FenceEntry
 from nodefence.engine.wording import instant
 from nodefence.policy import Rule
-
-PROOF_CONTRADICTED = "proof-contradicted"
 
 
 def _release_hint(node: str) -> str:

@@ -9,9 +9,15 @@ rests on facts the cache really holds. Anything else is discarded and decided ag
 reads, with every precondition: a cached fact never leads to a claim, power action, taint,
 purge or unfence.
 
-The cached snapshot holds no Lease, no pods and no power reading. The reasons of the guards
-that read those (``NOT_READ``) are dropped from a decision that stands, since they were judged
-on an absence, not on the cluster; a decision is never refused because of one.
+Which guards' refusals may stand is each guard's row (``engine.guard_kinds``, ``Cache``): one
+that reads only the node as the index saw it (Ready, NotReady since when, labels, nodefence's
+annotations, taints), the fence record, the cluster counts, the pause switch or Alertmanager's
+silences. A person's rejection as the fence record holds it is one: written only by nodefence in
+its own namespace (S12), never withdrawn, and a stale index can only match an earlier outage's
+rejection, a refusal the reconcile pass revisits; waiting for or asking a person never stands on
+the cache. The cached snapshot holds no Lease, no pods and no power reading. The reasons of the
+guards that read those (``Cache.UNREAD``) are dropped from a decision that stands, since they
+were judged on an absence, not on the cluster; a decision is never refused because of one.
 """
 
 from __future__ import annotations
@@ -19,44 +25,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from nodefence.engine import guards, machine, silences
+from nodefence.engine.guard_kinds import CACHED_FACTS as CACHED
+from nodefence.engine.guard_kinds import Cache, cache
 from nodefence.engine.model import ClaimAction, Decision, Reason, Verdict
 from nodefence.engine.wording import duration
-
-CACHED = "cached-facts"
-# Guards whose refusal may come from the cache: each reads only the node as the index saw it
-# (Ready, NotReady since when, labels, nodefence's annotations, taints), the fence record, the
-# cluster counts or the pause switch.
-CACHEABLE = frozenset(
-    {
-        # A person's rejection as the fence record holds it, for the incident the index's node
-        # shows: written only by nodefence in its own namespace (S12), never withdrawn (only
-        # dropped long after it expired, or replaced for a new incident), and a NotReady node's
-        # refusal uses a record read about a second ago. A stale index can only match an earlier
-        # outage's rejection: a refusal the reconcile pass revisits. Waiting for or asking a
-        # person (``await-approval``) never stands on the cache: it is decided on live reads.
-        "approval",
-        "paused",
-        # A silence read from Alertmanager: no fact of the cluster, cached or not.
-        silences.GUARD,
-        # The node is not in the watch-fed index: no node of that name exists (a name that
-        # appeared within the index's delay is not a node that has been dead for minutes).
-        "node-found",
-        "exclusion",
-        "rule",
-        "fence-in-progress",
-        guards.READY,
-        guards.NOT_READY_DURATION,
-        guards.FOREIGN_TAINT,
-        guards.STORM,
-        guards.STORM_COOLDOWN,
-        guards.BUDGET,
-        guards.READY_FRACTION,
-        guards.FLAP,
-    }
-)
-# Guards about facts a cached snapshot does not hold.
-NOT_READ = frozenset({guards.LEASE, guards.POWER_OFF, machine.IDENTITY})
 
 
 @dataclass(frozen=True)
@@ -81,7 +53,8 @@ def may_claim(decision: Decision) -> bool:
     if any(isinstance(a, ClaimAction) for a in decision.actions):
         return True
     blocking = {r.guard for r in decision.reasons if not r.passed}
-    return not decision.actions and bool(blocking) and blocking <= NOT_READ
+    unread = all(cache(guard) is Cache.UNREAD for guard in blocking)
+    return not decision.actions and bool(blocking) and unread
 
 
 def refusal_on_cache(decision: Decision, sources: tuple[Source, ...]) -> Decision | None:
@@ -91,9 +64,9 @@ def refusal_on_cache(decision: Decision, sources: tuple[Source, ...]) -> Decisio
         return None
     if decision.verdict not in (Verdict.NOOP, Verdict.SKIP):
         return None
-    kept = [r for r in decision.reasons if r.guard not in NOT_READ]
+    kept = [r for r in decision.reasons if cache(r.guard) is not Cache.UNREAD]
     blocking = [r for r in kept if not r.passed]
-    if not blocking or any(r.guard not in CACHEABLE for r in blocking):
+    if not blocking or any(cache(r.guard) is not Cache.REFUSES for r in blocking):
         return None
     said = "; ".join(str(s) for s in sources)
     note = Reason(

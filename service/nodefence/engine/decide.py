@@ -28,14 +28,36 @@ from nodefence.engine import (
     readiness,
     reboot,
     recovery,
-    silences,
     volumes,
 )
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.approval_ask import with_question
 from nodefence.engine.authorship import taint_authorship
 from nodefence.engine.exclusion import exclusion
-from nodefence.engine.fallback import NO_ALERT
+from nodefence.engine.guard_kinds import (
+    ALERT,
+    ALERT_RESOLVED,
+    APPROVAL,
+    DRY_RUN,
+    EXCLUSION,
+    FENCE_IN_PROGRESS,
+    FENCE_RECORD,
+    FLAP,
+    MACHINE_IDENTITY,
+    NO_ALERT,
+    NODE_FOUND,
+    NODE_IDENTITY,
+    NODE_LABEL,
+    OWNERSHIP,
+    PAUSED,
+    POWER_OFF,
+    PURGE,
+    REBOOT,
+    RULE,
+    SILENCE,
+    VERDICT,
+    overruled,
+)
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     Action,
@@ -82,7 +104,7 @@ class _Draft:
     def __post_init__(self) -> None:
         if self.policy.dry_run:
             self.add(
-                "dry-run",
+                DRY_RUN,
                 True,
                 "dry run: nothing will be written to the cluster; actions are what would be done",
             )
@@ -135,10 +157,10 @@ def _foreign(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision:
 
 def _paused(draft: _Draft, facts: Facts) -> Decision | None:
     if draft.policy.paused:
-        draft.add("paused", False, "nodefence is paused by the policy; nothing is done")
+        draft.add(PAUSED, False, "nodefence is paused by the policy; nothing is done")
         return draft.finish(Verdict.SKIP)
     if facts.cluster.paused_reason:
-        draft.add("paused", False, f"nodefence is paused: {facts.cluster.paused_reason}")
+        draft.add(PAUSED, False, f"nodefence is paused: {facts.cluster.paused_reason}")
         return draft.finish(Verdict.SKIP)
     return None
 
@@ -154,17 +176,17 @@ def _common_preamble(
     node = facts.node
     entry = facts.record.entry(node_name)
     if node is None:
-        draft.add("node-found", False, f"node {node_name} does not exist in the cluster")
+        draft.add(NODE_FOUND, False, f"node {node_name} does not exist in the cluster")
         if entry is not None:
             return _let_go(draft, entry, "the node no longer exists")
         return draft.finish(Verdict.SKIP)
     if node.name != node_name:
-        draft.add("node-found", False, f"facts describe node {node.name}, not {node_name}")
+        draft.add(NODE_FOUND, False, f"facts describe node {node.name}, not {node_name}")
         return draft.finish(Verdict.SKIP)
     draft.node = node.name
     if entry is not None and entry.uid != node.uid:
         draft.add(
-            "node-identity",
+            NODE_IDENTITY,
             True,
             f"the fence record's entry was written for node UID {entry.uid}, but this node is "
             f"UID {node.uid} (re-created under the same name); the old entry is let go",
@@ -172,7 +194,7 @@ def _common_preamble(
         return _let_go(draft, entry, "the node was re-created under the same name")
     excluded = exclusion(node)
     if excluded is not None:
-        draft.add("exclusion", False, excluded)
+        draft.add(EXCLUSION, False, excluded)
         stopped = _stop_claim(draft, node, entry, f"node {node.name} was excluded")
         return stopped or draft.finish(Verdict.SKIP)
     return node, entry
@@ -207,7 +229,7 @@ def _let_go(draft: _Draft, entry: FenceEntry, why: str) -> Decision:
     """Free the entry's budget slot without touching the node: housekeeping after which the
     caller reads and decides again. A claim whose taint never came is not remembered as a
     release (nothing was released that the flap guard should count)."""
-    draft.add("ownership", True, f"nodefence lets go of its fence of {entry.node}: {why}")
+    draft.add(OWNERSHIP, True, f"nodefence lets go of its fence of {entry.node}: {why}")
     claimed = entry.phase is Phase.CLAIMED
     claim = entry.claimed_by if claimed else ""
     return draft.finish(
@@ -222,13 +244,13 @@ def _governing_rule(
     labels cannot loosen the conditions; defaults apply if that rule left the policy."""
     named = policy.rule_named(entry.rule)
     if named is not None:
-        draft.add("rule", True, f"rule {named.name!r} fenced this node and governs its release")
+        draft.add(RULE, True, f"rule {named.name!r} fenced this node and governs its release")
         chosen = named
     elif fallback is not None:
-        draft.add("rule", True, f"rule {fallback.name!r} matches")
+        draft.add(RULE, True, f"rule {fallback.name!r} matches")
         chosen = fallback
     else:
-        draft.add("rule", True, "no rule matches any more; the built-in defaults apply")
+        draft.add(RULE, True, "no rule matches any more; the built-in defaults apply")
         chosen = Rule(name="built-in defaults")
     draft.rule = chosen.name
     return chosen
@@ -255,11 +277,11 @@ def decide(
         if event.silenced:
             # A person silenced the alert this event stands for: held as the alert would be.
             draft.node = event.node
-            draft.add(silences.GUARD, False, event.silenced)
+            draft.add(SILENCE, False, event.silenced)
             return draft.finish(Verdict.SKIP)
     elif event.alertname not in policy.alerts.names:
         draft.add(
-            "alert",
+            ALERT,
             False,
             f"alert {event.alertname} is not handled (handled: {', '.join(policy.alerts.names)})",
         )
@@ -267,7 +289,7 @@ def decide(
     node_name = event.node or node_from_labels(event.labels, policy.alerts.node_labels)
     if not node_name:
         draft.add(
-            "node-label",
+            NODE_LABEL,
             False,
             f"the alert has none of the node labels {', '.join(policy.alerts.node_labels)}",
         )
@@ -297,7 +319,7 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
     node, entry = prepared
     if entry is None and orphans.is_orphan(node, facts):
         orphan = orphans.judge(node, facts)
-        draft.add(orphans.RECORD, orphan.adopted, orphan.message)
+        draft.add(FENCE_RECORD, orphan.adopted, orphan.message)
         if orphan.claim is None:
             _not_ours(draft, node)
             return draft.finish(Verdict.NOOP)
@@ -326,19 +348,19 @@ def _not_ours(draft: _Draft, node: NodeFacts) -> None:
     taint = node.out_of_service_taint
     if taint is not None:
         draft.add(
-            "ownership",
+            OWNERSHIP,
             False,
             f"the out-of-service taint ({taint.value}:{taint.effect}) on node {node.name} is not "
             "in nodefence's fence record; it is never removed by nodefence",
         )
     # With no taint at all there is nothing to refuse (a duplicate resolve after an unfence
     # lands here): a quiet no-op, not a refusal Event on the node.
-    draft.add("ownership", taint is None, "nodefence has not fenced this node; nothing to undo")
+    draft.add(OWNERSHIP, taint is None, "nodefence has not fenced this node; nothing to undo")
 
 
 def _fenced_since(draft: _Draft, entry: FenceEntry) -> None:
     when = entry.fenced_at or entry.claimed_at
-    draft.add("ownership", True, f"nodefence fenced this node at {instant(when)}")
+    draft.add(OWNERSHIP, True, f"nodefence fenced this node at {instant(when)}")
 
 
 def _claim_fresh(draft: _Draft, entry: FenceEntry) -> bool:
@@ -366,7 +388,7 @@ def _half_written(
     if _claim_fresh(draft, entry) or asked:
         waits = "; its power-off was sent and a person is asked in Slack" if asked else ""
         draft.add(
-            "fence-in-progress",
+            FENCE_IN_PROGRESS,
             False,
             f"a fence of node {node.name} is in progress ({claimed}{waits}); not started twice",
         )
@@ -404,22 +426,22 @@ def _firing(
     policy = draft.policy
     rule = match_rule(policy, event, node)
     if rule is None:
-        draft.add("rule", False, f"no policy rule matches alert {event.alertname} on this node")
+        draft.add(RULE, False, f"no policy rule matches alert {event.alertname} on this node")
         return draft.finish(Verdict.SKIP)
     draft.rule = rule.name
-    draft.add("rule", True, f"rule {rule.name!r} matches")
+    draft.add(RULE, True, f"rule {rule.name!r} matches")
 
     pending: FenceEntry | None = None
     if entry is not None:
         governing = policy.rule_named(entry.rule)
         if governing is not None and governing is not rule:
-            draft.add("rule", True, f"rule {governing.name!r} fenced this node and governs it")
+            draft.add(RULE, True, f"rule {governing.name!r} fenced this node and governs it")
             draft.rule = governing.name
         if entry.phase is Phase.CLAIMED and not _exact(node, entry):
             if node.out_of_service_taint is not None:
                 return _foreign(draft, node, entry)
             draft.add(
-                "fence-in-progress",
+                FENCE_IN_PROGRESS,
                 True,
                 f"a fence was claimed at {instant(entry.claimed_at)} by "
                 f"{entry.claimed_by or 'a replica'} and its taint is not on yet; it is judged "
@@ -478,7 +500,7 @@ def _power_step(
             f"{instant(pending.power_off_sent_at)}; never sent twice)"
         )
     draft.add(
-        guards.POWER_OFF,
+        POWER_OFF,
         True,
         f"proof comes from the BMC ({fencing.driver}): every other guard passed, so nodefence "
         f"holds a budget slot and will {verb} before any taint, once the BMC has shown it "
@@ -544,10 +566,10 @@ def _fresh(
         requested = facts.record.approval(node.name)
         said_no = escalation.rejection(node, draft.fingerprint, approval, requested)
         if said_no is not None:
-            draft.add("approval", False, said_no)
+            draft.add(APPROVAL, False, said_no)
     failed = escalation.failure(rule, node, facts)
-    blocking_now = {r.guard for r in draft.reasons if not r.passed and r.guard != guards.FLAP}
-    if failed is not None and not blocking_now <= escalation.OVERRULED:
+    blocking_now = {r.guard for r in draft.reasons if not r.passed and r.guard != FLAP}
+    if failed is not None and not all(overruled(guard) for guard in blocking_now):
         failed = None
     refused: Decision | None = None
     if failed is not None:
@@ -559,13 +581,13 @@ def _fresh(
             requested = facts.record.approval(node.name)
             other = escalation.unanswered(requested, node, draft.fingerprint, failed, approval)
             if other is not None:
-                draft.add("approval", False, other)
+                draft.add(APPROVAL, False, other)
                 refused = draft.finish(Verdict.AWAIT_APPROVAL)
             else:
                 draft.reasons[:] = escalation.overruled(draft.reasons, failed, approval)
         if refused is not None and refused.verdict is Verdict.AWAIT_APPROVAL:
             refused = dataclasses.replace(refused, asks_about=failed.subject)
-    elif any(not r.passed for r in draft.reasons if r.guard != guards.FLAP):
+    elif any(not r.passed for r in draft.reasons if r.guard != FLAP):
         refused = draft.finish(Verdict.NOOP)
     elif rule.approval == "slack":
         refused = _approval(draft, rule, node, approval, flap, facts=facts)
@@ -577,10 +599,10 @@ def _fresh(
         blocking = {r.guard for r in refused.reasons if not r.passed}
         # A machine not read back as Off yet says nothing of whose it is either: while only the
         # proof is missing, the claim is kept so the power-off is never sent twice.
-        powering = pending.power_off_sent_at is not None and guards.POWER_OFF in blocking
+        powering = pending.power_off_sent_at is not None and POWER_OFF in blocking
         # An escalation waiting for its answer is still only the proof missing.
-        waiting = {"approval"} if refused.verdict is Verdict.AWAIT_APPROVAL else set()
-        powering = powering and blocking <= {guards.POWER_OFF, machine.IDENTITY, *waiting}
+        waiting = {APPROVAL} if refused.verdict is Verdict.AWAIT_APPROVAL else set()
+        powering = powering and blocking <= {POWER_OFF, MACHINE_IDENTITY, *waiting}
         # An escalation whose power-off went out keeps its claim while a person is asked, however
         # long they take: the answer must never send the power-off again.
         answering = escalation.awaits_person(pending, node, facts, draft.now)
@@ -596,7 +618,7 @@ def _fresh(
     if failed is not None and approval is not None:
         proof = escalation.proof_text(failed, approval)
     if by_approval and power is not None and not power.passed:
-        draft.add(guards.POWER_OFF, True, proof)
+        draft.add(POWER_OFF, True, proof)
     effect = rule.taint_effect
     claim = pending or FenceEntry(
         node=node.name,
@@ -619,7 +641,7 @@ def _fresh(
         claiming: tuple[Action, ...] = ()
         if pending is None:
             claiming = (ClaimAction(claim, facts.record.resource_version),)
-        draft.add("verdict", True, f"fencing node {node.name}: proof first")
+        draft.add(VERDICT, True, f"fencing node {node.name}: proof first")
         return draft.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
     approved_by = mirror.approval_text(approved) if approved is not None else ""
     claim = dataclasses.replace(claim, proof=proof, approval=approved_by or claim.approval)
@@ -635,7 +657,7 @@ def _fresh(
     draft.extend(purge_reason)
     unproven = (guards.NO_PROOF, escalation.NO_PROOF)
     draft.add(
-        "verdict",
+        VERDICT,
         True,
         f"all guards passed: fencing node {node.name} with the out-of-service taint "
         # A proof text that says "no proof" is not introduced as a proof.
@@ -679,15 +701,15 @@ def _approval(
         # Whatever button is pressed next (a second approver, an old message): a rejection
         # holds for its incident; a new outage is asked again.
         later = f"; the answer from {approval.user} does not undo it" if approval else ""
-        draft.add("approval", False, f"fencing was {rejected} for this incident{later}")
+        draft.add(APPROVAL, False, f"fencing was {rejected} for this incident{later}")
         return draft.finish(Verdict.NOOP)
     if approval is None:
         when = _asked_when(requested, node, draft)
-        draft.add("approval", False, f"{asked}; none given yet{when}")
+        draft.add(APPROVAL, False, f"{asked}; none given yet{when}")
         return draft.finish(Verdict.AWAIT_APPROVAL)
     if approval.node_uid != node.uid:
         draft.add(
-            "approval",
+            APPROVAL,
             False,
             f"{asked}; the answer from {approval.user} was for node UID {approval.node_uid}, "
             f"not this node (UID {node.uid})",
@@ -696,7 +718,7 @@ def _approval(
     age = draft.now - approval.at
     if age > timedelta(seconds=rule.approval_timeout_seconds) or age < timedelta(0):
         draft.add(
-            "approval",
+            APPROVAL,
             False,
             f"{asked}; the answer from {approval.user} at {instant(approval.at)} is not within "
             f"the last {duration(rule.approval_timeout_seconds)}",
@@ -704,10 +726,10 @@ def _approval(
         return draft.finish(Verdict.AWAIT_APPROVAL)
     if approval.decision == ApprovalDecision.REJECT:
         draft.add(
-            "approval", False, f"fencing was rejected by {approval.user} at {instant(approval.at)}"
+            APPROVAL, False, f"fencing was rejected by {approval.user} at {instant(approval.at)}"
         )
         return draft.finish(Verdict.NOOP)
-    draft.add("approval", True, f"approved by {approval.user} at {instant(approval.at)}")
+    draft.add(APPROVAL, True, f"approved by {approval.user} at {instant(approval.at)}")
     return None
 
 
@@ -751,7 +773,7 @@ def _leftovers(
     confirm: tuple[Action, ...] = ()
     if entry.phase is Phase.CLAIMED:
         draft.add(
-            "ownership",
+            OWNERSHIP,
             True,
             "the taint is on but the record entry was never confirmed; it is confirmed now",
         )
@@ -764,7 +786,7 @@ def _leftovers(
     s2 = guards.lease_is_stale(node, facts.lease, rule, draft.now)
     draft.extend(clock, s1, s2, reason)
     if not (clock.passed and s1.passed and s2.passed):
-        draft.add("purge", False, "the node shows signs of life; its pods are not purged")
+        draft.add(PURGE, False, "the node shows signs of life; its pods are not purged")
         return draft.finish(Verdict.NOOP, confirm)
     stays = reboot.left_behind(purges, facts.pods)
     fencing = rule.fencing
@@ -779,13 +801,13 @@ def _leftovers(
             stays=stays,
             pods=facts.pods,
         )
-        draft.add(reboot.REBOOT, step.passed, step.message)
+        draft.add(REBOOT, step.passed, step.message)
         if step.action is not None:
             verdict = Verdict.PURGE if step.action.send else Verdict.NOOP
             return draft.finish(verdict, (*confirm, step.action), confirmed_down=True)
         return draft.finish(Verdict.NOOP, confirm, confirmed_down=True)
     if not purges:
-        draft.add("verdict", True, "already fenced and nothing left to purge")
+        draft.add(VERDICT, True, "already fenced and nothing left to purge")
         return draft.finish(Verdict.NOOP, confirm, confirmed_down=True)
     return draft.finish(Verdict.PURGE, (*confirm, *purges), confirmed_down=True)
 
@@ -805,7 +827,7 @@ def _resolved(
         return held
     _fenced_since(draft, entry)
     draft.add(
-        "alert-resolved",
+        ALERT_RESOLVED,
         True,
         "the alert resolved; that alone is no proof of health, so the node itself is checked",
     )
@@ -842,10 +864,10 @@ def _unfence(
     )
     if first_sight and checks[0].passed and cond is not None:
         observe = ObserveReadyAction(node.name, node.uid, cond.last_transition, draft.now)
-        draft.add("verdict", False, "unfence deferred; the healthy delay starts now")
+        draft.add(VERDICT, False, "unfence deferred; the healthy delay starts now")
         return draft.finish(Verdict.DEFERRED, (observe,))
     if not all(c.passed for c in checks):
-        draft.add("verdict", False, "unfence deferred; a later reconcile pass checks again")
+        draft.add(VERDICT, False, "unfence deferred; a later reconcile pass checks again")
         return draft.finish(Verdict.DEFERRED)
     changes = mirror.unfence_annotations(instant(draft.now))
     action = UnfenceAction(
@@ -857,5 +879,5 @@ def _unfence(
         remove_annotations=tuple(k for k, v in changes.items() if v is None),
     )
     release = ReleaseAction(node.name, node.uid, "unfenced: the node is healthy again")
-    draft.add("verdict", True, f"node {node.name} is healthy again: removing nodefence's taint")
+    draft.add(VERDICT, True, f"node {node.name} is healthy again: removing nodefence's taint")
     return draft.finish(Verdict.UNFENCE, (action, release))

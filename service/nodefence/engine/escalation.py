@@ -22,20 +22,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from nodefence.engine import guards, machine, mirror
+from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest, Incident, rejection_of
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.guard_kinds import ESCALATION as GUARD
+from nodefence.engine.guard_kinds import overruled as overruled_by_approval
 from nodefence.engine.identity import judge
 from nodefence.engine.model import Approval, ApprovalDecision, Facts, NodeFacts, Reason
 from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import instant
 from nodefence.policy import Rule
 
-GUARD = "escalation"
 NO_PROOF = "no power-off proof"
-# The guards a person's approval may stand in for: the proof and the identity that could not be
-# read with it (a mismatch never reaches here; ``failure`` returns None for it).
-OVERRULED = frozenset({guards.POWER_OFF, machine.IDENTITY})
 
 
 @dataclass(frozen=True)
@@ -217,7 +215,7 @@ def overruled(reasons: Sequence[Reason], found: Failure, approval: Approval) -> 
     who = mirror.approval_text(approval)
     return [
         Reason(r.guard, True, f"{r.message} — {who} in place of the proof (escalated)")
-        if r.guard in OVERRULED and not r.passed
+        if overruled_by_approval(r.guard) and not r.passed
         else r
         for r in reasons
     ]

@@ -24,8 +24,6 @@ from nodefence.engine.wording import duration, instant
 
 # What the decision, the fence record and the metrics name as the alert of a fallback decision.
 ALERTNAME = "no alert (fallback)"
-# The reason a fallback decision carries first, so that its log line and Event say it.
-NO_ALERT = "no-alert"
 
 
 @dataclass(frozen=True)

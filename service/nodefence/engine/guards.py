@@ -10,6 +10,25 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.guard_kinds import (
+    ATTACHMENTS,
+    BOOT_ID,
+    BUDGET,
+    CLOCK,
+    CONTROL_PLANE,
+    FLAP,
+    FOREIGN_TAINT,
+    HEALTHY_DELAY,
+    LEASE,
+    LEASE_FRESH,
+    NOT_READY_DURATION,
+    POWER_OFF,
+    READY,
+    READY_FRACTION,
+    STORM,
+    STORM_COOLDOWN,
+    TERMINATING_PODS,
+)
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
     ClusterFacts,
@@ -24,24 +43,6 @@ from nodefence.engine.readiness import node_is_ready, node_takes_workloads
 from nodefence.engine.record import FenceEntry, FenceRecord, Release
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import ClusterPolicy, Rule
-
-READY = "ready"
-NOT_READY_DURATION = "not-ready-duration"
-LEASE = "lease"
-STORM = "storm"
-BUDGET = "fence-budget"
-READY_FRACTION = "ready-fraction"
-CONTROL_PLANE = "control-plane-quorum"
-FLAP = "flap"
-FOREIGN_TAINT = "foreign-taint"
-HEALTHY_DELAY = "healthy-delay"
-LEASE_FRESH = "lease-fresh"
-BOOT_ID = "boot-id"
-TERMINATING_PODS = "terminating-pods"
-ATTACHMENTS = "volume-attachments"
-STORM_COOLDOWN = "storm-cooldown"
-POWER_OFF = "power-off"
-CLOCK = "clock"
 
 _MAX_LISTED = 5
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.guard_kinds import MACHINE_IDENTITY as IDENTITY
 from nodefence.engine.identity import judge
 from nodefence.engine.model import Decision, Facts, NodeFacts, Reason
 from nodefence.engine.wording import instant
 from nodefence.policy import Policy
 
-IDENTITY = "machine-identity"
 UNCHECKED_NOTE = "identity unchecked"
 
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from nodefence.engine.approval_request import Incident
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.guard_kinds import VERDICT
 from nodefence.engine.identity import MachineBinding
 from nodefence.engine.record import FenceEntry, FenceRecord
 
@@ -537,7 +538,7 @@ class Decision:
         blocking = [r for r in self.reasons if not r.passed]
         if blocking:
             return blocking[0].message
-        verdict = next((r.message for r in reversed(self.reasons) if r.guard == "verdict"), None)
+        verdict = next((r.message for r in reversed(self.reasons) if r.guard == VERDICT), None)
         if verdict is not None:
             return verdict
         return self.reasons[-1].message if self.reasons else self.verdict.value

@@ -20,7 +20,6 @@ from nodefence.engine.model import OUT_OF_SERVICE_VALUE, ClaimAction, Facts, Nod
 from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import instant, parse_instant
 
-RECORD = "fence-record"
 ADOPTED = "adopted"
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from nodefence.engine.guard_kinds import PURGE
 from nodefence.engine.model import NodeFacts, PodFacts, PurgePodAction, Reason
 from nodefence.policy import PurgePolicy
 
-PURGE = "purge"
 BARE_POD_KIND = "None"
 _MAX_LISTED = 5
 

@@ -22,7 +22,6 @@ from nodefence.engine.record import FenceEntry
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import Fencing
 
-REBOOT = "reboot"
 MAX_POWER_ONS = 2
 _MAX_LISTED = 5
 

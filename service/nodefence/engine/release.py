@@ -18,6 +18,12 @@ from datetime import datetime
 from nodefence.engine import mirror, readiness
 from nodefence.engine import record as fence_record
 from nodefence.engine.authorship import taint_authorship
+from nodefence.engine.guard_kinds import RELEASE_CONFIRMED as CONFIRMED
+from nodefence.engine.guard_kinds import RELEASE_HELD as HELD
+from nodefence.engine.guard_kinds import RELEASE_NOT_BEING_WRITTEN as NOT_BEING_WRITTEN
+from nodefence.engine.guard_kinds import RELEASE_OWN_TAINT as OWN_TAINT
+from nodefence.engine.guard_kinds import RELEASE_TAINT_UNCHANGED as TAINT_UNCHANGED
+from nodefence.engine.guard_kinds import VERDICT
 from nodefence.engine.model import (
     EXCLUDE_LABEL,
     OUT_OF_SERVICE_KEY,
@@ -34,12 +40,6 @@ from nodefence.engine.model import (
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
 from nodefence.engine.wording import duration, instant
 from nodefence.policy import Policy, Rule
-
-HELD = "release-held"
-OWN_TAINT = "release-own-taint"
-NOT_BEING_WRITTEN = "release-not-being-written"
-TAINT_UNCHANGED = "release-taint-unchanged"
-CONFIRMED = "release-confirmed"
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def decide_release(
 
     def finish(verdict: Verdict, action: ReleaseFenceAction | None = None) -> Decision:
         if action is not None:
-            reasons.append(_pass("verdict", _words(action)))
+            reasons.append(_pass(VERDICT, _words(action)))
         return Decision(
             verdict=verdict,
             node=name,

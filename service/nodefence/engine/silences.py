@@ -27,8 +27,6 @@ from datetime import datetime
 from nodefence.engine.matchers import Matcher, all_match
 from nodefence.engine.wording import instant
 
-# What the decision names as the guard that held a node: a person's choice, a Normal Event.
-GUARD = "silence"
 # Bounds on what is kept of one silence, read from outside: the shared record of silences
 # (``nodefence-silences``) stays far below the 1 MiB an object may hold.
 MAX_COMMENT_CHARS = 300

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nodefence.engine.guard_kinds import VOLUMES as GUARD
 from nodefence.engine.model import (
     Decision,
     Facts,
@@ -41,7 +42,6 @@ class VolumePlan:
     kept: tuple[VolumeAttachmentFacts, ...] = ()
 
 
-GUARD = "volumes"
 SHOWN = 5
 # The longest command that names the attachments one by one; past it, the command selects them
 # by node. Either way it is whole in the first sentence of the reason, which is what the Event

@@ -44,6 +44,7 @@ from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import power_reading
 from nodefence.engine.alerts import match_rule
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.guard_kinds import DRY_RUN_POWER
 from nodefence.engine.identity import Judgement, Reported, canonical_identity, judge
 from nodefence.engine.model import (
     AlertEvent,
@@ -73,7 +74,6 @@ POWER_MARGIN_SECONDS = 2.0
 # An identity read is one small GET or exchange; it must leave most of the step's time to the
 # power action and its read-back.
 IDENTITY_TIMEOUT_SECONDS = 10.0
-DRY_RUN_GUARD = "dry-run-power"
 # A dry run only reads, and writes nothing after: a smaller margin.
 DRY_RUN_MARGIN_SECONDS = 1.0
 
@@ -459,5 +459,5 @@ async def read_power(
 
 def _with(decision: Decision, passed: bool, message: str) -> Decision:
     return dataclasses.replace(
-        decision, reasons=(*decision.reasons, Reason(DRY_RUN_GUARD, passed, message))
+        decision, reasons=(*decision.reasons, Reason(DRY_RUN_POWER, passed, message))
     )

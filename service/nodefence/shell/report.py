@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from nodefence.actions.executor import ActionResult, Outcome
-from nodefence.engine import escalation, guards, machine, orphans, reboot, silences
+from nodefence.engine import escalation, machine
 from nodefence.engine.action_kinds import (
     POWER_ON,
     PURGED,
@@ -25,9 +25,17 @@ from nodefence.engine.action_kinds import (
     Result,
     result_named,
 )
-from nodefence.engine.audit import PROOF_CONTRADICTED
 from nodefence.engine.evidence import PowerEvidence
-from nodefence.engine.fallback import NO_ALERT
+from nodefence.engine.guard_kinds import (
+    APPROVAL,
+    FENCE_RECORD,
+    NO_ALERT,
+    PROOF_CONTRADICTED,
+    REBOOT,
+    VERDICT,
+    kind,
+    warns,
+)
 from nodefence.engine.model import (
     AlertStatus,
     Decision,
@@ -46,29 +54,6 @@ from nodefence.observability.metrics import Metrics
 # Every decision is one line of it: assembled once, not per line (``observability.logging``).
 log = get_logger(__name__)
 
-NODE_FOUND = "node-found"
-# Guards whose refusal is a wait that ends on its own, or a choice someone made (a pause, an
-# exclusion, a rule that does not match): said as Normal Events. Any other (budget, quorum,
-# storm, no proof, a machine that is not the node's) is a Warning.
-WAITS = frozenset(
-    {
-        guards.READY,
-        guards.NOT_READY_DURATION,
-        guards.LEASE,
-        guards.LEASE_FRESH,
-        guards.HEALTHY_DELAY,
-        guards.STORM_COOLDOWN,
-        guards.FLAP,
-        guards.BOOT_ID,
-        guards.TERMINATING_PODS,
-        guards.ATTACHMENTS,
-        "paused",
-        "exclusion",
-        "rule",
-        "dry-run",
-        silences.GUARD,
-    }
-)
 REFUSAL_REASONS = frozenset(
     {
         "FenceRefused",
@@ -136,7 +121,7 @@ class Reporter:
         note = escalation.is_escalation(decision.reasons)
         if note is not None and decision.node is not None and not fenced:
             self.metrics.fencing_escalated(decision.node, *escalation.labels(note))
-        if not results and any(r.guard == NODE_FOUND and not r.passed for r in decision.reasons):
+        if not results and any(kind(r.guard).no_node and not r.passed for r in decision.reasons):
             # No Node to put an Event on: a counter says how many alerts named nodes that do
             # not exist, so a payload of made-up names cannot flood the Events.
             self.metrics.unknown_node_alert(decision.status)
@@ -231,7 +216,7 @@ def node_event(
     contradicted = next((r for r in blocked if r.guard == PROOF_CONTRADICTED), None)
     if contradicted is not None:
         return ("FenceProofContradicted", contradicted.message, True)
-    lost = next((r for r in decision.reasons if r.guard == orphans.RECORD), None)
+    lost = next((r for r in decision.reasons if r.guard == FENCE_RECORD), None)
     if lost is not None:
         # S3: a record that lost a fence's entry is said on every pass, adopted back or not.
         return ("FenceRecordMissing", lost.message, True)
@@ -240,7 +225,7 @@ def node_event(
         # The incident's recovery time (``engine.recovery``), said once, by the replica whose
         # write recorded it.
         return ("NodeRecovered", measured[0].detail, False)
-    stays_off = next((r for r in blocked if r.guard == reboot.REBOOT), None)
+    stays_off = next((r for r in blocked if r.guard == REBOOT), None)
     if stays_off is not None:
         # The bounded power-ons are spent and the machine is still not back: a person must look.
         return ("RebootFailed", stays_off.message, True)
@@ -250,7 +235,7 @@ def node_event(
     kept = f" {volume_headline(stuck)}" if stuck is not None else ""
     if fenced:
         volumes = f", {released} VolumeAttachment(s) deleted" if released else ""
-        verdict = next((r.message for r in decision.reasons if r.guard == "verdict"), "")
+        verdict = next((r.message for r in decision.reasons if r.guard == VERDICT), "")
         # The verdict, the proof and the identity first: an Event's message is cut at 1,024
         # characters, and what follows matters less (the record and status keep it whole).
         return (
@@ -267,7 +252,7 @@ def node_event(
     note = escalation.is_escalation(decision.reasons)
     if note is not None and decision.verdict is Verdict.AWAIT_APPROVAL:
         # Said before the failed power step it comes from: a person is asked, with its error.
-        waits = next((r.message for r in blocked if r.guard == "approval"), decision.summary)
+        waits = next((r.message for r in blocked if r.guard == APPROVAL), decision.summary)
         return ("FenceEscalated", f"{note.message}; {waits}", True)
     if failed:
         details = "; ".join(f"{r.target}: {r.detail}" for r in failed[:5])
@@ -289,7 +274,7 @@ def node_event(
         if decision.verdict is Verdict.AWAIT_APPROVAL:
             return ("FenceAwaitingApproval", decision.summary, True)
         # A wait that passes on its own is Normal; Warning is for what a person should see.
-        attention = any(r.guard not in WAITS for r in blocked)
+        attention = any(warns(r.guard) for r in blocked)
         return (reason, decision.summary, attention)
     return None
 

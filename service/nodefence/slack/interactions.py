@@ -37,7 +37,7 @@ from aiohttp import web
 from pydantic import SecretStr
 from slack_sdk.signature import SignatureVerifier
 
-from nodefence.engine import answer
+from nodefence.engine import answer, guard_kinds
 from nodefence.engine.answer import Answer, decide_answer, decide_answered
 from nodefence.engine.model import (
     AlertEvent,
@@ -267,7 +267,7 @@ class Interactions:
         facts = first.snapshot.facts
         # The engine judged the answer's age on the API server's clock, as everything else.
         dated = answer.dated(asked, facts, first.snapshot.now)
-        if _refused_by(first.decision) == answer.NOT_APPROVED:
+        if _refused_by(first.decision) == guard_kinds.ANSWER_NOT_APPROVED:
             request = facts.record.approval(node)
             standing = request.approval if request is not None else ""
             decision, facts = await self._acted_on(node, asked, deadline)
@@ -317,7 +317,7 @@ class Interactions:
         while True:
             snapshot = await self.fencer.loop.reader.read(node, deadline)
             decision = decide_answer(snapshot.facts, asked, self.fencer.policy, snapshot.now)
-            if _refused_by(decision) != answer.NOT_APPROVED:
+            if _refused_by(decision) != guard_kinds.ANSWER_NOT_APPROVED:
                 return decision, snapshot.facts
             if deadline.remaining <= SETTLE_POLL_SECONDS:
                 return decision, snapshot.facts
@@ -360,12 +360,12 @@ def _outanswered(decision: Decision, asked: Answer, facts: Facts, who: str, stan
     on the record read last)."""
     node = asked.node
     refused = _refused_by(decision)
-    if refused == answer.NOT_APPROVED:
+    if refused == guard_kinds.ANSWER_NOT_APPROVED:
         return (
             f"Fencing node *{node}* was {standing} first, and nodefence is acting on that "
             f"approval; the {_kind(asked)} by {who} changes nothing."
         )
-    if refused is not None and refused != answer.NOT_REJECTED:
+    if refused is not None and refused != guard_kinds.ANSWER_NOT_REJECTED:
         return _refusal(decision, asked, facts, who)
     return (
         f"Fencing node *{node}* was {standing} first; node *{node}* was not fenced on it, and "
@@ -379,7 +379,7 @@ def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
     refused it."""
     node = asked.node
     refused = next(r for r in decision.reasons if not r.passed)
-    if refused.guard == answer.NOT_FENCED:
+    if refused.guard == guard_kinds.ANSWER_NOT_FENCED:
         fenced = answer.fenced_by_us(facts.node, asked.approval.node_uid, facts.record)
         tail = (
             f"the rejection by {who} came after the approval and changed nothing; nodefence "
@@ -388,7 +388,7 @@ def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
             else f"the approval by {who} changed nothing"
         )
         return f"Node *{node}* is already fenced ({fenced}); {tail}."
-    if refused.guard == answer.NOT_REJECTED:
+    if refused.guard == guard_kinds.ANSWER_NOT_REJECTED:
         request = facts.record.approval(node)
         rejected = request.rejection if request is not None else ""
         return (
@@ -396,11 +396,17 @@ def _refusal(decision: Decision, asked: Answer, facts: Facts, who: str) -> str:
             f"{_kind(asked)} by {who} changes nothing. A new outage of the node is asked again."
         )
     stale = {
-        answer.NODE_EXISTS: f"Node *{node}* no longer exists.",
-        answer.SAME_NODE: f"Node *{node}* was deleted and re-created since the question was asked.",
-        answer.STILL_NOT_READY: f"Node *{node}* is Ready again; the answer is not needed any more.",
-        answer.SAME_OUTAGE: f"Node *{node}* recovered and failed again since the question was "
-        "asked; this answer does not apply to the new outage (nodefence asks again).",
+        guard_kinds.ANSWER_NODE_EXISTS: f"Node *{node}* no longer exists.",
+        guard_kinds.ANSWER_SAME_NODE: (
+            f"Node *{node}* was deleted and re-created since the question was asked."
+        ),
+        guard_kinds.ANSWER_STILL_NOT_READY: (
+            f"Node *{node}* is Ready again; the answer is not needed any more."
+        ),
+        guard_kinds.ANSWER_SAME_OUTAGE: (
+            f"Node *{node}* recovered and failed again since the question was "
+            "asked; this answer does not apply to the new outage (nodefence asks again)."
+        ),
     }
     return f"{stale[refused.guard]} Nothing was fenced."
 
