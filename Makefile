@@ -5,7 +5,7 @@ LOCK := requirements.lock
 # Every pip run installs the tested versions, the build backend of the package included.
 PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
-.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm
+.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm image
 
 # Both distributions, editable: nodefence (pyproject.toml) and the simulated cluster the demo and
 # the tests run on, nodefence-sim (service/pyproject.toml), which production installs leave out.
@@ -118,3 +118,10 @@ $(HELM_BIN):
 	cd tools/helm && $(NICE) go build -trimpath -buildvcs=false -ldflags '$(HELM_LDFLAGS)' \
 		-o $(CURDIR)/$@.tmp helm.sh/helm/v4/cmd/helm
 	mv $@.tmp $@
+
+# The product image from the Dockerfile, built by Debian's docker.io in a daemon of the project's
+# own under .cache/docker (ignored), which the build starts and stops; where no registry serves
+# the base image, a stand-in made from Debian packages (tools/image/standin.sh, README.md says how
+# it differs). Prints the image reference last (make -s image | tail -n 1).
+image:
+	tools/image/build.sh

@@ -1,6 +1,6 @@
 """What every suite shares: the run's summary of skipped suites, and logging left as found.
 
-The run's summary says which suites were skipped and for want of what.
+The run's summary says which suites were skipped and for want of what, and what tests reported.
 
 Several suites drive real tools (kubectl, promtool, amtool, Alertmanager, faketime,
 sushy-emulator). On a machine without one of them those tests skip, and a passing run would
@@ -66,6 +66,18 @@ def restore_logging() -> Iterator[None]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    # What a passing test measured for the reader (record_property("report", ...)): the image's
+    # size, for one.
+    reported = [
+        str(value)
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in report.user_properties
+        if name == "report"
+    ]
+    if reported:
+        terminalreporter.section("reported")
+        for line in reported:
+            terminalreporter.write_line(line)
     by_reason: dict[str, set[str]] = defaultdict(set)
     counts: dict[str, int] = defaultdict(int)
     for report in terminalreporter.stats.get("skipped", []):

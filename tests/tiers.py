@@ -8,7 +8,7 @@ A test belongs to exactly one tier:
 - ``integration``: nodefence's adapters and commands against the simulated cluster, BMCs, fence
   agents, Alertmanager and Slack peers, run as the real processes and libraries they are;
 - ``system``: the whole chain with the real Prometheus, Alertmanager, promtool, Helm and the
-  image's install steps, and the shipped manifests and rules;
+  image's install steps, the image itself (``make image``), and the shipped manifests and rules;
 - ``simulator``: the simulated cluster itself (``service/nodefence_sim``);
 - ``realcluster``: everything that needs the real control plane (``tests/real_backend.py``): the
   tests marked ``realcluster`` (the ``real`` backend of the simulator's conformance tests among
@@ -50,6 +50,8 @@ FOLDERS = {
     "alertrules": "system",
     "deploy": "system",
     "e2e": "system",
+    # The product image built by make image, run in the project's own Docker daemon.
+    "image": "system",
     "sim_api": "simulator",
     "sim_cluster": "simulator",
     "sim_conformance": "simulator",

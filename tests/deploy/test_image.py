@@ -1,7 +1,8 @@
 """The container image: Dockerfile lint and structure, and its install steps run for real.
 
-No container engine runs here, so the builder stage's steps are replayed on the host: the same
-files copied, the same virtualenv and pip install, then the console script started.
+Here, without a container engine, the builder stage's steps are replayed on the host: the same
+files copied, the same virtualenv and pip install, then the console script started. The image
+itself is built by ``make image`` and run by ``tests/image``.
 """
 
 from __future__ import annotations
