@@ -11,9 +11,12 @@ must pass on a busy 2-core machine.
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import time
 from collections.abc import Callable
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +26,10 @@ from bench.processes import Processes, eventually, http
 from kubernetes import client
 from tests.e2e.harness import OOS, Nodefence, Simulator, start_nodefence
 
+from nodefence.engine import record as fence_record
+from nodefence.engine.record import FenceEntry
+from nodefence.engine.recovery import STEADY_SECONDS, deployment_of
+from nodefence.kube.convert import pod_facts, server_stamped
 from nodefence_sim.demo.payloads import node_alert, webhook
 
 from .conftest import GRACE_SECONDS, RealBackend
@@ -113,6 +120,58 @@ def oos_taints(node: client.V1Node) -> list[client.V1Taint]:
     return [t for t in node.spec.taints or [] if t.key == OOS]
 
 
+def fence_entry(core: client.CoreV1Api, node: str) -> FenceEntry:
+    configmap = core.read_namespaced_config_map(fence_record.CONFIGMAP, "nodefence")
+    held = fence_record.decode(configmap.data, configmap.metadata.resource_version).entry(node)
+    assert held is not None, configmap.data
+    return held
+
+
+def steady_elsewhere(backend: RealBackend, held: FenceEntry) -> tuple[datetime, int] | None:
+    """When every pod the fence remembers has a replacement Running on another node, unchanged
+    for the steady time on the API server's clock (the ``Date`` of the list that showed them):
+    the latest of their server-stamped changes and how many they are; None before."""
+    reply = backend.core.list_namespaced_pod(NAMESPACE, _preload_content=False)
+    now = parsedate_to_datetime(reply.headers["Date"])
+    assert held.silent_since is not None
+    since = held.silent_since.replace(microsecond=0)
+    fresh = [
+        p
+        for p in map(pod_facts, json.loads(reply.data)["items"])
+        if p.node_name not in ("", held.node)
+        and p.phase == "Running"
+        and not p.terminating
+        and p.created is not None
+        and p.created >= since
+        and p.changed is not None
+    ]
+    moments: list[datetime] = []
+    for want in held.held.statefulset_pods():
+        name = f"{want.owner}-{want.ordinal}"
+        found = [p.changed for p in fresh if (p.namespace, p.name) == (want.namespace, name)]
+        if not found or found[0] is None:
+            return None
+        moments.append(found[0])
+    for (namespace, deployment), count in held.held.deployments().items():
+        running = sorted(
+            p.changed
+            for p in fresh
+            if p.changed is not None and p.namespace == namespace and deployment_of(p) == deployment
+        )
+        if len(running) < count:
+            return None
+        moments.extend(running[:count])
+    last = max(moments)
+    return (last, len(moments)) if (now - last).total_seconds() > STEADY_SECONDS else None
+
+
+def recovery_metric(nodefence: Nodefence, sample: str) -> float:
+    code, raw = http("GET", f"{nodefence.url}/metrics")
+    assert code == 200
+    line = next(line for line in raw.decode().splitlines() if line.startswith(sample + " "))
+    return float(line.split()[1])
+
+
 def test_seed_story_on_real_controllers(procs: Processes, real_backend: RealBackend) -> None:
     core, steps = real_backend.core, []
     pods = core.list_namespaced_pod(
@@ -127,6 +186,12 @@ def test_seed_story_on_real_controllers(procs: Processes, real_backend: RealBack
     timed(
         steps, f"{node} NotReady", lambda: real_backend.ready(node) == "Unknown", NOT_READY_WITHIN
     )
+    # The node's last sign of life: its Lease's last renewal, as the API server stamped it.
+    lease = core.api_client.sanitize_for_serialization(
+        client.CoordinationV1Api(real_backend.api).read_namespaced_lease(node, "kube-node-lease")
+    )
+    silent = server_stamped(lease)
+    assert silent is not None
     # The seed's stuck pod: deleted while its kubelet is gone, it stays Terminating.
     core.delete_namespaced_pod(pod_name, NAMESPACE)
     stuck = core.read_namespaced_pod(pod_name, NAMESPACE)
@@ -166,6 +231,57 @@ def test_seed_story_on_real_controllers(procs: Processes, real_backend: RealBack
 
     replacement = timed(steps, "StatefulSet pod Running elsewhere", replaced, STEP_WITHIN)
     assert replacement.spec.node_name != node
+
+    # The incident's recovery, measured by nodefence's reconcile pass once every pod the node
+    # held runs elsewhere and has held still for the steady time on the API server's clock.
+    held = fence_entry(core, node)
+    assert held.silent_since == silent, "the Lease's last renewal as the API server stamped it"
+    assert held.fenced_at is not None
+    # At least the stuck StatefulSet pod, by its StatefulSet and ordinal.
+    assert pod_name in {f"{p.owner}-{p.ordinal}" for p in held.held.statefulset_pods()}
+    last, count = timed(
+        steps,
+        "every held pod steady elsewhere",
+        lambda: steady_elsewhere(real_backend, held),
+        STEP_WITHIN,
+    )
+    code, raw = http(
+        "POST",
+        f"{nodefence.url}/reconcile",
+        {},
+        headers={"Authorization": f"Bearer {nodefence.token}"},
+        timeout=60,
+    )
+    assert code == 200, raw
+    [measured] = [
+        a
+        for d in yaml.safe_load(raw)["decisions"]
+        for a in d["actions"]
+        if a["type"] == "record-recovery"
+    ]
+    after = fence_entry(core, node)
+    assert after.recovered_at == last
+    seconds = (last - silent).total_seconds()
+    fenced_after = (held.fenced_at - silent).total_seconds()
+    assert measured["seconds"] == seconds
+    # The replacements came after the fence (the taint evicted the pods they replace).
+    assert seconds >= fenced_after
+    assert recovery_metric(nodefence, "nodefence_recovery_seconds_count") == 1
+    assert recovery_metric(nodefence, "nodefence_recovery_seconds_sum") == seconds
+    [event] = [
+        e
+        for e in core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={node}"
+        ).items
+        if e.reason == "NodeRecovered"
+    ]
+    assert event.type == "Normal"
+    kinds = " and ".join(held.held.kinds())
+    assert event.message.startswith(
+        f"{kinds} pods running elsewhere {seconds:.0f} s after the node went silent; fenced at "
+        f"{fenced_after:.0f} s on BMC proof ({count} pod(s);"
+    ), event.message
+    print(f"recovery: {event.message}")
 
     def rebooted() -> bool:
         current = core.read_node(node)
