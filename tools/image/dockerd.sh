@@ -41,15 +41,19 @@ start() {
 }
 
 stop() {
-    running || return 0
-    local pid
-    pid=$(cat "$PIDFILE")
-    kill -TERM "$pid"
-    for _ in $(seq 60); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.5
-    done
-    kill -KILL "$pid" 2>/dev/null || true
+    if running; then
+        local pid
+        pid=$(cat "$PIDFILE")
+        kill -TERM "$pid"
+        for _ in $(seq 60); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.5
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    # What the daemon leaves mounted once stopped (its network namespace, the layers of a
+    # container it was killed beside), so that nothing of it stays on the machine.
+    awk -v c="$(readlink -f "$CACHE")/" 'index($2, c) == 1 {print $2}' /proc/mounts | sort -r | xargs -r umount -l
 }
 
 case "${1:-}" in
