@@ -357,6 +357,7 @@ def _status(output: str) -> int:
 
 def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, str]:
     """Per rule, in words: what proves a machine off before its taint (S10)."""
+    from nodefence.engine.drivers import Proof
     from nodefence.fencing.drivers.annotation import POWER_PROOF_PREFIX
 
     summary: dict[str, str] = {}
@@ -367,7 +368,7 @@ def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, s
                 "no fencing section: no proof, so this rule never fences on inference alone"
                 + (" (a person's approval in Slack stands in)" if rule.approval == "slack" else "")
             )
-        elif fencing.driver == "none":
+        elif fencing.proof is Proof.NONE:
             summary[rule.name] = (
                 "fencing.driver none: NO PROOF; fences on inference alone (the machine may "
                 "still be running)"
@@ -384,7 +385,7 @@ def _fencing_summary(policy: Any, inventory: Any, namespace: str) -> dict[str, s
                     else "; no proof, no taint"
                 )
             )
-        elif fencing.driver == "annotation":
+        elif fencing.proof is Proof.WRITTEN:
             summary[rule.name] = (
                 f"annotation: external proof, {fencing.annotation}=off on the ConfigMap "
                 f"{namespace}/{POWER_PROOF_PREFIX}<node>, written after the node's last Lease "

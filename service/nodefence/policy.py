@@ -126,6 +126,10 @@ class Fencing(_Model):
     def powers(self) -> bool:
         return drivers.lookup(self.driver).powers
 
+    @property
+    def proof(self) -> drivers.Proof:
+        return drivers.lookup(self.driver).proof
+
 
 def _legacy_proof(rule: dict[str, Any]) -> dict[str, Any]:
     """``power_off_proof`` (mode annotation | http) keeps working as the matching ``fencing``;

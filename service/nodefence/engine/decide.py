@@ -33,6 +33,7 @@ from nodefence.engine import (
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.approval_ask import with_question
 from nodefence.engine.authorship import taint_authorship
+from nodefence.engine.drivers import Proof
 from nodefence.engine.exclusion import exclusion
 from nodefence.engine.guard_kinds import (
     ALERT,
@@ -467,12 +468,12 @@ def _proof_text(facts: Facts, rule: Rule, approved: Approval | None) -> str:
     if fencing is None:
         who = mirror.approval_text(approved) if approved is not None else "nobody"
         return f"no proof: {who}, in place of a power-off proof (the rule has no fencing)"
-    if fencing.driver == "none":
+    if fencing.proof is Proof.NONE:
         return f"{guards.NO_PROOF}: inference alone (fencing.driver none)"
     power = facts.power
     if power is None:
         return ""
-    if fencing.driver == "annotation":
+    if fencing.proof is Proof.WRITTEN:
         written = f", written at {instant(power.at)}" if power.at is not None else ""
         return f"{power.source} said {power.detail}{written}"
     if fencing.powers and facts.node is not None:

@@ -12,17 +12,35 @@ and the engine it steers decide on names and never load a driver (``.importlinte
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Proof(StrEnum):
+    """What a driver's proof that the machine is off is (S10), which is how the engine judges it
+    and how ``check-config`` says it."""
+
+    # Inference alone (NotReady and a silent Lease): no proof; the machine may still be running.
+    NONE = "none"
+    # Written by someone else (external fencing) where nodefence reads it: it counts only if the
+    # API server stamped the write after the node's last sign of life (S12).
+    WRITTEN = "written"
+    # The machine's power state, read from it (its BMC, fence agent or a power-status endpoint),
+    # after a power-off nodefence sent where the driver powers it.
+    READ_BACK = "read back"
 
 
 @dataclass(frozen=True)
 class DriverKind:
     """``powers``: the driver's module gives an inventory entry model (``ENTRY``) through which
     the power step reads and changes the machine's power; otherwise it gives ``read_proof``,
-    how the proof is read before deciding, or (``module`` empty: ``none``) nothing."""
+    how the proof is read before deciding, or (``module`` empty: ``none``) nothing. ``proof``:
+    what its proof is (most read the machine's state), the one thing the engine and the CLI
+    ask of a driver."""
 
     name: str
     module: str = ""
     powers: bool = False
+    proof: Proof = Proof.READ_BACK
 
 
 DRIVERS: dict[str, DriverKind] = {
@@ -35,11 +53,11 @@ DRIVERS: dict[str, DriverKind] = {
         # A separate status run of the node's ClusterLabs fence agent exiting 2 (Status: OFF).
         DriverKind("fence-agent", "nodefence.fencing.drivers.fence_agent", powers=True),
         # External fencing's written proof ConfigMap.
-        DriverKind("annotation", "nodefence.fencing.drivers.annotation"),
+        DriverKind("annotation", "nodefence.fencing.drivers.annotation", proof=Proof.WRITTEN),
         # A power-status endpoint answering off.
         DriverKind("http", "nodefence.fencing.drivers.http"),
         # Inference alone: no proof.
-        DriverKind("none"),
+        DriverKind("none", proof=Proof.NONE),
     )
 }
 

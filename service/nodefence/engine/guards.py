@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from nodefence.engine.drivers import Proof
 from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.guard_kinds import (
     ATTACHMENTS,
@@ -250,14 +251,14 @@ def powered_off(
             "(redfish or ipmi through the BMC inventory, annotation or http), ask a person "
             "(approval: slack), or accept the risk explicitly with fencing.driver: none",
         )
-    if fencing.driver == "none":
+    if fencing.proof is Proof.NONE:
         return _pass(
             POWER_OFF,
             f"{NO_PROOF}: rule {rule.name!r} chose fencing.driver none and fences on inference "
             "alone (NotReady and a Lease silent on the API server's clock); the machine may "
             "still be running",
         )
-    if fencing.driver == "annotation":
+    if fencing.proof is Proof.WRITTEN:
         return _written_proof(node, lease, power, fencing.annotation)
     if power is None:
         return _block(POWER_OFF, "the rule requires proof the machine is off; none was obtained")
