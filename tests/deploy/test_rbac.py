@@ -154,6 +154,9 @@ CODE_CALLS: dict[str, set[tuple[str, ...]]] = {
     "patch_node_json": {("cluster", "", "nodes", "patch", "*")},
     "replace_node": {("cluster", "", "nodes", "update", "*")},
     "list_pods_on_node": {("cluster", "", "pods", "list", "*")},
+    # Where a fenced node's StatefulSet and Deployment pods run again (the recovery measure):
+    # the namespaces are whichever its pods were in.
+    "list_pods_in": {("cluster", "", "pods", "list", "*")},
     "delete_pod": {("cluster", "", "pods", "delete", "*")},
     "patch_pod_json": {("cluster", "", "pods", "patch", "*")},
     # Node heartbeats in kube-node-lease.
