@@ -2,9 +2,10 @@
 cluster, each step asserting what a real cluster answers.
 
 Verified with kubectl:
-- ``kubectl apply -k deploy/overlays/deployment`` (client-side), then ``get`` of every object
-  it made: namespace, serviceaccount, role, clusterrole, rolebinding, clusterrolebinding,
-  configmap, service, deployment, poddisruptionbudget, networkpolicies, priorityclass
+- ``kubectl apply -k deploy/overlays/deployment`` (client-side, without the admission policies,
+  as a cluster older than 1.30 takes it), then ``get`` of every object it made: namespace,
+  serviceaccount, role, clusterrole, rolebinding, clusterrolebinding, configmap, service,
+  deployment, poddisruptionbudget, networkpolicies, priorityclass
 - ``kubectl get svc,sa,pdb,netpol,cronjob,rolebinding`` columns as the real printers
 - ``kubectl get --raw /readyz?verbose``, ``/livez``, ``/healthz``
 - ``kubectl scale deployment --replicas=N`` and ``kubectl get deployment`` reporting it
@@ -59,11 +60,14 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
 ]
 
+# The Deployment overlay without the admission policies, as the seed (Kubernetes 1.24.8) takes it.
+OVERLAY = "tests/sim_conformance/overlay-before-1.30"
+
 
 async def test_apply_kustomize_overlay_creates_every_object(seed: SimulatorHandle) -> None:
-    code, out = await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    code, out = await kubectl(seed, "apply", "-k", OVERLAY)
     assert code == 0, out
-    code, rendered = await kubectl(seed, "kustomize", "deploy/overlays/deployment")
+    code, rendered = await kubectl(seed, "kustomize", OVERLAY)
     assert code == 0, rendered
     code, listing = await kubectl(
         seed,
@@ -84,13 +88,13 @@ async def test_apply_kustomize_overlay_creates_every_object(seed: SimulatorHandl
             key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
             assert key in found, key
     # Applying again changes nothing, as on a real cluster.
-    code, again = await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    code, again = await kubectl(seed, "apply", "-k", OVERLAY)
     assert code == 0, again
     assert "deployment.apps/nodefence unchanged" in again
 
 
 async def test_get_columns_of_the_new_kinds(seed: SimulatorHandle) -> None:
-    await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    await kubectl(seed, "apply", "-k", OVERLAY)
     # The Deployment's replicas reconcile themselves: the overlay ships no CronJob any more.
     code, out = await kubectl(
         seed, "-n", "nodefence", "create", "cronjob", "tick", "--image=busybox",
@@ -117,7 +121,7 @@ async def test_health_endpoints(cluster: Cluster) -> None:
 
 
 async def test_scale_and_drain_with_a_disruption_budget(seed: SimulatorHandle) -> None:
-    await kubectl(seed, "apply", "-k", "deploy/overlays/deployment")
+    await kubectl(seed, "apply", "-k", OVERLAY)
     code, out = await kubectl(seed, "-n", "nodefence", "scale", "deploy/nodefence", "--replicas=1")
     assert (code, out.strip()) == (0, "deployment.apps/nodefence scaled")
 

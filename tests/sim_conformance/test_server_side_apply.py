@@ -39,6 +39,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
 
 from .support import api, kubectl
@@ -50,7 +51,8 @@ pytestmark = [
 
 NS = "openstack"
 APPLY = "application/apply-patch+yaml"
-OVERLAY = "deploy/overlays/deployment"
+# The Deployment overlay without the admission policies, as the seed (Kubernetes 1.24.8) takes it.
+OVERLAY = "tests/sim_conformance/overlay-before-1.30"
 KINDS = (
     "namespace,serviceaccount,role,clusterrole,rolebinding,clusterrolebinding,configmap,"
     "service,deployment,cronjob,poddisruptionbudget,networkpolicy,priorityclass"
@@ -443,3 +445,24 @@ async def test_apply_to_the_status_subresource(seed: SimulatorHandle) -> None:
             }
         }
     }
+
+
+async def test_the_seeds_policy_configmap_is_the_one_deploy_base_generates(
+    seed: SimulatorHandle,
+) -> None:
+    """The seed has nodefence installed as deploy/base leaves it: its policy ConfigMap has the
+    name and the content deploy/base's generator gives, so applying the overlay again owns the
+    same value instead of conflicting with it (or silently replacing the policy)."""
+    code, rendered = await kubectl(seed, "kustomize", "deploy/base")
+    assert code == 0, rendered
+    [generated] = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc
+        and doc["kind"] == "ConfigMap"
+        and doc["metadata"]["name"].startswith("nodefence-")
+        and "policy.yaml" in (doc.get("data") or {})
+    ]
+    held = seed.sim.store.peek(CONFIGMAPS, "nodefence", generated["metadata"]["name"])
+    assert held is not None, f"the seed has no {generated['metadata']['name']}"
+    assert held["data"] == generated["data"]
