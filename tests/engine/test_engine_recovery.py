@@ -115,6 +115,7 @@ def measuring(held: FenceEntry, elsewhere: tuple[PodFacts, ...] | None, **kw: ob
 
 
 DB0 = HeldPod("apps", STATEFULSET, "db", 0)
+BMC = {"fencing": {"driver": "redfish", "action": "off"}}
 WEB = HeldPod("apps", DEPLOYMENT, "web")
 
 
@@ -195,7 +196,7 @@ def test_held_pods_survive_the_record_and_a_hostile_value_reads_as_none() -> Non
 def test_statefulset_pods_running_elsewhere_and_steady_are_measured_on_server_stamps() -> None:
     held = incident(DB0)
     replacement = sts_pod(0, node_name="worker-2", created=ago(50), changed=ago(40))
-    decided = recovery.decide(measuring(held, (replacement,)), policy(), NOW, NODE)
+    decided = recovery.decide(measuring(held, (replacement,)), policy(rule=BMC), NOW, NODE)
 
     (action,) = decided.actions
     assert isinstance(action, RecordRecoveryAction)
@@ -325,3 +326,17 @@ def test_the_words_say_what_was_not_remembered_and_a_fence_without_proof() -> No
     assert isinstance(action, RecordRecoveryAction)
     assert "; fenced at 60 s without power-off proof (1 pod(s);" in action.words
     assert action.words.endswith("3 more pod(s) the node held were not remembered")
+
+
+def test_the_words_name_the_kind_of_proof_the_fencing_rule_had() -> None:
+    back = (sts_pod(0, node_name="worker-2", created=ago(90), changed=ago(80)),)
+    written = {"fencing": {"driver": "annotation"}}
+    said = {
+        name: recovery.decide(measuring(incident(DB0), back), policy(rule=rule), NOW, NODE)
+        for name, rule in (("bmc", BMC), ("written", written))
+    }
+    assert "; fenced at 60 s on BMC proof (" in said["bmc"].reasons[0].message
+    assert (
+        "; fenced at 60 s on external fencing's written proof ("
+        in said["written"].reasons[0].message
+    )

@@ -107,14 +107,13 @@ async def reconcile(receiver: Receiver) -> list[dict[str, Any]]:
     return list(body["decisions"])
 
 
-async def status_json(cluster: SimulatorHandle) -> dict[str, Any]:
+async def status(cluster: SimulatorHandle, *output: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "nodefence",
         "status",
-        "-o",
-        "json",
+        *output,
         "--kubeconfig",
         str(cluster.kubeconfig),
         "-n",
@@ -125,7 +124,7 @@ async def status_json(cluster: SimulatorHandle) -> dict[str, Any]:
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
-    return dict(json.loads(out))
+    return out.decode()
 
 
 async def test_the_reconcile_pass_measures_the_incident_once_on_server_stamps() -> None:
@@ -197,10 +196,14 @@ async def test_the_reconcile_pass_measures_the_incident_once_on_server_stamps() 
                 len([e for e in node_events(cluster, NODE) if e["reason"] == "NodeRecovered"]) == 1
             )
 
-            status = await status_json(cluster)
-            [fenced] = [f for f in status["fenced"] if f["node"] == NODE]
+            shown = json.loads(await status(cluster, "-o", "json"))
+            [fenced] = [f for f in shown["fenced"] if f["node"] == NODE]
             recovery = fenced["recovery"]
             assert recovery["seconds"] == round(seconds)
             assert parse_instant(recovery["silentSince"]) == silent
             assert parse_instant(recovery["runningElsewhereSince"]) == after.recovered_at
             assert recovery["pods"] == held.held.count
+            assert (
+                f"recovery: StatefulSet and Deployment pods running elsewhere {round(seconds)} s "
+                "after the node went silent"
+            ) in await status(cluster)

@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from nodefence.engine import drivers
+from nodefence.engine.drivers import Proof
 from nodefence.engine.held_pods import (
     DEPLOYMENT,
     STATEFULSET,
@@ -55,7 +57,7 @@ from nodefence.engine.model import (
 )
 from nodefence.engine.record import FenceEntry, Phase
 from nodefence.engine.wording import duration, instant
-from nodefence.policy import Policy
+from nodefence.policy import Policy, Rule
 
 # The measurement is no guard: what it says is the decision's own verdict.
 GUARD = "verdict"
@@ -208,27 +210,35 @@ def judge(entry: FenceEntry, pods: Iterable[PodFacts], now: datetime) -> Recover
     return Recovered(last, max(0.0, (last - silent).total_seconds()), silent, len(moments))
 
 
-def _proof_words(entry: FenceEntry) -> str:
-    proof = entry.proof
-    if not proof:
+def _proof_words(entry: FenceEntry, rule: Rule | None) -> str:
+    """What the fence stood on, in a few words: the driver's kind of proof (``engine.drivers``)
+    of the rule that fenced the node, or that there was none."""
+    if not entry.proof:
         return "with no proof recorded"
-    if proof.startswith("no "):
-        # "no proof: ..." (inference alone, or a person's approval in place of a proof) and
-        # "no power-off proof: ..." (an escalation a person approved).
-        return "without power-off proof"
-    if entry.power_off_sent_at is not None or "reports the machine is Off" in proof:
+    if entry.proof.startswith(("no proof", "no power-off proof")):
+        # Inference alone, or a person's approval in place of a proof (an approval rule, an
+        # escalation a person approved): the record says which.
+        approved = " (a person approved it)" if entry.approval else ""
+        return f"without power-off proof{approved}"
+    fencing = rule.fencing if rule is not None else None
+    if fencing is None:
+        return "on the proof its record holds"
+    kind = drivers.lookup(fencing.driver)
+    if kind.proof is Proof.WRITTEN:
+        return "on external fencing's written proof"
+    if kind.powers:
         return "on BMC proof"
-    return "on power-off proof"
+    return f"on power-off proof read from the machine ({fencing.driver})"
 
 
-def words(entry: FenceEntry, recovered: Recovered) -> str:
+def words(entry: FenceEntry, recovered: Recovered, rule: Rule | None = None) -> str:
     """The Event's sentence: how long the workloads were away, when the fence came in that
     time, and on what."""
     kinds = " and ".join(entry.held.kinds())
     out = f"{kinds} pods running elsewhere {recovered.seconds:.0f} s after the node went silent"
     if entry.fenced_at is not None:
         fenced = max(0.0, (entry.fenced_at - recovered.silent_since).total_seconds())
-        out += f"; fenced at {fenced:.0f} s {_proof_words(entry)}"
+        out += f"; fenced at {fenced:.0f} s {_proof_words(entry, rule)}"
     out += (
         f" ({recovered.pods} pod(s); the node's last sign of life at "
         f"{instant(recovered.silent_since)}, the last of them Running since "
@@ -274,6 +284,6 @@ def decide(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decis
     judged = judge(entry, facts.elsewhere, now)
     if isinstance(judged, Waiting):
         return finish(f"recovery not measured yet: {judged.why}")
-    said = words(entry, judged)
+    said = words(entry, judged, policy.rule_named(entry.rule))
     action = RecordRecoveryAction(node_name, entry.uid, judged.at, judged.seconds, said)
     return finish(said, action)
