@@ -26,7 +26,16 @@ from nodefence_sim.resources import CONFIGMAPS, LEASES, PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
-from .harness import NODE, Receiver, eventually, firing, node_events, start_receiver
+from .harness import (
+    NODE,
+    Receiver,
+    eventually,
+    firing,
+    inference,
+    node_events,
+    start_receiver,
+    writes_since,
+)
 
 
 class MovableClock:
@@ -141,6 +150,9 @@ async def test_the_reconcile_pass_measures_the_incident_once_on_server_stamps() 
         async with (
             start_receiver(cluster, identity="replica-1") as receiver,
             start_receiver(cluster, identity="replica-2") as other,
+            start_receiver(
+                cluster, identity="dry-run", policy=inference({"dry_run": True})
+            ) as dry_run,
         ):
             [decision] = await receiver.alert(firing())
             assert decision["verdict"] == "fence", decision
@@ -159,6 +171,17 @@ async def test_the_reconcile_pass_measures_the_incident_once_on_server_stamps() 
             assert all(p["spec"]["nodeName"] != NODE for p in back)
             # Past the steady time on the API server's clock: the replacements have held still.
             clock.advance(STEADY_SECONDS + 1)
+
+            # S8: a dry run's pass measures nothing and writes nothing, not even the Event.
+            cursor = cluster.faults.cursor
+            assert not [
+                a
+                for d in await reconcile(dry_run)
+                for a in d["actions"]
+                if a["type"] == "record-recovery"
+            ]
+            assert writes_since(cluster, cursor) == []
+            assert await metric(dry_run, "nodefence_recovery_seconds_count") == 0
 
             decisions = await reconcile(receiver)
             measured = [

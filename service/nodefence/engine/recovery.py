@@ -24,6 +24,9 @@ count an incident once. Nothing is measured:
 - for a node unfenced (or released) before its pods were Running elsewhere for the steady
   time: the entry that remembers the incident is gone with the fence;
 - for a node that held no StatefulSet or Deployment pod: nothing comes back elsewhere;
+- while a remembered pod's workload was scaled down or deleted: it never comes back, and the
+  incident stays unmeasured until its fence ends;
+- in a dry run (S8): the measurement is a write, so it is not made;
 - on any clock but the API server's, or while nodefence is paused.
 
 This module is pure: facts in, decision out.
