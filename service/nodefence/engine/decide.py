@@ -13,51 +13,42 @@ older than ``claim_timeout_seconds``; a taint without an entry is someone else's
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from nodefence.engine import (
-    approval_request,
     audit,
     escalation,
+    fence_path,
     guards,
     machine,
     mirror,
     orphans,
     readiness,
     reboot,
-    recovery,
     volumes,
 )
 from nodefence.engine.alerts import match_rule, node_from_labels, selector_matches
 from nodefence.engine.approval_ask import with_question
 from nodefence.engine.authorship import taint_authorship
-from nodefence.engine.drivers import Proof
+from nodefence.engine.draft import Draft, claim_fresh
 from nodefence.engine.exclusion import exclusion
 from nodefence.engine.guard_kinds import (
     ALERT,
     ALERT_RESOLVED,
-    APPROVAL,
-    DRY_RUN,
     EXCLUSION,
     FENCE_IN_PROGRESS,
     FENCE_RECORD,
-    FLAP,
-    MACHINE_IDENTITY,
     NO_ALERT,
     NODE_FOUND,
     NODE_IDENTITY,
     NODE_LABEL,
     OWNERSHIP,
     PAUSED,
-    POWER_OFF,
     PURGE,
     REBOOT,
     RULE,
     SILENCE,
     VERDICT,
-    overruled,
 )
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
@@ -65,73 +56,22 @@ from nodefence.engine.model import (
     AlertEvent,
     AlertStatus,
     Approval,
-    ApprovalDecision,
-    ClaimAction,
     ConfirmAction,
     Decision,
     Facts,
-    FenceAction,
     NodeFacts,
     ObserveReadyAction,
-    PowerAction,
     ProofContradictedAction,
-    Reason,
     ReleaseAction,
     UnfenceAction,
     Verdict,
 )
 from nodefence.engine.purge import select_purge
 from nodefence.engine.record import FenceEntry, Phase
-from nodefence.engine.wording import duration, instant
+from nodefence.engine.wording import instant
 from nodefence.policy import Policy, Rule
 
 RECONCILE_STATUS = "reconcile"
-
-
-@dataclass
-class _Draft:
-    """The decision being assembled: reasons accumulate in the order the guards ran."""
-
-    policy: Policy
-    now: datetime
-    alertname: str
-    fingerprint: str
-    status: str
-    clock: str = API_SERVER_CLOCK
-    node: str | None = None
-    rule: str | None = None
-    reasons: list[Reason] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.policy.dry_run:
-            self.add(
-                DRY_RUN,
-                True,
-                "dry run: nothing will be written to the cluster; actions are what would be done",
-            )
-
-    def add(self, guard: str, passed: bool, message: str) -> None:
-        self.reasons.append(Reason(guard, passed, message))
-
-    def extend(self, *reasons: Reason | None) -> None:
-        self.reasons.extend(r for r in reasons if r is not None)
-
-    def finish(
-        self, verdict: Verdict, actions: tuple[Action, ...] = (), *, confirmed_down: bool = False
-    ) -> Decision:
-        return Decision(
-            verdict=verdict,
-            node=self.node,
-            reasons=tuple(self.reasons),
-            actions=actions,
-            dry_run=self.policy.dry_run,
-            alertname=self.alertname,
-            fingerprint=self.fingerprint,
-            status=self.status,
-            rule=self.rule,
-            now=self.now,
-            node_confirmed_down=confirmed_down,
-        )
 
 
 def _exact(node: NodeFacts, entry: FenceEntry) -> bool:
@@ -140,7 +80,7 @@ def _exact(node: NodeFacts, entry: FenceEntry) -> bool:
     return taint_authorship(node, entry).ours
 
 
-def _foreign(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision:
+def _foreign(draft: Draft, node: NodeFacts, entry: FenceEntry) -> Decision:
     """A taint appeared while the entry was only claimed and nodefence did not write it: the
     claim is let go and the taint is left to whoever applied it (never confirmed, purged under
     or removed)."""
@@ -156,7 +96,7 @@ def _foreign(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision:
     )
 
 
-def _paused(draft: _Draft, facts: Facts) -> Decision | None:
+def _paused(draft: Draft, facts: Facts) -> Decision | None:
     if draft.policy.paused:
         draft.add(PAUSED, False, "nodefence is paused by the policy; nothing is done")
         return draft.finish(Verdict.SKIP)
@@ -167,7 +107,7 @@ def _paused(draft: _Draft, facts: Facts) -> Decision | None:
 
 
 def _common_preamble(
-    draft: _Draft, facts: Facts, node_name: str
+    draft: Draft, facts: Facts, node_name: str
 ) -> tuple[NodeFacts, FenceEntry | None] | Decision:
     """Checks shared by every entry point: pause, node existence, exclusion, node identity."""
     paused = _paused(draft, facts)
@@ -202,7 +142,7 @@ def _common_preamble(
 
 
 def _stop_claim(
-    draft: _Draft, node: NodeFacts | None, entry: FenceEntry | None, why: str
+    draft: Draft, node: NodeFacts | None, entry: FenceEntry | None, why: str
 ) -> Decision | None:
     """Exclusion or pause in the middle of a fence: what nodefence started is rolled back (the
     claim released, its budget slot freed) and the release says what was done to the machine.
@@ -226,7 +166,7 @@ def _stop_claim(
     return _let_go(draft, entry, f"the fence in progress was stopped ({why}); {machine_state}")
 
 
-def _let_go(draft: _Draft, entry: FenceEntry, why: str) -> Decision:
+def _let_go(draft: Draft, entry: FenceEntry, why: str) -> Decision:
     """Free the entry's budget slot without touching the node: housekeeping after which the
     caller reads and decides again. A claim whose taint never came is not remembered as a
     release (nothing was released that the flap guard should count)."""
@@ -238,9 +178,7 @@ def _let_go(draft: _Draft, entry: FenceEntry, why: str) -> Decision:
     )
 
 
-def _governing_rule(
-    policy: Policy, entry: FenceEntry, fallback: Rule | None, draft: _Draft
-) -> Rule:
+def _governing_rule(policy: Policy, entry: FenceEntry, fallback: Rule | None, draft: Draft) -> Rule:
     """The rule that fenced the node also governs its release, so a later alert with other
     labels cannot loosen the conditions; defaults apply if that rule left the policy."""
     named = policy.rule_named(entry.rule)
@@ -271,7 +209,7 @@ def decide(
     roll back at once when the guards no longer pass. ``asking_at`` is the approval requester's
     clock (``engine.approval_ask``); with it, a decision that waits for a person nobody asked
     yet holds the question to ask. None: there is no approval channel, so nobody is asked."""
-    draft = _Draft(policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock)
+    draft = Draft(policy, now, event.alertname, event.fingerprint, event.status.value, facts.clock)
     if event.fallback:
         # First, so the log line and the Event say at once that no alert brought this.
         draft.add(NO_ALERT, True, event.fallback)
@@ -308,7 +246,7 @@ def decide(
 
 def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:
     """Finish what lost or failed deliveries left on a node the fence record holds."""
-    draft = _Draft(policy, now, "", "", RECONCILE_STATUS, facts.clock)
+    draft = Draft(policy, now, "", "", RECONCILE_STATUS, facts.clock)
     draft.node = node_name
     held = facts.record.entry(node_name)
     if held is not None:
@@ -345,7 +283,7 @@ def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str
     return machine.noted(_purge_leftovers(draft, facts, node, entry, rule), facts, policy)
 
 
-def _not_ours(draft: _Draft, node: NodeFacts) -> None:
+def _not_ours(draft: Draft, node: NodeFacts) -> None:
     taint = node.out_of_service_taint
     if taint is not None:
         draft.add(
@@ -359,22 +297,13 @@ def _not_ours(draft: _Draft, node: NodeFacts) -> None:
     draft.add(OWNERSHIP, taint is None, "nodefence has not fenced this node; nothing to undo")
 
 
-def _fenced_since(draft: _Draft, entry: FenceEntry) -> None:
+def _fenced_since(draft: Draft, entry: FenceEntry) -> None:
     when = entry.fenced_at or entry.claimed_at
     draft.add(OWNERSHIP, True, f"nodefence fenced this node at {instant(when)}")
 
 
-def _claim_fresh(draft: _Draft, entry: FenceEntry) -> bool:
-    """A claim's age is known only on the API server's clock: on any other it is never judged
-    stale, since rolling back a claim another replica is still completing frees its slot."""
-    if draft.clock != API_SERVER_CLOCK:
-        return True
-    timeout = draft.policy.cluster.claim_timeout_seconds
-    return draft.now - entry.claimed_at < timedelta(seconds=timeout)
-
-
 def _half_written(
-    draft: _Draft, node: NodeFacts, entry: FenceEntry, why_not_finish: str, *, asked: bool = False
+    draft: Draft, node: NodeFacts, entry: FenceEntry, why_not_finish: str, *, asked: bool = False
 ) -> Decision | None:
     """A claimed entry whose taint is not (yet) on the node. While the claim is young another
     request is probably fencing right now; once it is older than the claim timeout (API server
@@ -386,7 +315,7 @@ def _half_written(
     if node.out_of_service_taint is not None:
         return _foreign(draft, node, entry)
     claimed = f"claimed by {entry.claimed_by or 'a replica'} at {instant(entry.claimed_at)}"
-    if _claim_fresh(draft, entry) or asked:
+    if claim_fresh(draft, entry) or asked:
         waits = "; its power-off was sent and a person is asked in Slack" if asked else ""
         draft.add(
             FENCE_IN_PROGRESS,
@@ -397,7 +326,7 @@ def _half_written(
     return _let_go(draft, entry, f"half-written fence rolled back ({claimed}; {why_not_finish})")
 
 
-def _held_taint(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision | None:
+def _held_taint(draft: Draft, node: NodeFacts, entry: FenceEntry) -> Decision | None:
     """For an entry that should have its taint on the node: None when the taint is exactly
     nodefence's; otherwise nodefence lets go of the entry and leaves the node as it is."""
     taint = node.out_of_service_taint
@@ -415,7 +344,7 @@ def _held_taint(draft: _Draft, node: NodeFacts, entry: FenceEntry) -> Decision |
 
 
 def _firing(
-    draft: _Draft,
+    draft: Draft,
     event: AlertEvent,
     facts: Facts,
     node: NodeFacts,
@@ -457,297 +386,12 @@ def _firing(
             return _purge_leftovers(
                 draft, facts, node, entry, governing or rule, own_claim=own_claim
             )
-    return _fresh(
-        draft, event, facts, node, rule, approval=approval, pending=pending, own_claim=own_claim
-    )
-
-
-def _proof_text(facts: Facts, rule: Rule, approved: Approval | None) -> str:
-    """What the fence record keeps as the reason the machine was taken to be off."""
-    fencing = rule.fencing
-    if fencing is None:
-        who = mirror.approval_text(approved) if approved is not None else "nobody"
-        return f"no proof: {who}, in place of a power-off proof (the rule has no fencing)"
-    if fencing.proof is Proof.NONE:
-        return f"{guards.NO_PROOF}: inference alone (fencing.driver none)"
-    power = facts.power
-    if power is None:
-        return ""
-    if fencing.proof is Proof.WRITTEN:
-        written = f", written at {instant(power.at)}" if power.at is not None else ""
-        return f"{power.source} said {power.detail}{written}"
-    if fencing.powers and facts.node is not None:
-        return machine.proof_text(power, machine.bound_to_node(facts.node, facts, power))
-    when = f" at {instant(power.at)}" if power.at is not None else ""
-    sent = "after nodefence powered it off, " if power.action_sent else ""
-    return f"{power.source} reported Off ({sent}read back{when})"
-
-
-def _power_step(
-    draft: _Draft, node: NodeFacts, rule: Rule, pending: FenceEntry | None
-) -> PowerAction:
-    fencing = rule.fencing
-    assert fencing is not None
-    operation = "status" if fencing.action == "verify" else "off"
-    sent_before = pending is not None and pending.power_off_sent_at is not None
-    send = operation == "off" and not sent_before
-    verb = {
-        "status": "read the machine's power state from its BMC",
-        "off": "power the machine off through its BMC and read it back until it reports Off",
-    }[operation]
-    if sent_before and pending is not None and pending.power_off_sent_at is not None:
-        verb = (
-            f"read the machine's power state (power-off already sent at "
-            f"{instant(pending.power_off_sent_at)}; never sent twice)"
-        )
-    draft.add(
-        POWER_OFF,
-        True,
-        f"proof comes from the BMC ({fencing.driver}): every other guard passed, so nodefence "
-        f"holds a budget slot and will {verb} before any taint, once the BMC has shown it "
-        "controls this node's machine",
-    )
-    claim = pending.claimed_by if pending is not None else ""
-    return PowerAction(node.name, node.uid, fencing.driver, operation, send, claim, entry=pending)
-
-
-def _fresh(
-    draft: _Draft,
-    event: AlertEvent,
-    facts: Facts,
-    node: NodeFacts,
-    rule: Rule,
-    *,
-    approval: Approval | None,
-    pending: FenceEntry | None,
-    own_claim: str,
-) -> Decision:
-    """Every guard, then the proof, then the fence. ``pending`` is a claimed entry whose taint
-    is not on yet: completing it is as safe as a new fence (the same guards, the same proof, the
-    node write's precondition), so any replica may; rolling it back is left to the request that
-    made it (``own_claim``) or to anyone once it is older than the claim timeout. While a
-    power-off it sent is not yet read back as Off, the claim is kept, so the action is never
-    sent again for this incident."""
-    policy = draft.policy
-    draft.extend(guards.trusted_clock(facts.clock))
-    draft.extend(guards.no_foreign_taint(node, ours=False))
-    s1 = guards.ready_is_not_true(node)
-    draft.extend(s1)
-    if s1.passed:
-        draft.extend(guards.not_ready_long_enough(node, facts.lease, rule, draft.now))
-    draft.extend(
-        guards.lease_is_stale(node, facts.lease, rule, draft.now),
-        guards.no_storm(facts.cluster, policy.cluster),
-        guards.storm_cooled_down(facts.cluster, policy.cluster, draft.now),
-        guards.within_fence_budget(
-            node, facts.record, policy.cluster, facts.cluster.out_of_service
-        ),
-        guards.ready_fraction_kept(node, facts.cluster, policy.cluster),
-        guards.control_plane_quorum(node, facts.cluster, facts.record, policy.cluster),
-    )
-    fencing = rule.fencing
-    ask_bmc = fencing is not None and fencing.powers and facts.power is None
-    # Without any fencing, a person's approval is the proof S10 accepts instead.
-    by_approval = fencing is None and rule.approval == "slack"
-    power = None if ask_bmc else guards.powered_off(node, facts.lease, facts.power, rule)
-    if power is not None and not (by_approval and not power.passed):
-        draft.extend(power)
-    if fencing is not None and fencing.powers:
-        # S10: the proof must come from this node's machine; judged before the BMC is asked
-        # (a target two nodes share) and on what it reported with the proof.
-        draft.extend(
-            machine.binding_reason(node, facts)
-            if facts.power is None
-            else machine.bound_to_node(node, facts, facts.power)
-        )
-    flap = guards.not_flapping(facts.record.release(node.name, node.uid), rule, draft.now)
-    draft.extend(flap)
-    if escalation.enabled(rule) and rule.approval != "slack":
-        # A person's "no" to an escalation holds for the incident, before any power step.
-        requested = facts.record.approval(node.name)
-        said_no = escalation.rejection(node, draft.fingerprint, approval, requested)
-        if said_no is not None:
-            draft.add(APPROVAL, False, said_no)
-    failed = escalation.failure(rule, node, facts)
-    blocking_now = {r.guard for r in draft.reasons if not r.passed and r.guard != FLAP}
-    if failed is not None and not all(overruled(guard) for guard in blocking_now):
-        failed = None
-    refused: Decision | None = None
-    if failed is not None:
-        # S10 escalated: this request's power step failed; only a person's approval stands in.
-        draft.extend(escalation.escalated(failed))
-        asked = escalation.asked(rule, node, failed)
-        refused = _approval(draft, rule, node, approval, flap, facts=facts, asked=asked)
-        if refused is None and approval is not None:
-            requested = facts.record.approval(node.name)
-            other = escalation.unanswered(requested, node, draft.fingerprint, failed, approval)
-            if other is not None:
-                draft.add(APPROVAL, False, other)
-                refused = draft.finish(Verdict.AWAIT_APPROVAL)
-            else:
-                draft.reasons[:] = escalation.overruled(draft.reasons, failed, approval)
-        if refused is not None and refused.verdict is Verdict.AWAIT_APPROVAL:
-            refused = dataclasses.replace(refused, asks_about=failed.subject)
-    elif any(not r.passed for r in draft.reasons if r.guard != FLAP):
-        refused = draft.finish(Verdict.NOOP)
-    elif rule.approval == "slack":
-        refused = _approval(draft, rule, node, approval, flap, facts=facts)
-    elif not flap.passed:
-        refused = draft.finish(Verdict.NOOP)
-    if refused is not None:
-        if pending is None:
-            return refused
-        blocking = {r.guard for r in refused.reasons if not r.passed}
-        # A machine not read back as Off yet says nothing of whose it is either: while only the
-        # proof is missing, the claim is kept so the power-off is never sent twice.
-        powering = pending.power_off_sent_at is not None and POWER_OFF in blocking
-        # An escalation waiting for its answer is still only the proof missing.
-        waiting = {APPROVAL} if refused.verdict is Verdict.AWAIT_APPROVAL else set()
-        powering = powering and blocking <= {POWER_OFF, MACHINE_IDENTITY, *waiting}
-        # An escalation whose power-off went out keeps its claim while a person is asked, however
-        # long they take: the answer must never send the power-off again.
-        answering = escalation.awaits_person(pending, node, facts, draft.now)
-        fresh = _claim_fresh(draft, pending) or (powering and failed is not None) or answering
-        if fresh and (powering or pending.claimed_by != own_claim):
-            return refused
-        why = f"the claimed fence was rolled back: {refused.summary}"
-        rollback = ReleaseAction(node.name, node.uid, why, pending.claimed_by, remember=False)
-        return dataclasses.replace(refused, actions=(rollback,))
-
-    approved = approval if rule.approval == "slack" or failed is not None else None
-    proof = _proof_text(facts, rule, approved)
-    if failed is not None and approval is not None:
-        proof = escalation.proof_text(failed, approval)
-    if by_approval and power is not None and not power.passed:
-        draft.add(POWER_OFF, True, proof)
-    effect = rule.taint_effect
-    claim = pending or FenceEntry(
-        node=node.name,
-        uid=node.uid,
-        phase=Phase.CLAIMED,
-        claimed_at=draft.now,
-        rule=rule.name,
-        alertname=event.alertname,
-        fingerprint=event.fingerprint,
-        boot_id=node.boot_id,
-        effect=effect,
-        control_plane=node.is_control_plane,
-        approval=mirror.approval_text(approved) if approved is not None else "",
-        # What the incident's recovery is measured from and waits for (``engine.recovery``).
-        silent_since=recovery.last_sign_of_life(node, facts.lease),
-        held=recovery.held_pods(node.name, facts.pods),
-    )
-    if ask_bmc:
-        step = _power_step(draft, node, rule, pending)
-        claiming: tuple[Action, ...] = ()
-        if pending is None:
-            claiming = (ClaimAction(claim, facts.record.resource_version),)
-        draft.add(VERDICT, True, f"fencing node {node.name}: proof first")
-        return draft.finish(Verdict.FENCE, (*claiming, step), confirmed_down=True)
-    approved_by = mirror.approval_text(approved) if approved is not None else ""
-    claim = dataclasses.replace(claim, proof=proof, approval=approved_by or claim.approval)
-    fence = FenceAction(
-        node.name,
-        node.uid,
-        node.resource_version,
-        claim.effect,
-        mirror.fence_annotations(claim),
-        time_added=draft.now,
-    )
-    purges, purge_reason = select_purge(node, facts.pods, rule.purge)
-    draft.extend(purge_reason)
-    unproven = (guards.NO_PROOF, escalation.NO_PROOF)
-    draft.add(
-        VERDICT,
-        True,
-        f"all guards passed: fencing node {node.name} with the out-of-service taint "
-        # A proof text that says "no proof" is not introduced as a proof.
-        f"({claim.effect}); " + (proof if proof.startswith(unproven) else f"proof: {proof}"),
-    )
-    if pending is None:
-        steps: tuple[Action, ...] = (
-            ClaimAction(claim, facts.record.resource_version),
-            fence,
-            ConfirmAction(node.name, node.uid, proof=proof, approval=approved_by),
-        )
-    else:
-        confirm = ConfirmAction(
-            node.name, node.uid, pending.claimed_by, proof=proof, approval=approved_by
-        )
-        steps = (fence, confirm)
-    fenced = draft.finish(Verdict.FENCE, (*steps, *purges), confirmed_down=True)
-    return volumes.decided(fenced, facts, cleanup_allowed=rule.volume_attachment_cleanup)
-
-
-def _approval(
-    draft: _Draft,
-    rule: Rule,
-    node: NodeFacts,
-    approval: Approval | None,
-    flap: Reason,
-    *,
-    facts: Facts,
-    asked: str = "",
-) -> Decision | None:
-    """None when a valid approval lets the fence proceed; otherwise the waiting or refused
-    decision. A person's approval also overrides the flap guard: that is what it is asked for.
-    A rejection counts only as the fence record holds it (S12: the node's annotations could
-    say anything)."""
-    asked = (asked or f"rule {rule.name!r} requires approval in Slack") + (
-        "" if flap.passed else " (the node may be flapping)"
-    )
-    requested = facts.record.approval(node.name)
-    rejected = approval_request.rejection_of(requested, node, draft.fingerprint)
-    if rejected is not None:
-        # Whatever button is pressed next (a second approver, an old message): a rejection
-        # holds for its incident; a new outage is asked again.
-        later = f"; the answer from {approval.user} does not undo it" if approval else ""
-        draft.add(APPROVAL, False, f"fencing was {rejected} for this incident{later}")
-        return draft.finish(Verdict.NOOP)
-    if approval is None:
-        when = _asked_when(requested, node, draft)
-        draft.add(APPROVAL, False, f"{asked}; none given yet{when}")
-        return draft.finish(Verdict.AWAIT_APPROVAL)
-    if approval.node_uid != node.uid:
-        draft.add(
-            APPROVAL,
-            False,
-            f"{asked}; the answer from {approval.user} was for node UID {approval.node_uid}, "
-            f"not this node (UID {node.uid})",
-        )
-        return draft.finish(Verdict.AWAIT_APPROVAL)
-    age = draft.now - approval.at
-    if age > timedelta(seconds=rule.approval_timeout_seconds) or age < timedelta(0):
-        draft.add(
-            APPROVAL,
-            False,
-            f"{asked}; the answer from {approval.user} at {instant(approval.at)} is not within "
-            f"the last {duration(rule.approval_timeout_seconds)}",
-        )
-        return draft.finish(Verdict.AWAIT_APPROVAL)
-    if approval.decision == ApprovalDecision.REJECT:
-        draft.add(
-            APPROVAL, False, f"fencing was rejected by {approval.user} at {instant(approval.at)}"
-        )
-        return draft.finish(Verdict.NOOP)
-    draft.add(APPROVAL, True, f"approved by {approval.user} at {instant(approval.at)}")
-    return None
-
-
-def _asked_when(
-    requested: approval_request.ApprovalRequest | None, node: NodeFacts, draft: _Draft
-) -> str:
-    """When the fence record says this incident's question went out, for the waiting reason."""
-    incident = approval_request.Incident.of(node, draft.fingerprint)
-    if requested is None or not requested.posted or requested.incident != incident:
-        return ""
-    if requested.requested_at is None:
-        return ""
-    return f" (asked in Slack at {instant(requested.requested_at)})"
+    screen = fence_path.Screen(draft, event, facts, node, rule, approval, pending, own_claim)
+    return fence_path.fence(screen)
 
 
 def _purge_leftovers(
-    draft: _Draft,
+    draft: Draft,
     facts: Facts,
     node: NodeFacts,
     entry: FenceEntry,
@@ -769,7 +413,7 @@ def _purge_leftovers(
 
 
 def _leftovers(
-    draft: _Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+    draft: Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
 ) -> Decision:
     confirm: tuple[Action, ...] = ()
     if entry.phase is Phase.CLAIMED:
@@ -814,7 +458,7 @@ def _leftovers(
 
 
 def _resolved(
-    draft: _Draft, event: AlertEvent, facts: Facts, node: NodeFacts, entry: FenceEntry | None
+    draft: Draft, event: AlertEvent, facts: Facts, node: NodeFacts, entry: FenceEntry | None
 ) -> Decision:
     if entry is None:
         _not_ours(draft, node)
@@ -836,7 +480,7 @@ def _resolved(
 
 
 def _unfence(
-    draft: _Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
+    draft: Draft, facts: Facts, node: NodeFacts, entry: FenceEntry, rule: Rule
 ) -> Decision:
     audited = audit.contradiction(node, entry, rule)
     if audited is not None:

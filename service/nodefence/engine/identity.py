@@ -330,50 +330,78 @@ def judge(
         )
     said = reported.value.strip()
     if binding.expected:
-        spellings = [said, *(a.strip() for a in reported.aliases if a.strip())]
-        against = contradicted(
-            binding.expected,
-            uuid_basis=reported.basis == SYSTEM_UUID,
-            agent=reported.agent,
-            system_uuid=system_uuid,
-            provider_id=provider_id,
-            listed=tuple(spellings) if reported.basis == PLUG else (),
-        )
-        if against:
-            return Judgement(False, f"configuration error: node {node}: {against}")
-        shown = said + "".join(f" ({alias})" for alias in spellings[1:])
-        if any(same_identity(binding.expected, name) for name in spellings):
-            return Judgement(
-                True,
-                f"identity matched: {reported.source} reports {shown}, the identity the BMC "
-                f"inventory gives node {node}" + _also_named(spellings, node, provider_id),
-            )
-        return Judgement(
-            False,
-            f"identity mismatch: {reported.source} reports {shown}, but the BMC inventory says "
-            f"node {node}'s machine is {binding.expected}: it controls another machine",
+        return _against_stated(
+            binding, reported, said, node=node, system_uuid=system_uuid, provider_id=provider_id
         )
     if reported.basis == PLUG:
-        plug = expected_plug(reported.agent, provider_id)
-        if plug is None:
-            where = f"providerID {provider_id!r}" if provider_id else "no providerID"
-            return Judgement(
-                False,
-                f"node {node} has {where}, from which no {agent_name(reported.agent) or 'agent'} "
-                "plug can be derived, and the BMC inventory names no identity: set identity "
-                "(or identity: unchecked) for it",
-            )
-        if same_identity(plug, said):
-            return Judgement(
-                True,
-                f"identity matched: {reported.source} acts on {said}, the instance in node "
-                f"{node}'s providerID {provider_id}",
-            )
+        return _against_plug(reported, said, node, provider_id)
+    return _against_uuid(reported, said, node, system_uuid, uuid_shared_with)
+
+
+def _against_stated(
+    binding: MachineBinding,
+    reported: Reported,
+    said: str,
+    *,
+    node: str,
+    system_uuid: str,
+    provider_id: str,
+) -> Judgement:
+    """The identity the BMC inventory states for the node, against what the target reports
+    (any of its spellings) and against what the Node itself says."""
+    spellings = [said, *(a.strip() for a in reported.aliases if a.strip())]
+    against = contradicted(
+        binding.expected,
+        uuid_basis=reported.basis == SYSTEM_UUID,
+        agent=reported.agent,
+        system_uuid=system_uuid,
+        provider_id=provider_id,
+        listed=tuple(spellings) if reported.basis == PLUG else (),
+    )
+    if against:
+        return Judgement(False, f"configuration error: node {node}: {against}")
+    shown = said + "".join(f" ({alias})" for alias in spellings[1:])
+    if any(same_identity(binding.expected, name) for name in spellings):
+        return Judgement(
+            True,
+            f"identity matched: {reported.source} reports {shown}, the identity the BMC "
+            f"inventory gives node {node}" + _also_named(spellings, node, provider_id),
+        )
+    return Judgement(
+        False,
+        f"identity mismatch: {reported.source} reports {shown}, but the BMC inventory says "
+        f"node {node}'s machine is {binding.expected}: it controls another machine",
+    )
+
+
+def _against_plug(reported: Reported, said: str, node: str, provider_id: str) -> Judgement:
+    """A fence agent's plug, against the instance the Node's providerID names."""
+    plug = expected_plug(reported.agent, provider_id)
+    if plug is None:
+        where = f"providerID {provider_id!r}" if provider_id else "no providerID"
         return Judgement(
             False,
-            f"identity mismatch: {reported.source} acts on {said}, but node {node}'s "
-            f"providerID {provider_id} names {plug}: it controls another machine",
+            f"node {node} has {where}, from which no {agent_name(reported.agent) or 'agent'} "
+            "plug can be derived, and the BMC inventory names no identity: set identity "
+            "(or identity: unchecked) for it",
         )
+    if same_identity(plug, said):
+        return Judgement(
+            True,
+            f"identity matched: {reported.source} acts on {said}, the instance in node "
+            f"{node}'s providerID {provider_id}",
+        )
+    return Judgement(
+        False,
+        f"identity mismatch: {reported.source} acts on {said}, but node {node}'s "
+        f"providerID {provider_id} names {plug}: it controls another machine",
+    )
+
+
+def _against_uuid(
+    reported: Reported, said: str, node: str, system_uuid: str, uuid_shared_with: tuple[str, ...]
+) -> Judgement:
+    """A BMC's system UUID, against the Node's systemUUID, which only one Node may report."""
     if not system_uuid.strip():
         return Judgement(
             False,

@@ -247,17 +247,7 @@ def decide_release(
     if entry is None:
         return finish(Verdict.SKIP)
     if node is None or node.uid != entry.uid:
-        # S9: the fence was of a node object that is gone; a new one of the same name is not
-        # touched.
-        note = (
-            f"node {name} no longer exists"
-            if node is None
-            else f"node {name} was re-created (UID {node.uid}; the fence was of UID "
-            f"{entry.uid}) and is left as it is"
-        )
-        only = (note + "; only the record entry is dropped",)
-        action = ReleaseFenceAction(name, entry.uid, why=request.why, same_node=False, notes=only)
-        return finish(Verdict.UNFENCE, action)
+        return finish(Verdict.UNFENCE, _entry_only(name, entry, node, request.why))
     judged = own_taint(node, entry)
     reasons.append(judged)
     if not judged.passed:
@@ -273,19 +263,38 @@ def decide_release(
     reasons.append(asked)
     if not asked.passed:
         return finish(Verdict.SKIP)
+    return finish(Verdict.UNFENCE, _whole(node, entry, request.why, own=own, not_ready=not_ready))
+
+
+def _entry_only(
+    name: str, entry: FenceEntry, node: NodeFacts | None, why: str
+) -> ReleaseFenceAction:
+    """S9: the fence was of a node object that is gone; a new one of the same name is not
+    touched, only the record entry is dropped."""
+    note = (
+        f"node {name} no longer exists"
+        if node is None
+        else f"node {name} was re-created (UID {node.uid}; the fence was of UID "
+        f"{entry.uid}) and is left as it is"
+    )
+    only = (note + "; only the record entry is dropped",)
+    return ReleaseFenceAction(name, entry.uid, why=why, same_node=False, notes=only)
+
+
+def _whole(
+    node: NodeFacts, entry: FenceEntry, why: str, *, own: bool, not_ready: str
+) -> ReleaseFenceAction:
+    """nodefence's taint (``own``: still on), its annotations and the record entry."""
     notes = tuple(
         sorted(k for k in node.annotations if k.startswith(PREFIX) and k != EXCLUDE_LABEL)
     )
-    return finish(
-        Verdict.UNFENCE,
-        ReleaseFenceAction(
-            name,
-            entry.uid,
-            resource_version=node.resource_version,
-            effect=entry.effect if own else "",
-            remove_annotations=notes,
-            why=request.why,
-            not_ready=not_ready,
-            notes=() if own else ("its out-of-service taint was already removed",),
-        ),
+    return ReleaseFenceAction(
+        node.name,
+        entry.uid,
+        resource_version=node.resource_version,
+        effect=entry.effect if own else "",
+        remove_annotations=notes,
+        why=why,
+        not_ready=not_ready,
+        notes=() if own else ("its out-of-service taint was already removed",),
     )

@@ -25,6 +25,7 @@ from nodefence.engine.guard_kinds import VOLUMES as GUARD
 from nodefence.engine.model import (
     Decision,
     Facts,
+    NodeFacts,
     Reason,
     ReleaseVolumeAttachmentAction,
     VolumeAttachmentFacts,
@@ -164,24 +165,7 @@ def plan_volume_release(
         return VolumePlan((), Reason(GUARD, True, f"no volume is attached to {node.name}"))
     names = ", ".join(a.persistent_volume for a in mine[:5]) + (" ..." if len(mine) > 5 else "")
     if not cleanup_allowed:
-        # What to do first, whole: the command survives wherever the message is cut.
-        return VolumePlan(
-            (),
-            Reason(
-                GUARD,
-                False,
-                f"VOLUMES NOT RELEASED: {len(mine)} VolumeAttachment(s) are still attached to "
-                f"{node.name}; once its machine is known to be off, release them: "
-                f"`{release_command(node.name, mine)}`.{_WHY}they are {_listed(mine)}. "
-                f"Kubernetes {version} detaches the volumes of an out-of-service node only with "
-                "the NodeOutOfServiceVolumeDetach feature gate, which the API does not show: "
-                "unless it is on, pods that use them cannot start on another node (Multi-Attach "
-                "errors) until they go (nodefence_volumes_unreleased shows whether they do). The "
-                "policy does not let nodefence delete them (volume_attachment_cleanup: true "
-                "would, once the node's pods are gone)",
-            ),
-            kept=mine,
-        )
+        return _not_allowed(node, mine, version)
     still_used = [p for p in facts.pods if p.has_pvc and p.node_name == node.name]
     if still_used:
         return VolumePlan(
@@ -203,4 +187,27 @@ def plan_volume_release(
             f"Kubernetes {version} may not detach volumes of an out-of-service node; deleting "
             f"{len(mine)} VolumeAttachment(s) of {node.name} ({names}) now that its pods are gone",
         ),
+    )
+
+
+def _not_allowed(
+    node: NodeFacts, mine: tuple[VolumeAttachmentFacts, ...], version: str
+) -> VolumePlan:
+    """What to do first, whole: the command survives wherever the message is cut."""
+    return VolumePlan(
+        (),
+        Reason(
+            GUARD,
+            False,
+            f"VOLUMES NOT RELEASED: {len(mine)} VolumeAttachment(s) are still attached to "
+            f"{node.name}; once its machine is known to be off, release them: "
+            f"`{release_command(node.name, mine)}`.{_WHY}they are {_listed(mine)}. "
+            f"Kubernetes {version} detaches the volumes of an out-of-service node only with "
+            "the NodeOutOfServiceVolumeDetach feature gate, which the API does not show: "
+            "unless it is on, pods that use them cannot start on another node (Multi-Attach "
+            "errors) until they go (nodefence_volumes_unreleased shows whether they do). The "
+            "policy does not let nodefence delete them (volume_attachment_cleanup: true "
+            "would, once the node's pods are gone)",
+        ),
+        kept=mine,
     )
