@@ -2,10 +2,11 @@
 Docker daemon to run it in (``tools/image/dockerd.sh``).
 
 The image is built once per test session by the same script ``make image`` runs, with its cache:
-seconds when nothing changed. The daemon is then started for the session under the lock the build
-takes too (``.cache/docker/lock``), so that no build stops it while a test runs a container, and
-stopped at the end. Without Debian's docker.io, debootstrap or socat, or without root (dockerd
-needs it), the tests skip; under CI (``CI`` set) they fail, since ``.ci/run`` installs them all.
+seconds when nothing changed. The daemon is then started for the tests of a module under the lock
+the build takes too (``.cache/docker/lock``), so that no build stops it while a test runs a
+container, and stopped after them. Without Debian's docker.io, debootstrap or socat, or without
+root (dockerd needs it), the tests skip; under CI (``CI`` set) they fail, since ``.ci/run``
+installs them all.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "docker"
 # Debian's docker CLI, which matches its daemon (another docker on PATH may be newer).
 DOCKER = "/usr/bin/docker"
-# A cold build makes the stand-in base and installs every package: minutes, on a busy machine more.
+# A cold build makes the stand-in base and installs every package: minutes, on a busy machine
+# more; another build or module of image tests may hold the daemon's lock meanwhile.
 BUILD_TIMEOUT = 1800.0
 LOCK_TIMEOUT = 1800.0
+# For the test that builds the image and waits for the daemon, in its setup.
+SETUP_TIMEOUT = int(BUILD_TIMEOUT + LOCK_TIMEOUT + 300)
 
 
 def _missing() -> str | None:
@@ -96,7 +100,8 @@ def _lock(path: Path) -> int:
 
 
 @pytest.fixture(scope="session")
-def docker() -> Iterator[Docker]:
+def image() -> str:
+    """The image reference ``make image``'s script prints last, built once per session."""
     missing = _missing()
     if missing is not None:
         if os.environ.get("CI"):
@@ -111,7 +116,12 @@ def docker() -> Iterator[Docker]:
         cwd=REPO,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-5000:]
-    image = build.stdout.strip().splitlines()[-1]
+    return build.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def docker(image: str) -> Iterator[Docker]:
+    """The daemon, for the module's tests only: a build waits on its lock meanwhile."""
     fd = _lock(CACHE / "lock")
     dockerd = str(REPO / "tools" / "image" / "dockerd.sh")
     try:

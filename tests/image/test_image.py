@@ -20,10 +20,12 @@ from tests.fencing.tls_front import tls_front
 
 import nodefence
 
-from .conftest import Docker
+from .conftest import SETUP_TIMEOUT, Docker
 
 TOKEN = "image-test-token-0123456789abcdefghij"
 UID = 10001
+# The first test's setup builds the image: a cold build takes minutes.
+pytestmark = pytest.mark.timeout(SETUP_TIMEOUT)
 # The mounts the container runtime adds (Kubernetes does too): not the image's.
 RUNTIME_MOUNTS = {"/dev/shm", "/dev/mqueue"}
 # Every directory and regular file the user can write to, /proc and /sys aside: run inside the
@@ -138,6 +140,8 @@ def test_check_config_offline_reads_its_mounted_files_and_finds_the_agent(
     report = json.loads(done.stdout)
     assert report["settings"]["alert_token"] == "********"
     assert report["policy"]["rules"][0]["fencing"]["driver"] == "fence-agent"
+    # The agent the inventory names, found in the image (a missing one fails check-config).
+    assert report["bmc_inventory"]["nodes"]["compute01"]["agent"] == "/usr/sbin/fence_redfish"
     assert not report["reachability"]["checked"]
     assert TOKEN not in done.stdout + done.stderr
     assert "bmc-Pa55" not in done.stdout + done.stderr
