@@ -197,7 +197,9 @@ async def read_machine_uuid(
         said = await reader.identity(timeout)
     finally:
         await reader.close()
-    detail = f"{how} read at {said.source}: {said.detail}" if said.detail else ""
+    # The cause first and without the address, which ``source`` already names: the record
+    # keeps a bounded detail (``engine.caps``), and a long URL must not push the cause out.
+    detail = f"{how} not read: {said.detail}" if said.detail else ""
     return Reported(said.value, source, basis=SYSTEM_UUID, agent=agent, detail=detail)
 
 
