@@ -73,7 +73,9 @@ async def test_half_written_fence_is_completed_without_a_reconcile_request(
     others, on_node = pod_uids_off(cluster, NODE), names_on(cluster, NODE)
     cursor = cluster.faults.cursor
     cluster.faults.fail(None, status=500, verbs=("update",), path=RECORD_PATH)
-    async with serving(cluster, interval=3600, deadline=3) as first:
+    # The deadline leaves a busy machine time to write the claim and the taint; the record's
+    # confirmation then fails until it runs out.
+    async with serving(cluster, interval=3600, deadline=10) as first:
         answer = await first.post("/alerts", firing(NODE))
     assert answer == 503
     cluster.faults.clear()
