@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from nodefence.engine.cached import CACHED
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
@@ -19,6 +21,8 @@ from pipeline.cache_support import following, freeze, writes_since
 from pipeline.harness import firing, inference, oos_taints, start_receiver
 
 from .conftest import Starter, alert, poll
+
+pytestmark = pytest.mark.invariant("S1")
 
 NODE = "compute01"
 CATCH_UP_SECONDS = 120

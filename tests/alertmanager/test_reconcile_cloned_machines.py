@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from fencing.identity_support import NODE, OTHER, POLICY, inventory, kill, record_entries
@@ -23,6 +24,8 @@ from nodefence_sim.testing import SimulatorHandle, running_simulator
 from pipeline.harness import node_events, oos_taints
 
 from .conftest import Starter, alert
+
+pytestmark = pytest.mark.invariant("S10")
 
 
 async def reconcile(cluster: SimulatorHandle, tmp_path: Path, bmcs: Path, am_url: str) -> Any:

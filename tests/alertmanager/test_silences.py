@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from bench.processes import Processes
 
@@ -326,6 +327,7 @@ async def test_explain_previews_the_fallbacks_decision(
     assert silence_id in held["message"], held
 
 
+@pytest.mark.invariant("S8")
 async def test_a_dry_run_keeps_the_silences_it_reads_to_itself(
     tmp_path: Path, start_alertmanager: Starter
 ) -> None:

@@ -18,6 +18,8 @@ from bench.processes import eventually, free_port, processes
 
 from .operator_support import INFERENCE_POLICY, TOKEN, Cluster, start_cluster
 
+pytestmark = pytest.mark.invariant("S8")
+
 READS = frozenset({"GET", "HEAD"})
 
 

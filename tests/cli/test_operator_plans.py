@@ -186,6 +186,7 @@ def test_a_pause_set_by_hand_is_dated_by_the_server_stamp_on_its_write() -> None
     assert state.by == ""
 
 
+@pytest.mark.invariant("S4")
 def test_a_lookalike_taint_someone_else_wrote_is_refused() -> None:
     """S4: same key, value and effect, but not the timeAdded of nodefence's own write (someone
     removed nodefence's taint and applied theirs): not nodefence's to remove."""

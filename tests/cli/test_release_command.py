@@ -236,6 +236,7 @@ def test_the_entry_of_a_deleted_node_is_dropped_and_nothing_else_touched(
     assert all(e["reason"] != "FenceReleased" for e in cluster.node_events(NODE))
 
 
+@pytest.mark.invariant("S4")
 def test_a_lookalike_taint_an_administrator_reapplied_is_refused(fenced: Cluster) -> None:
     """S4: the administrator took nodefence's taint off and put the same one back by hand;
     it looks the same, but the API server's record of the write says it is theirs."""

@@ -294,6 +294,7 @@ def test_example_inventory_secret_is_valid_and_never_applied(tmp_path: Path) -> 
         assert EXAMPLE.name not in entries, kustomization
 
 
+@pytest.mark.invariant("S10")
 def test_shipped_policy_fences_only_with_proof() -> None:
     """The shipped policy makes the S10 choice explicitly: its default rule proves power-off
     through a BMC, and no rule is left to fence on inference alone."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
 from engine_factories import NODE, NOW, UID, ago, entry, facts, node, policy, record
 from engine_strategies import PROFILE, UIDS, all_facts
 from hypothesis import given
@@ -70,6 +71,7 @@ def _decisions(facts_: Facts, asked: engine_answer.Answer) -> list[Decision]:
     return [first, after]
 
 
+@pytest.mark.invariant("S7")
 @PROFILE
 @given(cases())
 def test_an_answer_to_a_node_fenced_already_changes_nothing(
@@ -85,6 +87,7 @@ def test_an_answer_to_a_node_fenced_already_changes_nothing(
         assert first.reasons[0].guard == engine_answer.NOT_FENCED
 
 
+@pytest.mark.invariant("S9")
 @PROFILE
 @given(cases())
 def test_a_rejection_is_written_only_for_the_node_object_it_was_about(
@@ -117,6 +120,7 @@ def test_a_rejection_is_written_only_for_the_node_object_it_was_about(
                 assert action.node_uid == asked.approval.node_uid
 
 
+@pytest.mark.invariant("S12")
 @PROFILE
 @given(cases())
 def test_an_approval_applies_only_where_no_recorded_rejection_holds(
@@ -141,6 +145,7 @@ def test_an_approval_applies_only_where_no_recorded_rejection_holds(
     assert engine_answer.applies(again)
 
 
+@pytest.mark.invariant("S8")
 @PROFILE
 @given(cases())
 def test_a_dry_run_decides_the_same_and_is_marked_so(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from engine_factories import NODE, NOW
 from engine_strategies import FORMER_APPROVAL_KEYS, PROFILE, UIDS, Case, all_decisions, cases
 from hypothesis import given
@@ -31,6 +32,8 @@ from nodefence.engine.model import (
     Verdict,
 )
 from nodefence.engine.record import FenceRecord, with_approval, without_approval
+
+pytestmark = pytest.mark.invariant("S12")
 
 APPROVAL_KEYS = (mirror.APPROVAL, *FORMER_APPROVAL_KEYS)
 words = st.sampled_from(

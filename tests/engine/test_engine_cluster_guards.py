@@ -89,6 +89,7 @@ def test_recorded_rejection_holds_for_the_incident_only() -> None:
     assert new_outage.verdict is Verdict.AWAIT_APPROVAL
 
 
+@pytest.mark.invariant("S12")
 def test_a_rejection_on_the_node_is_not_honoured() -> None:
     """S12: a node can write its annotations, so a rejection there is only words."""
     notes = {

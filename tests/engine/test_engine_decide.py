@@ -258,6 +258,7 @@ def test_first_matching_rule_applies() -> None:
 # --- S1 and the NotReady duration ---------------------------------------------------------------
 
 
+@pytest.mark.invariant("S1")
 def test_s1_ready_node_is_never_fenced() -> None:
     d = decide(event(), facts(node(ready="True")), policy(), NOW)
     assert (d.verdict, d.actions) == (Verdict.NOOP, ())
@@ -304,6 +305,7 @@ def test_missing_transition_time_blocks() -> None:
 # --- S2 ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S2")
 def test_s2_recently_renewed_lease_blocks() -> None:
     d = decide(event(), facts(node(since=1200), lease_age=30), policy(), NOW)
     assert "lease" in blocked(d)
@@ -311,6 +313,7 @@ def test_s2_recently_renewed_lease_blocks() -> None:
     assert "within the 2m0s staleness window" in message(d, "lease")
 
 
+@pytest.mark.invariant("S2")
 def test_s2_lease_renewed_in_future_blocks() -> None:
     d = decide(event(), facts(lease_age=-30), policy(), NOW)
     assert "lease" in blocked(d)
@@ -335,6 +338,7 @@ def test_lease_without_server_stamp_blocks() -> None:
 # --- S11: the API server's clock -------------------------------------------------------------
 
 
+@pytest.mark.invariant("S11")
 def test_s11_kubelet_clock_ten_minutes_behind_is_still_alive() -> None:
     """renewTime 10 minutes old (the kubelet's clock runs behind) and a Ready transition it
     stamped 20 minutes ago, but the API server saw the Lease renewed 5 s ago: a live kubelet."""
@@ -348,6 +352,7 @@ def test_s11_kubelet_clock_ten_minutes_behind_is_still_alive() -> None:
     assert not d.node_confirmed_down
 
 
+@pytest.mark.invariant("S11")
 def test_s11_kubelet_clock_ahead_neither_saves_nor_dooms_a_node() -> None:
     """renewTime 10 minutes in the future: judged on the server stamp alone, a dead kubelet is
     fenced and a live one is not."""
@@ -358,6 +363,7 @@ def test_s11_kubelet_clock_ahead_neither_saves_nor_dooms_a_node() -> None:
     assert "lease" in blocked(alive)
 
 
+@pytest.mark.invariant("S11")
 @pytest.mark.parametrize("skew", [-600, 600])
 def test_s11_nodefence_clock_off_by_ten_minutes_fences_nothing(skew: float) -> None:
     """Without the API server's Date, ``now`` is nodefence's own clock; ten minutes fast it
@@ -370,6 +376,7 @@ def test_s11_nodefence_clock_off_by_ten_minutes_fences_nothing(skew: float) -> N
     assert "liveness cannot be judged" in message(d, "clock")
 
 
+@pytest.mark.invariant("S11")
 def test_s11_untrusted_clock_blocks_unfence_and_purge() -> None:
     untrusted = "nodefence's own clock"
     healthy = replace(recovered(), clock=untrusted)
@@ -385,6 +392,7 @@ def test_s11_untrusted_clock_blocks_unfence_and_purge() -> None:
     assert (d.verdict, d.actions, d.node_confirmed_down) == (Verdict.NOOP, (), False)
 
 
+@pytest.mark.invariant("S3", "S11")
 def test_s11_untrusted_clock_never_rolls_back_another_replicas_claim() -> None:
     """On nodefence's own clock (ten minutes fast here) a claim another replica made a moment
     ago looks stale; rolling it back would free its budget slot while that replica is still
@@ -403,6 +411,7 @@ def test_s11_untrusted_clock_never_rolls_back_another_replicas_claim() -> None:
 # --- S3, storm, control plane ------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S3")
 def test_s3_budget_exhausted_blocks() -> None:
     f = facts(record_=record(entry(node_name="worker-2", uid="uid-worker-2")))
     d = decide(event(), f, policy(), NOW)
@@ -410,6 +419,7 @@ def test_s3_budget_exhausted_blocks() -> None:
     assert "worker-2" in message(d, "fence-budget")
 
 
+@pytest.mark.invariant("S3")
 def test_s3_unreadable_entries_count_against_the_budget() -> None:
     """An entry nobody can read is no proof that its slot is free."""
     f = facts(record_=record(unreadable=("fence.worker-2",)))
@@ -420,6 +430,7 @@ def test_s3_unreadable_entries_count_against_the_budget() -> None:
     assert roomy.verdict == Verdict.FENCE
 
 
+@pytest.mark.invariant("S3")
 def test_s3_a_claim_in_progress_elsewhere_spends_a_slot() -> None:
     """A slot is spent from the moment it is claimed, before any taint exists."""
     in_progress = entry(node_name="worker-2", uid="uid-2", phase=Phase.CLAIMED, claimed=10)
@@ -427,12 +438,14 @@ def test_s3_a_claim_in_progress_elsewhere_spends_a_slot() -> None:
     assert blocked(d) == ["fence-budget"]
 
 
+@pytest.mark.invariant("S3")
 def test_s3_ready_fraction_blocks() -> None:
     f = facts(cluster_=cluster(total_nodes=4, ready_nodes=2))
     d = decide(event(), f, policy(cluster={"storm_not_ready_fraction": 0.9}), NOW)
     assert blocked(d) == ["ready-fraction"]
 
 
+@pytest.mark.invariant("S3")
 def test_s3_ready_fraction_counts_only_schedulable_ready_nodes() -> None:
     """Three of four nodes are Ready, but two of them are cordoned or out of service: only one
     could take the fenced node's workloads."""
@@ -620,6 +633,7 @@ def test_taint_removed_by_someone_else_is_let_go_then_flap_guarded() -> None:
     assert (again.verdict, blocked(again), again.actions) == (Verdict.NOOP, ["flap"], ())
 
 
+@pytest.mark.invariant("S4")
 @pytest.mark.parametrize(
     "taken_over",
     [
@@ -778,6 +792,7 @@ def test_claim_meeting_someone_elses_taint_is_let_go() -> None:
 # --- S9 ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S9")
 def test_s9_recreated_node_lets_go_of_the_old_entry_and_inherits_nothing() -> None:
     f = facts(fenced_node(uid="uid-new"), held=entry(uid="uid-old"), pods=(pod("db-0"),))
     d = decide(event(), f, policy(), NOW)
@@ -793,6 +808,7 @@ def test_s9_recreated_node_lets_go_of_the_old_entry_and_inherits_nothing() -> No
     assert "foreign-taint" in blocked(again)
 
 
+@pytest.mark.invariant("S9")
 def test_s9_release_of_the_old_node_object_does_not_trigger_flap_guard() -> None:
     d = decide(event(), released(60, uid="uid-old"), policy(), NOW)
     assert d.verdict == Verdict.FENCE
@@ -807,6 +823,7 @@ def forged(the_node_uid: str = UID) -> dict[str, str]:
     return {**mirror.fence_annotations(claim), mirror.APPROVAL: "approved by mallory"}
 
 
+@pytest.mark.invariant("S12")
 def test_s12_forged_mirror_on_an_admins_taint_is_never_unfenced() -> None:
     """The admin's taint with a perfect copy of nodefence's annotations beside it, on a
     healthy node: the record holds nothing, so nothing is removed, on any path."""
@@ -820,6 +837,7 @@ def test_s12_forged_mirror_on_an_admins_taint_is_never_unfenced() -> None:
         assert "never removed by nodefence" in message(d, "ownership")
 
 
+@pytest.mark.invariant("S12")
 def test_s12_forged_mirror_is_never_counted_as_ours() -> None:
     """A firing alert for a dead node with the admin's taint and forged annotations: the taint
     is foreign, so it is neither taken over nor purged under."""
@@ -829,6 +847,7 @@ def test_s12_forged_mirror_is_never_counted_as_ours() -> None:
     assert blocked(d) == ["foreign-taint"]
 
 
+@pytest.mark.invariant("S12")
 def test_s12_the_mirror_neither_spends_nor_frees_a_slot() -> None:
     """Forged annotations on a node without a taint make it no holder (it is fenced as any
     other); a fenced node that wipes its own mirror still holds its slot and its fence."""
@@ -882,6 +901,7 @@ def test_unfence_removes_the_recorded_effect() -> None:
     assert action.effect == "NoSchedule"
 
 
+@pytest.mark.invariant("S4")
 def test_s4_foreign_taint_is_never_removed() -> None:
     admin = Taint(OUT_OF_SERVICE_KEY, "NoExecute", "nodeshutdown")
     d = decide(
@@ -894,6 +914,7 @@ def test_s4_foreign_taint_is_never_removed() -> None:
     assert "never removed" in message(d, "ownership")
 
 
+@pytest.mark.invariant("S5")
 def test_s5_healthy_delay() -> None:
     d = decide(event(RESOLVED), recovered(since=60), policy(), NOW)
     assert (d.verdict, blocked(d), d.actions) == (
@@ -907,6 +928,7 @@ def test_s5_healthy_delay() -> None:
     assert (not_ready.verdict, not_ready.actions) == (Verdict.DEFERRED, ())
 
 
+@pytest.mark.invariant("S5", "S11")
 def test_s5_s11_old_transition_does_not_shorten_the_delay() -> None:
     """A kubelet clock running behind stamps Ready ten minutes ago; nodefence first saw it
     Ready 30 s ago, and the delay counts from there."""
@@ -916,6 +938,7 @@ def test_s5_s11_old_transition_does_not_shorten_the_delay() -> None:
     assert "Ready for only 30s" in message(d, "healthy-delay")
 
 
+@pytest.mark.invariant("S5")
 def test_s5_future_transition_does_not_shorten_the_delay_either() -> None:
     """A kubelet clock running ahead: the later of the two times (the transition) counts."""
     f = recovered(since=-300, seen=900)
@@ -945,6 +968,7 @@ def test_a_new_ready_transition_is_a_new_first_sight() -> None:
     assert d.actions == (ObserveReadyAction(NODE, UID, ready_transition=ago(60), seen_at=NOW),)
 
 
+@pytest.mark.invariant("S5")
 def test_s5_boot_id_required() -> None:
     p = policy(rule={"require_new_boot_id": True})
     same = healthy_fenced(p=p)

@@ -490,6 +490,7 @@ def _valid_approval(answer: Approval | None, policy: Policy) -> bool:
     return answer.node_uid == UID and timedelta(0) <= age <= timeout
 
 
+@pytest.mark.invariant("S10")
 @PROFILE
 @given(cases())
 def test_no_taint_without_proof_or_an_explicit_approval(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from engine_factories import CLAIM_TOKEN, NODE, NOW, ago, entry, event, facts, node, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,8 @@ from nodefence.engine.identity import PLUG, MachineBinding, Reported
 from nodefence.engine.model import Facts, FenceAction, PowerAction, Verdict
 from nodefence.engine.record import Phase
 from nodefence.policy import Policy, parse_policy
+
+pytestmark = pytest.mark.invariant("S10")
 
 SOURCE = "fence-agent fence_openstack plug=5f0c"
 PROFILE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -41,6 +41,8 @@ from nodefence.engine.model import (
 from nodefence.engine.record import with_entry
 from nodefence.policy import Policy, parse_policy
 
+pytestmark = pytest.mark.invariant("S10")
+
 MACHINE = "4C4C4544-0042-3510-8044-B4C04F4E3732"
 # The same machine as some firmware reports it: first three fields little-endian.
 MACHINE_SWAPPED = "44454C4C-4200-1035-8044-B4C04F4E3732"
@@ -357,6 +359,7 @@ def test_s10_a_fence_whose_proof_was_contradicted_is_never_released_by_nodefence
         assert not (held and marks), "a held fence is marked once, not again"
 
 
+@pytest.mark.invariant("S11")
 @PROFILE
 @given(case=cases)
 def test_s11_a_contradicted_proof_is_written_down_only_on_the_api_servers_clock(

@@ -4,10 +4,13 @@ one of the names listed beside it, never on an empty read, and says which names 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodefence.engine.identity import PLUG, MachineBinding, Reported, judge, same_identity
+
+pytestmark = pytest.mark.invariant("S10")
 
 NODE = "compute01"
 NAMES = st.sampled_from(["vm-a", "VM-A ", "vm-b", "compute01", "compute02", "", " "])

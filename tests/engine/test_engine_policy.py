@@ -149,6 +149,7 @@ def test_yaml_off_is_the_action_off() -> None:
     assert fencing.action == "off"
 
 
+@pytest.mark.invariant("S10")
 def test_a_rule_without_fencing_never_fences_on_inference() -> None:
     """The safe default (S10): no fencing section means no proof, so no taint without a
     person's approval; the decision says what to configure."""

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from engine_factories import LOCAL_CLOCK, NODE, NOW, ago, our_taint
 from engine_strategies import (
     FALLBACK_WHY,
@@ -104,6 +105,7 @@ def has(decision: Decision, *kinds: type) -> bool:
 # --- S1, S2, S3 (and the guards beside them) ----------------------------------------------------
 
 
+@pytest.mark.invariant("S1", "S2", "S3")
 @PROFILE
 @given(cases)
 def test_s1_s2_s3_no_fence_unless_every_guard_allows(case: Case) -> None:
@@ -160,6 +162,7 @@ def test_s1_s2_s3_no_fence_unless_every_guard_allows(case: Case) -> None:
             )
 
 
+@pytest.mark.invariant("S3")
 @PROFILE
 @given(cases)
 def test_s3_record_holders_after_a_claim_stay_within_the_budget(case: Case) -> None:
@@ -178,6 +181,7 @@ def test_s3_record_holders_after_a_claim_stay_within_the_budget(case: Case) -> N
     assert NODE in holders(after)
 
 
+@pytest.mark.invariant("S3")
 @PROFILE
 @given(cases)
 def test_s3_unreadable_entries_hold_their_slots(case: Case) -> None:
@@ -297,6 +301,7 @@ def test_an_exclusion_a_person_may_have_meant_is_never_ignored(
             assert decision.verdict in (Verdict.SKIP, Verdict.NOOP)
 
 
+@pytest.mark.invariant("S3")
 @PROFILE
 @given(cases, st.integers(0, 1000), mostly(None, "taint"), mostly(API_SERVER_CLOCK, LOCAL_CLOCK))
 def test_s3_a_claim_is_never_doubled_nor_rolled_back_while_it_may_be_in_progress(
@@ -328,6 +333,7 @@ def test_s3_a_claim_is_never_doubled_nor_rolled_back_while_it_may_be_in_progress
 # --- S4, S5, S12: unfence ----------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S4", "S5")
 @PROFILE
 @given(cases)
 def test_s4_s5_unfence_only_own_exact_taint_after_healthy_delay(case: Case) -> None:
@@ -374,6 +380,7 @@ def strip_mirror(node: NodeFacts) -> NodeFacts:
     return replace(node, annotations=kept)
 
 
+@pytest.mark.invariant("S12")
 @PROFILE
 @given(cases, forged_annotations)
 def test_s12_forged_annotations_never_cause_an_action(case: Case, forged: dict[str, str]) -> None:
@@ -408,6 +415,7 @@ def test_s12_forged_annotations_never_cause_an_action(case: Case, forged: dict[s
 # --- S6 ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S6")
 @PROFILE
 @given(cases)
 def test_s6_purge_only_pods_of_this_node_and_only_while_it_is_down(case: Case) -> None:
@@ -451,6 +459,7 @@ def test_s6_purge_only_pods_of_this_node_and_only_while_it_is_down(case: Case) -
 # --- S11 -------------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S11")
 @PROFILE
 @given(cases, skews, st.data())
 def test_s11_no_fence_unless_silent_long_enough_on_the_server_clock(
@@ -481,6 +490,7 @@ def test_s11_no_fence_unless_silent_long_enough_on_the_server_clock(
             assert not decision.node_confirmed_down
 
 
+@pytest.mark.invariant("S11")
 @PROFILE
 @given(cases, st.one_of(st.none(), skews))
 def test_s11_the_kubelets_renew_time_never_changes_a_decision(case: Case, skew: int | None) -> None:
@@ -500,6 +510,7 @@ def test_s11_the_kubelets_renew_time_never_changes_a_decision(case: Case, skew: 
         assert (first.verdict, first.actions) == (second.verdict, second.actions)
 
 
+@pytest.mark.invariant("S11")
 @PROFILE
 @given(cases)
 def test_s11_on_any_other_clock_nothing_is_fenced_unfenced_purged_or_rolled_back(
@@ -535,6 +546,7 @@ def test_s11_on_any_other_clock_nothing_is_fenced_unfenced_purged_or_rolled_back
 # --- S8, S9, S7 --------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S8")
 @PROFILE
 @given(cases)
 def test_s8_dry_run_flag_and_determinism(case: Case) -> None:
@@ -553,6 +565,7 @@ def test_s8_dry_run_flag_and_determinism(case: Case) -> None:
     )
 
 
+@pytest.mark.invariant("S9")
 @PROFILE
 @given(cases)
 def test_s9_a_recreated_node_inherits_nothing(case: Case) -> None:
@@ -636,6 +649,7 @@ def apply(facts: Facts, decision: Decision) -> Facts:
     return dataclasses.replace(facts, node=node, pods=pods, record=record)
 
 
+@pytest.mark.invariant("S7")
 @PROFILE
 @given(cases)
 def test_s7_repeated_delivery_fences_or_unfences_at_most_once_and_settles(case: Case) -> None:

@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from engine_factories import (
     NODE,
     NOW,
@@ -324,6 +325,7 @@ def foreign_or_own_taint(draw: st.DrawFn) -> tuple[NodeFacts, FenceEntry]:
     return the_node, held
 
 
+@pytest.mark.invariant("S4")
 @settings(max_examples=300, deadline=None)
 @given(case=foreign_or_own_taint(), lease_age=st.sampled_from([5, 900]))
 def test_s4_a_taint_not_shown_to_be_nodefences_is_never_confirmed_purged_under_or_removed(
@@ -360,6 +362,7 @@ def cluster_with_taints(draw: st.DrawFn) -> tuple[tuple[str, ...], tuple[FenceEn
     return tainted, held, draw(st.integers(min_value=0, max_value=5))
 
 
+@pytest.mark.invariant("S3")
 @settings(max_examples=300, deadline=None)
 @given(case=cluster_with_taints())
 def test_s3_no_claim_beyond_the_budget_counting_taints_outside_the_record(
@@ -391,6 +394,7 @@ def entry_at_any_step(draw: st.DrawFn) -> FenceEntry:
     return held
 
 
+@pytest.mark.invariant("S7")
 @settings(max_examples=300, deadline=None)
 @given(
     held=entry_at_any_step(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from engine_factories import NODE, NOW, UID, entry, facts, node, our_taint, policy, record
 from engine_strategies import PROFILE, all_facts
 from hypothesis import given
@@ -42,6 +43,7 @@ def _action(decision: Decision) -> ReleaseFenceAction | None:
     return found[0] if found else None
 
 
+@pytest.mark.invariant("S4", "S12")
 @PROFILE
 @given(all_facts(), st.booleans())
 def test_only_the_taint_nodefence_wrote_is_ever_taken_off(facts_: Facts, confirmed: bool) -> None:
@@ -69,6 +71,7 @@ def test_only_the_taint_nodefence_wrote_is_ever_taken_off(facts_: Facts, confirm
         assert key != EXCLUDE_LABEL
 
 
+@pytest.mark.invariant("S9")
 @PROFILE
 @given(all_facts(), st.booleans())
 def test_another_node_object_is_never_written(facts_: Facts, confirmed: bool) -> None:

@@ -43,6 +43,7 @@ def test_a_proof_written_after_the_last_renewal_fences() -> None:
     assert "after the API server last saw the node renew" in power_reason(decision)
 
 
+@pytest.mark.invariant("S12")
 def test_the_nodes_own_annotation_is_not_proof() -> None:
     """S12: the node's credentials can write its annotations, so "off" there proves nothing."""
     forged = node(annotations={KEY: "off"})

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from pydantic import SecretStr
 
@@ -26,6 +27,8 @@ from .identity_support import check_config
 from .listing_agent import LIST_PASSWORD, listing_agent
 from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
 from .sushy_nodes import sushy_nodes, swapped
+
+pytestmark = pytest.mark.invariant("S10")
 
 __all__ = ["sushy_nodes"]
 

@@ -18,6 +18,8 @@ from .agents import AGENT_PASSWORD, gone_wrapper, scripted_agent, wait_until
 from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
 from .tls_front import sim_bmc_parameters, tls_bmc
 
+pytestmark = pytest.mark.invariant("S10")
+
 __all__ = ["cluster", "tls_bmc"]
 
 

@@ -40,6 +40,8 @@ from .identity_support import (
     record_entries,
 )
 
+pytestmark = pytest.mark.invariant("S10")
+
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[SimulatorHandle]:

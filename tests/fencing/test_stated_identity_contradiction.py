@@ -41,6 +41,8 @@ from pipeline.harness import firing, oos_taints
 
 from .identity_support import NODE, OTHER, POLICY, inventory, kill, reasons, receiver
 
+pytestmark = pytest.mark.invariant("S10")
+
 CONTRADICTS = "contradicts the Node"
 
 

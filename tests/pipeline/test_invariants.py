@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nodefence.actions.executor import Executor, Outcome
 from nodefence.engine import mirror
 from nodefence.engine.model import PurgePodAction
@@ -58,6 +60,7 @@ def admin_taint(cluster: SimulatorHandle, name: str) -> None:
     cluster.sim.store.update(NODES, None, name, obj, check_rv=False)
 
 
+@pytest.mark.invariant("S7")
 async def test_s7_concurrent_duplicate_deliveries_fence_once(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
     async with (
@@ -78,6 +81,7 @@ async def test_s7_concurrent_duplicate_deliveries_fence_once(cluster: SimulatorH
         await eventually(lambda: not terminating_on(cluster, NODE))
 
 
+@pytest.mark.invariant("S7")
 async def test_s7_reordered_resolved_before_firing_does_not_unfence_a_dead_node(
     cluster: SimulatorHandle,
 ) -> None:
@@ -92,6 +96,7 @@ async def test_s7_reordered_resolved_before_firing_does_not_unfence_a_dead_node(
         assert oos_taints(cluster, NODE)
 
 
+@pytest.mark.invariant("S3")
 async def test_s3_budget_holds_across_three_replicas(cluster: SimulatorHandle) -> None:
     for name in ("compute01", "compute02"):
         cluster.sim.node_down(name, since_seconds=1200)
@@ -114,6 +119,7 @@ async def test_s3_budget_holds_across_three_replicas(cluster: SimulatorHandle) -
         )
 
 
+@pytest.mark.invariant("S4")
 async def test_s4_admin_taint_is_never_taken_over_or_removed(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
     admin_taint(cluster, NODE)
@@ -129,6 +135,7 @@ async def test_s4_admin_taint_is_never_taken_over_or_removed(cluster: SimulatorH
         assert len(oos_taints(cluster, NODE)) == 1
 
 
+@pytest.mark.invariant("S8")
 async def test_s8_dry_run_makes_zero_writes(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
     async with start_receiver(cluster, policy=inference({"dry_run": True})) as receiver:
@@ -144,6 +151,7 @@ async def test_s8_dry_run_makes_zero_writes(cluster: SimulatorHandle) -> None:
         assert not oos_taints(cluster, NODE)
 
 
+@pytest.mark.invariant("S8")
 async def test_s8_plan_command_makes_zero_writes(cluster: SimulatorHandle, tmp_path: Path) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
     payload = tmp_path / "alert.json"
@@ -177,6 +185,7 @@ async def test_s8_plan_command_makes_zero_writes(cluster: SimulatorHandle, tmp_p
     assert not oos_taints(cluster, NODE)
 
 
+@pytest.mark.invariant("S9")
 async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
     async with start_receiver(cluster, follow=True) as receiver:
@@ -217,6 +226,7 @@ async def test_s9_recreated_node_inherits_no_decision(cluster: SimulatorHandle) 
         assert not oos_taints(cluster, "compute01")
 
 
+@pytest.mark.invariant("S6")
 async def test_s6_pod_replaced_under_the_same_name_is_not_deleted(
     cluster: SimulatorHandle,
 ) -> None:
@@ -235,6 +245,7 @@ async def test_s6_pod_replaced_under_the_same_name_is_not_deleted(
     assert cluster.sim.store.peek(PODS, namespace, name) is not None
 
 
+@pytest.mark.invariant("S7")
 async def test_s7_duplicate_resolve_after_unfence_is_a_quiet_noop(
     cluster: SimulatorHandle,
 ) -> None:

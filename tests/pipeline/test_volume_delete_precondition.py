@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from nodefence.actions.executor import Executor, Outcome
 from nodefence.kube.client import Deadline
 from nodefence.kube.convert import volume_attachment_facts
@@ -14,6 +16,8 @@ from nodefence_sim.store import DeleteOptions
 from nodefence_sim.testing import SimulatorHandle
 
 from .harness import start_receiver
+
+pytestmark = pytest.mark.invariant("S9")
 
 
 def attachments(cluster: SimulatorHandle) -> dict[str, dict[str, Any]]:

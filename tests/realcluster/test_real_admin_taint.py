@@ -87,6 +87,7 @@ def actions(decision: dict[str, Any]) -> list[str]:
     return planned + [str(r["action"]) for r in decision.get("results") or []]
 
 
+@pytest.mark.invariant("S4")
 def test_s4_an_admins_kubectl_taint_is_never_adopted_or_removed(
     procs: Processes, real_backend: RealBackend
 ) -> None:

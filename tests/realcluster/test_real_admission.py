@@ -282,6 +282,7 @@ def write_taints(
     eventually(attempt, within=STEP_WITHIN, interval=0.2, what=f"taints of {node} written")
 
 
+@pytest.mark.invariant("S1")
 def test_writes_to_a_ready_node_are_refused(real_backend: RealBackend, installed: Path) -> None:
     admin, mine = real_backend.core, account_api(installed)
     # A node an earlier test brought back keeps the node-lifecycle controller's unreachable or
@@ -345,6 +346,7 @@ def test_writes_to_a_ready_node_are_refused(real_backend: RealBackend, installed
     mine.patch_node(LIVE, {"metadata": {"annotations": {"nodefence.io/probe": None}}})
 
 
+@pytest.mark.invariant("S6")
 def test_pods_on_a_ready_node_are_neither_deleted_nor_stripped(
     real_backend: RealBackend, installed: Path
 ) -> None:

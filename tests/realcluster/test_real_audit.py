@@ -40,6 +40,7 @@ def requests_since(backend: RealBackend, cursor: int) -> dict[str, Any]:
     return log
 
 
+@pytest.mark.invariant("S8")
 def test_dry_run_fence_makes_zero_writes_on_the_real_api_server(
     procs: Processes, real_backend: RealBackend
 ) -> None:

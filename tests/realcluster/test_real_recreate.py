@@ -32,6 +32,7 @@ def mirror_annotations(node: client.V1Node) -> dict[str, str]:
     return {k: v for k, v in (node.metadata.annotations or {}).items() if k.startswith(MIRROR)}
 
 
+@pytest.mark.invariant("S9", "S12")
 def test_s9_a_node_recreated_during_a_fence_inherits_nothing(
     procs: Processes, real_backend: RealBackend
 ) -> None:

@@ -75,6 +75,7 @@ def record_entries(backend: RealBackend) -> dict[str, dict[str, Any]]:
 # --- S2 ------------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S2")
 def test_s2_a_lease_renewed_within_the_window_blocks_the_fence(
     procs: Processes, real_backend: RealBackend
 ) -> None:
@@ -138,6 +139,7 @@ def purge(backend: RealBackend, pod: client.V1Pod, uid: str) -> Any:
     return asyncio.run(run())
 
 
+@pytest.mark.invariant("S6")
 def test_s6_a_pod_recreated_under_the_same_name_survives_the_purge(
     real_backend: RealBackend,
 ) -> None:
@@ -190,6 +192,7 @@ def test_s6_a_pod_recreated_under_the_same_name_survives_the_purge(
 # --- S11 -----------------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S11")
 def test_s11_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceable(
     procs: Processes, real_backend: RealBackend
 ) -> None:
@@ -220,6 +223,7 @@ def test_s11_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceable(
         restore(real_backend, node)
 
 
+@pytest.mark.invariant("S11")
 def test_s11_nodefence_ten_minutes_slow_still_fences_and_records_the_servers_time(
     procs: Processes, real_backend: RealBackend
 ) -> None:
@@ -265,6 +269,7 @@ def test_s11_nodefence_ten_minutes_slow_still_fences_and_records_the_servers_tim
 # --- S3 and S7 -----------------------------------------------------------------------------
 
 
+@pytest.mark.invariant("S3", "S7", "S12")
 def test_s3_s7_two_replicas_racing_on_two_dead_nodes_fence_one_once(
     procs: Processes, real_backend: RealBackend
 ) -> None:

@@ -172,6 +172,7 @@ def recovery_metric(nodefence: Nodefence, sample: str) -> float:
     return float(line.split()[1])
 
 
+@pytest.mark.invariant("S10")
 def test_seed_story_on_real_controllers(procs: Processes, real_backend: RealBackend) -> None:
     core, steps = real_backend.core, []
     pods = core.list_namespaced_pod(
@@ -300,6 +301,7 @@ def test_seed_story_on_real_controllers(procs: Processes, real_backend: RealBack
     print("\n".join(f"{what}: {seconds:.1f}s" for what, seconds in steps))
 
 
+@pytest.mark.invariant("S1")
 def test_s1_live_node_refused_with_nothing_written(
     procs: Processes, real_backend: RealBackend
 ) -> None:

@@ -24,6 +24,8 @@ from pipeline.harness import Receiver, inference, node_events, start_receiver
 
 from .support import NODE_PATH, NodeWriteWatch, firing, orphans, ours, resolved, successful
 
+pytestmark = pytest.mark.invariant("S3", "S7")
+
 REPLICAS = 3
 SEEDS_BUDGET_ONE = range(12)
 SEEDS_BUDGET_TWO = range(1000, 1008)

@@ -16,6 +16,8 @@ from nodefence_sim.testing import SimulatorHandle
 from .serving import Serving, serving
 from .support import firing, kill_node
 
+pytestmark = pytest.mark.invariant("S8")
+
 NODE = "control02"
 DRY_RUN_REDFISH: dict[str, Any] = {
     "dry_run": True,

@@ -91,6 +91,7 @@ async def deliver(http: aiohttp.ClientSession, serve: ServeProcess, token: str, 
 # --- S3: the budget is spent by one write, however slow or skewed the replicas ------------------
 
 
+@pytest.mark.invariant("S3")
 async def test_s3_a_slow_fence_step_cannot_let_a_second_replica_spend_the_slot(
     cluster: SimulatorHandle,
 ) -> None:
@@ -116,6 +117,7 @@ async def test_s3_a_slow_fence_step_cannot_let_a_second_replica_spend_the_slot(
     assert record_of(cluster).holders == (NODE,)
 
 
+@pytest.mark.invariant("S3")
 @needs_faketime
 @pytest.mark.parametrize("offset", ["+600s", "-600s"])
 async def test_s3_a_replica_ten_minutes_off_cannot_take_the_budget(
@@ -147,6 +149,7 @@ async def test_s3_a_replica_ten_minutes_off_cannot_take_the_budget(
 # --- S2/S11: liveness on the API server's clock -------------------------------------------------
 
 
+@pytest.mark.invariant("S2")
 async def test_s2_a_live_kubelet_whose_clock_is_ten_minutes_behind_is_never_fenced(
     cluster: SimulatorHandle,
 ) -> None:
@@ -165,6 +168,7 @@ async def test_s2_a_live_kubelet_whose_clock_is_ten_minutes_behind_is_never_fenc
     assert record_of(cluster).entries == ()
 
 
+@pytest.mark.invariant("S11")
 async def test_s11_kubelets_whose_clocks_are_behind_cannot_hide_a_storm_that_just_ended(
     cluster: SimulatorHandle,
 ) -> None:
@@ -187,6 +191,7 @@ async def test_s11_kubelets_whose_clocks_are_behind_cannot_hide_a_storm_that_jus
     assert not oos_taints(cluster, NODE)
 
 
+@pytest.mark.invariant("S2")
 @needs_faketime
 async def test_s2_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceable(
     cluster: SimulatorHandle,
@@ -212,6 +217,7 @@ async def test_s2_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceab
     assert not oos_taints(cluster, NODE)
 
 
+@pytest.mark.invariant("S2")
 @needs_faketime
 async def test_s2_nodefence_ten_minutes_slow_still_fences_a_node_dead_for_twenty(
     cluster: SimulatorHandle,
@@ -238,6 +244,7 @@ async def unwatched() -> AsyncIterator[SimulatorHandle]:
         yield handle
 
 
+@pytest.mark.invariant("S4")
 async def test_s4_forged_mirror_annotations_never_remove_an_admins_taint(
     unwatched: SimulatorHandle,
 ) -> None:
@@ -268,6 +275,7 @@ async def test_s4_forged_mirror_annotations_never_remove_an_admins_taint(
     assert record_of(cluster).entries == ()
 
 
+@pytest.mark.invariant("S4")
 @pytest.mark.parametrize(
     "overwrite", ["admin-hold:NoExecute", "nodeshutdown:NoSchedule"], ids=["value", "effect"]
 )
@@ -389,6 +397,7 @@ def power_reason(decision: dict[str, Any]) -> str:
     return next(str(r["message"]) for r in decision["reasons"] if r["guard"] == "power-off")
 
 
+@pytest.mark.invariant("S12")
 async def test_s12_a_node_writing_off_on_itself_is_not_proof(unwatched: SimulatorHandle) -> None:
     """Something with the node's credentials (NodeRestriction lets it edit its own annotations)
     stops renewing the Lease and writes "off" on its Node: no taint. The same words written
@@ -433,6 +442,7 @@ async def quick_grace(tmp_path: Path) -> AsyncIterator[SimulatorHandle]:
         yield handle
 
 
+@pytest.mark.invariant("S12")
 async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
     quick_grace: SimulatorHandle,
 ) -> None:
@@ -469,6 +479,7 @@ async def test_s12_a_proof_from_before_the_last_renewal_is_not_proof(
     assert oos_taints(cluster, NODE)
 
 
+@pytest.mark.invariant("S12")
 async def test_s12_a_proof_nodefence_may_not_read_is_a_clear_refusal(
     cluster: SimulatorHandle,
 ) -> None:

@@ -169,6 +169,7 @@ async def test_node_changed_while_the_fence_write_is_in_flight_is_fenced_after_r
     dead.check(cluster)
 
 
+@pytest.mark.invariant("S1")
 async def test_node_recovering_while_the_fence_write_is_in_flight_is_not_fenced(
     cluster: SimulatorHandle, dead: Before
 ) -> None:

@@ -117,6 +117,7 @@ def pod_deletes(cluster: SimulatorHandle, since: int) -> int:
     )
 
 
+@pytest.mark.invariant("S4")
 async def test_an_admins_taint_on_a_claimed_node_is_never_adopted_purged_under_or_removed(
     bmc_cluster: tuple[SimulatorHandle, Path],
 ) -> None:
@@ -231,6 +232,7 @@ def power_off_recorded_by(replica: str) -> Callable[[WatchEvent], bool]:
     return recorded
 
 
+@pytest.mark.invariant("S7")
 async def test_a_delayed_replicas_stale_step_never_powers_off_a_rebooted_machine(
     bmc_cluster: tuple[SimulatorHandle, Path], tmp_path: Path
 ) -> None:
@@ -371,6 +373,7 @@ def indexed_taints(receiver: Receiver) -> tuple[str, ...]:
     return counts.facts.out_of_service if counts is not None else ()
 
 
+@pytest.mark.invariant("S3")
 async def test_a_deleted_record_does_not_free_the_budget_and_is_reported_and_adopted_back(
     cluster: SimulatorHandle,
 ) -> None:
@@ -419,6 +422,7 @@ async def test_a_deleted_record_does_not_free_the_budget_and_is_reported_and_ado
         assert still["verdict"] == "noop", still
 
 
+@pytest.mark.invariant("S3")
 async def test_an_admins_hand_fenced_node_spends_the_budget(cluster: SimulatorHandle) -> None:
     """S3: a node an admin fenced by hand with kubectl counts against max_fenced_nodes, though
     nodefence's record does not hold it; and its taint is never adopted or removed."""
@@ -539,6 +543,7 @@ async def test_a_payload_for_a_thousand_unknown_nodes_makes_no_event_flood(
         assert 'nodefence_alerts_for_unknown_nodes_total{status="resolved"} 200.0' in metrics
 
 
+@pytest.mark.invariant("S7")
 async def test_a_power_off_held_up_at_the_bmc_is_not_sent_once_its_claim_is_gone(
     bmc_cluster: tuple[SimulatorHandle, Path], tmp_path: Path
 ) -> None:

@@ -14,6 +14,8 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from nodefence.engine import mirror
 from nodefence.engine.approval_request import ApprovalRequest
 from nodefence.engine.wording import instant
@@ -21,6 +23,8 @@ from nodefence_sim.demo.payloads import node_alert
 from nodefence_sim.resources import NODES
 
 from .conftest import APPROVER, NODE, World, eventually
+
+pytestmark = pytest.mark.invariant("S12")
 
 FORGED_REJECTION = "rejected by U0MALLORY at 2026-11-30T08:00:00Z"
 
