@@ -46,12 +46,7 @@ INVARIANTS = {
 # Invariants no test on the real control plane holds yet, each with what such a test would
 # show. The architecture test fails when an invariant without a real-backend test is missing
 # here, and when one listed here has gained one, so the list only ever shrinks.
-NOT_YET_ON_REAL = {
-    "S5": (
-        "the real tests see the taint go once the node is Ready with a new bootID, but none"
-        " posts the resolved alert inside the healthy delay and sees the taint stay"
-    ),
-}
+NOT_YET_ON_REAL: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
