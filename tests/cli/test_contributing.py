@@ -13,7 +13,8 @@ def test_every_path_the_code_map_names_exists() -> None:
     text = (REPO / "CONTRIBUTING.md").read_text()
     named = set(re.findall(r"`((?:service|tests|deploy|alertrules|docs)/[^`\s]+)`", text))
     assert len(named) > 20, "the code map names the places a newcomer extends"
-    missing = sorted(p for p in named if not (REPO / p).exists())
+    # The invariant index names tests as path::name; the index's own test checks the names.
+    missing = sorted(p for p in named if not (REPO / p.split("::")[0]).exists())
     assert missing == [], missing
 
 
