@@ -34,6 +34,19 @@ def eq(name: str, value: str) -> dict[str, Any]:
     return {"name": name, "value": value, "isRegex": False, "isEqual": True}
 
 
+def policy_after_an_alert_rule(tmp_path: Path, rule: dict[str, Any]) -> Path:
+    """A policy file whose first rule names an alert (so the fallback never uses it), then
+    ``rule``."""
+    policy = tmp_path / "policy.yaml"
+    first = {
+        "name": "unreachable-only",
+        "match": {"alertnames": ["KubeNodeUnreachable"]},
+        "fencing": {"driver": "none"},
+    }
+    policy.write_text(yaml.safe_dump({"rules": [first, rule]}))
+    return policy
+
+
 def assert_held_by(decision: dict[str, Any], silence_id: str) -> None:
     assert decision["verdict"] == "skip", decision
     [held] = [r for r in decision["reasons"] if r["guard"] == "silence"]
@@ -219,20 +232,8 @@ async def test_check_config_warns_of_a_shared_alertmanager_and_names_the_fallbac
         alert("KubeNodeNotReady", node=OTHER, cluster="prod-a"),
         alert("KubeNodeNotReady", node=NODE, cluster="prod-b"),
     )
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        yaml.safe_dump(
-            {
-                "rules": [
-                    {
-                        "name": "unreachable-only",
-                        "match": {"alertnames": ["KubeNodeUnreachable"]},
-                        "fencing": {"driver": "none"},
-                    },
-                    {"name": "workers", "match": {"node_selector": "role=worker"}},
-                ]
-            }
-        )
+    policy = policy_after_an_alert_rule(
+        tmp_path, {"name": "workers", "match": {"node_selector": "role=worker"}}
     )
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:
         env = {
@@ -276,20 +277,8 @@ async def test_explain_previews_the_fallbacks_decision(
     silence_id = await am.silence_matching(
         [eq("node", OTHER)], comment="disk replacement", created_by="on-call"
     )
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        yaml.safe_dump(
-            {
-                "rules": [
-                    {
-                        "name": "unreachable-only",
-                        "match": {"alertnames": ["KubeNodeUnreachable"]},
-                        "fencing": {"driver": "none"},
-                    },
-                    {"name": "default", "fencing": {"driver": "none"}},
-                ]
-            }
-        )
+    policy = policy_after_an_alert_rule(
+        tmp_path, {"name": "default", "fencing": {"driver": "none"}}
     )
     async with running_simulator(Simulation.from_scenario("seed")) as cluster:
         cluster.sim.node_down(NODE, since_seconds=DOWN_SECONDS)

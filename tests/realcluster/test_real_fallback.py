@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from bench.processes import Processes, eventually, free_port
+from bench.processes import Process, Processes, eventually, free_port
 from kubernetes import client
 
 from .conftest import RealBackend
@@ -104,10 +104,8 @@ def fenced_without_alert(backend: RealBackend, alertmanager_url: str, procs: Pro
         restore(backend, NODE, nodefence)
 
 
-def test_fenced_by_the_fallback_with_alertmanager_stopped(
-    procs: Processes, real_backend: RealBackend
-) -> None:
-    # A real Alertmanager, stopped before nodefence ever asks it (it died with its node).
+def start_alertmanager(procs: Processes) -> tuple[str, Process]:
+    """A real Alertmanager on loopback, answering; the caller may stop it."""
     workdir = procs.workdir / "alertmanager"
     workdir.mkdir()
     config = workdir / "alertmanager.yml"
@@ -127,6 +125,14 @@ def test_fenced_by_the_fallback_with_alertmanager_stopped(
         cwd=workdir,
     )
     procs.wait_ready(process, f"{url}/-/ready")
+    return url, process
+
+
+def test_fenced_by_the_fallback_with_alertmanager_stopped(
+    procs: Processes, real_backend: RealBackend
+) -> None:
+    # A real Alertmanager, stopped before nodefence ever asks it (it died with its node).
+    url, process = start_alertmanager(procs)
     process.stop()
     fenced_without_alert(real_backend, url, procs)
 
@@ -157,25 +163,7 @@ def test_a_silence_holds_the_fallback_on_real_controllers_through_alertmanager_o
     repair; prod-b's compute01 alert fires. The real node-lifecycle controller marks compute01
     NotReady; nodefence's passes hold it by the silence, named in a Normal Event, and keep
     holding it once Alertmanager is stopped; the machine is never powered off."""
-    workdir = procs.workdir / "alertmanager"
-    workdir.mkdir()
-    config = workdir / "alertmanager.yml"
-    config.write_text(
-        yaml.safe_dump({"route": {"receiver": "null"}, "receivers": [{"name": "null"}]})
-    )
-    url = f"http://127.0.0.1:{free_port()}"
-    process = procs.start(
-        "alertmanager",
-        [
-            "prometheus-alertmanager",
-            f"--config.file={config}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address={url.removeprefix('http://')}",
-            "--cluster.listen-address=",
-        ],
-        cwd=workdir,
-    )
-    procs.wait_ready(process, f"{url}/-/ready")
+    url, process = start_alertmanager(procs)
     now = datetime.now(UTC)
     _alertmanager_api(
         url,
