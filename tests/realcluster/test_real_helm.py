@@ -62,6 +62,28 @@ def schedulable(node: client.V1Node) -> bool:
     return ready and not node.spec.unschedulable and not blocking
 
 
+def placement(core: client.CoreV1Api, namespace: str) -> str:
+    """What a failed ``--wait`` saw: whether each node can take a replica and its taints, the
+    release's pods and where they are, and the namespace's Events (the scheduler's reasons)."""
+    lines = [
+        f"node {n.metadata.name}: Ready={schedulable(n)}"
+        f" unschedulable={bool(n.spec.unschedulable)}"
+        f" taints={[(t.key, t.effect) for t in n.spec.taints or []]}"
+        for n in core.list_node().items
+    ]
+    lines += [
+        f"pod {p.metadata.name}: {p.status.phase} on {p.spec.node_name}"
+        f" deleting={p.metadata.deletion_timestamp is not None}"
+        f" {[(c.type, c.status, c.reason) for c in p.status.conditions or []]}"
+        for p in core.list_namespaced_pod(namespace).items
+    ]
+    lines += [
+        f"event {e.involved_object.name}: {e.reason} {e.message}"
+        for e in core.list_namespaced_event(namespace).items
+    ]
+    return "\n".join(lines)
+
+
 def absent(read: Any, *args: str) -> bool:
     try:
         read(*args)
@@ -82,6 +104,17 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
     admission = client.AdmissionregistrationV1Api(real_backend.api)
     kubeconfig = str(real_backend.kubeconfig)
     home = tmp_path / "helm"
+    # Earlier tests of the session bring their nodes back: wait until every node whose kubelet
+    # runs again can take a replica, so that the scheduler does not place one on a node that is
+    # still coming back (the test is of Helm's wait, not of a node's recovery).
+    try:
+        eventually(
+            lambda: all(schedulable(n) for n in core.list_node().items),
+            within=180,
+            what="every node Ready and untainted",
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{placement(core, NAMESPACE)}") from exc
 
     # The namespace as deploy/base makes it (restricted Pod Security, enforced by the real
     # admission plugin) and the existing Secret the chart reads the token from.
@@ -115,8 +148,10 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
             "5m",
             home=home,
             timeout=420,
+            check=False,
             KUBECONFIG=kubeconfig,
         )
+        assert install.returncode == 0, f"{install.stderr}\n{placement(core, NAMESPACE)}"
         assert "STATUS: deployed" in install.stdout, install.stdout
 
         status = json.loads(
@@ -157,7 +192,7 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
         before = {p.metadata.name for p in running}
         policy = tmp_path / "policy.yaml"
         policy.write_text("rules:\n  - name: default\n    approval: slack\n")
-        helm(
+        upgrade = helm(
             "upgrade",
             RELEASE,
             str(CHART),
@@ -171,8 +206,10 @@ def test_helm_install_waits_for_the_receivers_and_uninstall_cleans_up(
             "5m",
             home=home,
             timeout=420,
+            check=False,
             KUBECONFIG=kubeconfig,
         )
+        assert upgrade.returncode == 0, f"{upgrade.stderr}\n{placement(core, NAMESPACE)}"
         configmap = core.read_namespaced_config_map(f"{NAME}-policy", NAMESPACE)
         assert configmap.data["policy.yaml"] == policy.read_text()
         rolled = apps.read_namespaced_deployment(NAME, NAMESPACE).status
