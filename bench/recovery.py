@@ -312,6 +312,13 @@ class Case:
     first_delivery_fences: bool
     # Set in the policy's cluster section, over the shipped policy's.
     cluster: Mapping[str, Any] = field(default_factory=dict)
+    # How the node dies: "hung", its kubelet stops and its BMC still reads On (a hang, a
+    # kernel panic, a partition); "off", the machine loses power: the BMC reads Off as the
+    # kubelet stops.
+    failure: str = "hung"
+    # False: no Alertmanager and no Prometheus; nodefence's NODEFENCE_ALERTMANAGER_URL names
+    # a closed port, so no alert is ever delivered and the Node watch or the fallback decides.
+    alertmanager: bool = True
 
 
 CASES = (
@@ -443,6 +450,12 @@ class Measured:
     firing: float | None = None
     first_delivery: float | None = None
     first_delivery_verdict: str = ""
+    # nodefence's first decision on the node, whatever set it off, and its verdict.
+    first_decision: float | None = None
+    first_decision_verdict: str = ""
+    # Its first read-only reading of the machine's power state, and what it read.
+    power_read: float | None = None
+    power_read_state: str = ""
     trigger: float | None = None
     fenced_by: str = ""
     taint: float | None = None
@@ -507,6 +520,10 @@ class Stack:
         }
         port = free_port()
         self.nodefence_url = f"http://127.0.0.1:{port}"
+        # The Alertmanager every nodefence process asks, as the Deployment and the CronJob do:
+        # the run's own, or (``case.alertmanager`` False) a port nothing listens on.
+        am_port = free_port()
+        self.am_url = f"http://127.0.0.1:{am_port}"
         self.serve = procs.start(
             "nodefence",
             [sys.executable, "-m", "nodefence", "serve"],
@@ -519,11 +536,14 @@ class Stack:
                 # The passes come from the CronJob alone, as in the Knative overlay: one
                 # reconcile period on the path, not two interleaved.
                 "NODEFENCE_RECONCILE_INTERVAL": "0",
+                "NODEFENCE_ALERTMANAGER_URL": self.am_url,
             },
         )
         procs.wait_ready(self.serve, f"{self.nodefence_url}/readyz")
-        self.am_url = self._alertmanager()
-        self.prom_url = self._prometheus()
+        self.prom_url: str | None = None
+        if case.alertmanager:
+            self._alertmanager(am_port)
+            self.prom_url = self._prometheus()
 
     def _cluster(self, backend: str) -> str:
         """Start ``nodefence simulate`` on ``backend`` with the seed cluster and the run's
@@ -557,7 +577,7 @@ class Stack:
         eventually(loaded, within=within, interval=1.0, what=f"simulate --backend {backend}")
         return url
 
-    def _alertmanager(self) -> str:
+    def _alertmanager(self, port: int) -> None:
         work = self.procs.workdir / "alertmanager"
         work.mkdir()
         token = work / "token"
@@ -570,7 +590,6 @@ class Stack:
             token_file=token,
         )
         (work / "alertmanager.yml").write_text(yaml.safe_dump(config), "utf-8")
-        port = free_port()
         process = self.procs.start(
             "alertmanager",
             [
@@ -581,9 +600,7 @@ class Stack:
                 "--cluster.listen-address=",
             ],
         )
-        url = f"http://127.0.0.1:{port}"
-        self.procs.wait_ready(process, f"{url}/-/ready")
-        return url
+        self.procs.wait_ready(process, f"{self.am_url}/-/ready")
 
     def _prometheus(self) -> str:
         work = self.procs.workdir / "prometheus"
@@ -611,17 +628,38 @@ class Stack:
         return url
 
     def kill(self) -> tuple[float, float]:
-        """The kubelet stops now (no backdating); returns that moment and the Lease's last
-        renewal before it, from which the node lifecycle controller counts its grace."""
+        """The kubelet stops now (no backdating), and with ``case.failure`` "off" the machine's
+        power with it; returns that moment and the Lease's last renewal before it, from which
+        the node lifecycle controller counts its grace."""
         death = time.time()
-        status, body = http("POST", f"{self.control_url}/sim/v1/nodes/{NODE}/down", {})
-        if status != 200:
-            raise RuntimeError(f"down {NODE} -> {status}: {body!r}")
+        if self.case.failure == "off":
+            self._lose_power()
+        else:
+            status, body = http("POST", f"{self.control_url}/sim/v1/nodes/{NODE}/down", {})
+            if status != 200:
+                raise RuntimeError(f"down {NODE} -> {status}: {body!r}")
         lease = self.api.get(
             f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
         )
         renewed = _iso(((lease or {}).get("spec") or {}).get("renewTime")) or death
         return death, min(renewed, death)
+
+    def _lose_power(self) -> None:
+        """The machine loses power: a ForceOff sent by the benchmark itself (not by nodefence)
+        to the node's BMC at the inventory's address, which stops its kubelet as ``down`` does
+        and leaves the BMC reading Off, as a machine whose power failed reads."""
+        entry = yaml.safe_load(self.inventory.read_text(encoding="utf-8"))["nodes"][NODE]
+        login = base64.b64encode(f"{entry['username']}:{entry['password']}".encode()).decode()
+        headers = {"Authorization": f"Basic {login}"}
+        system = f"{entry['address']}{entry['system']}"
+        reset = f"{system}/Actions/ComputerSystem.Reset"
+        status, body = http("POST", reset, {"ResetType": "ForceOff"}, headers=headers)
+        if status != 204:
+            raise RuntimeError(f"ForceOff {NODE} -> {status}: {body[:300]!r}")
+        status, body = http("GET", system, headers=headers)
+        state = json.loads(body).get("PowerState") if status == 200 else None
+        if state != "Off":
+            raise RuntimeError(f"{NODE}'s BMC reads {state!r} after ForceOff ({status})")
 
     # ------------------------------------------------------------------ what the run watches
     def node(self) -> dict[str, Any]:
@@ -653,6 +691,8 @@ class Stack:
         return bool(result) and result[0]["value"][1] == "1"
 
     def firing(self) -> bool:
+        if self.prom_url is None:
+            return False
         alerts = get_json(f"{self.prom_url}/api/v1/alerts")["data"]["alerts"]
         return any(
             a["labels"].get("alertname") == TRIGGER
@@ -663,6 +703,8 @@ class Stack:
 
     def starts_at(self) -> float | None:
         """When Prometheus fired the trigger alert: the ``startsAt`` it sent Alertmanager."""
+        if self.prom_url is None:
+            return None
         for alert in get_json(f"{self.am_url}/api/v2/alerts"):
             labels = alert["labels"]
             if labels.get("alertname") == TRIGGER and labels.get("node") == NODE:
@@ -729,7 +771,7 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
             raise TimeoutError(f"{run.case.key}: StatefulSet pods not running elsewhere: {running}")
         node = stack.node()
         seen = time.time()
-        ready = next(
+        ready: dict[str, Any] = next(
             (c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {}
         )
         if run.not_ready is None and ready.get("status") != "True":
@@ -758,11 +800,11 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
     run.pods_running = max(running.values())
 
 
-def deliveries(records: Iterable[Mapping[str, Any]]) -> list[float]:
-    """When each webhook for the node arrived: its request line is written when the answer
-    went out, ``duration_ms`` after the arrival."""
+def delivery_spans(records: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """When each webhook for the node arrived and when its answer went out: its request line
+    is written at the answer, ``duration_ms`` after the arrival."""
     return sorted(
-        moment - float(r.get("duration_ms") or 0) / 1000
+        (moment - float(r.get("duration_ms") or 0) / 1000, moment)
         for r in records
         if r.get("event") == "http_request"
         and r.get("path") == "/alerts"
@@ -771,29 +813,60 @@ def deliveries(records: Iterable[Mapping[str, Any]]) -> list[float]:
     )
 
 
+def deliveries(records: Iterable[Mapping[str, Any]]) -> list[float]:
+    """When each webhook for the node arrived."""
+    return [arrived for arrived, _ in delivery_spans(records)]
+
+
+# A decision's line is written before its webhook's answer; this much later still counts.
+ANSWER_SLACK_SECONDS = 1.0
+# Who fenced when the receiver did without a delivery: its Node watch or a wake-up it armed.
+WATCH = "receiver (no delivery)"
+
+
+def fenced_by_receiver(
+    spans: Sequence[tuple[float, float]], moment: float
+) -> tuple[str, float | None]:
+    """Who set off the receiver's decision that fenced, logged at ``moment``: the delivery being
+    answered then (its arrival is the trigger), or none, when its Node watch or a wake-up it
+    armed decided (the trigger is then not in the log: None)."""
+    for arrived, answered in spans:
+        if arrived <= moment <= answered + ANSWER_SLACK_SECONDS:
+            return "webhook", arrived
+    return WATCH, None
+
+
 def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
-    """Delivery, fence and power-off moments from nodefence's own JSON logs. A fence by a
-    webhook is triggered by the latest delivery before it (Alertmanager repeats a group)."""
+    """Delivery, fence and power moments from nodefence's own JSON logs. A fence by a webhook
+    is triggered by the delivery it answered (Alertmanager repeats a group); one the receiver
+    made by itself (its Node watch, a wake-up) is not dated in the log."""
     records = [
         r
         for r in log_records(stack.serve.output())
         if (_iso(r.get("timestamp")) or 0.0) >= run.death
     ]
-    arrived = deliveries(records)
-    run.first_delivery = arrived[0] if arrived else None
+    spans = delivery_spans(records)
+    run.first_delivery = spans[0][0] if spans else None
+    first = spans[0] if spans else None
     for record in records:
         moment = _iso(record.get("timestamp")) or 0.0
         if record.get("event") == "decision" and record.get("node") == NODE:
-            if not run.first_delivery_verdict:
-                blocked = record.get("blocked_by")
-                run.first_delivery_verdict = str(record.get("verdict")) + (
-                    f" ({blocked})" if blocked else ""
-                )
+            blocked = record.get("blocked_by")
+            verdict = str(record.get("verdict")) + (f" ({blocked})" if blocked else "")
+            if run.first_decision is None:
+                run.first_decision, run.first_decision_verdict = moment, verdict
+            if (
+                first is not None
+                and not run.first_delivery_verdict
+                and first[0] <= moment <= first[1] + ANSWER_SLACK_SECONDS
+            ):
+                run.first_delivery_verdict = verdict
             if fenced(record, NODE) and not run.fenced_by:
-                run.fenced_by = "webhook"
-                run.trigger = max((a for a in arrived if a <= moment), default=None)
+                run.fenced_by, run.trigger = fenced_by_receiver(spans, moment)
         elif powered_off(record):
             run.power_off = run.power_off or moment
+        elif power_read(record) and run.power_read is None:
+            run.power_read, run.power_read_state = moment, str(record.get("state"))
     after = [p for p in cron.passes if p.started >= run.death]
     run.passes = len(after)
     for done in after:
@@ -806,6 +879,18 @@ def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
         for record in records:
             if powered_off(record):
                 run.power_off = run.power_off or _iso(record.get("timestamp"))
+            elif power_read(record) and run.power_read is None:
+                run.power_read = _iso(record.get("timestamp"))
+                run.power_read_state = str(record.get("state"))
+
+
+def power_read(record: Mapping[str, Any]) -> bool:
+    """A read-only reading of the node's machine: the one a decision held back by waits asks
+    for (``early_power_read``), or a power step that sent nothing."""
+    if record.get("node") != NODE:
+        return False
+    event = record.get("event")
+    return event == "early_power_read" or (event == "power_action" and not record.get("sent"))
 
 
 def powered_off(record: Mapping[str, Any]) -> bool:
@@ -816,6 +901,16 @@ def powered_off(record: Mapping[str, Any]) -> bool:
         and bool(record.get("sent"))
         and record.get("state") == "off"
     )
+
+
+def watch_budget(case: Case, delays: Delays) -> float:
+    """How long a run may take from the death: the longest wait the policy can impose (with no
+    alert, the fallback's window after NotReady), one reconcile period, and two minutes."""
+    longest = delays.fence_allowed_after_death()
+    if not case.alertmanager:
+        after = parse_policy(case_policy(case, delays)).cluster.fallback_after_seconds
+        longest = max(longest, delays.node_monitor_grace + after)
+    return longest + delays.reconcile_period + 120
 
 
 def measure(
@@ -830,15 +925,15 @@ def measure(
             uids = eventually(
                 lambda: _healthy(stack), within=120, what=f"StatefulSet pods Running on {NODE}"
             )
-            eventually(stack.scraped, within=120, what="Prometheus scraping the cluster")
-            time.sleep(delays.evaluation_interval)
+            if case.alertmanager:
+                eventually(stack.scraped, within=120, what="Prometheus scraping the cluster")
+                time.sleep(delays.evaluation_interval)
             env = {**stack.env, "NODEFENCE_ALERTMANAGER_URL": stack.am_url}
             with ReconcileCron(procs, delays.reconcile_period, env) as cron:
                 cursor = stack.cursor()
                 death, renewed = stack.kill()
                 run = Measured(case, delays, death, renewed, backend=backend, pods=tuple(uids))
-                budget = delays.fence_allowed_after_death() + delays.reconcile_period + 120
-                _watch(stack, run, uids, within=budget)
+                _watch(stack, run, uids, within=watch_budget(case, delays))
                 run.firing = stack.starts_at() or run.firing
                 requests = stack.requests(cursor)
                 run.taint = taint_written(requests) or run.taint
@@ -1083,13 +1178,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--settings", default="shipped,fastest", help="with --backend real: shipped, fastest"
     )
+    parser.add_argument(
+        "--failure",
+        default="hung",
+        help="with --backend real: hung (the kubelet stops, the BMC reads On), off (the machine "
+        "loses power, the BMC reads Off), or both, comma-separated",
+    )
+    parser.add_argument(
+        "--alertmanager",
+        default="reachable",
+        help="with --backend real: reachable, unreachable (no alert is ever delivered), or both",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="with --backend real: runs of each, median reported"
+    )
+    parser.add_argument(
+        "--simulator",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --backend real: each run followed by the simulator's with the same settings",
+    )
     args = parser.parse_args(argv)
     from bench.__main__ import machine, markdown
 
     if args.backend == "real":
         from bench import recovery_real
 
-        runs = recovery_real.run(tuple(args.settings.split(",")))
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        runs = recovery_real.run(
+            tuple(args.settings.split(",")),
+            failures=tuple(args.failure.split(",")),
+            alertmanager=tuple(args.alertmanager.split(",")),
+            runs=args.runs,
+            simulator=args.simulator,
+        )
+        ended = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        command = (
+            f"python -m bench.recovery --backend real --settings {args.settings} --failure "
+            f"{args.failure} --alertmanager {args.alertmanager} --runs {args.runs}"
+            + ("" if args.simulator else " --no-simulator")
+        )
+        print()
+        print(f"{command}  ({started} - {ended})")
         print()
         print(markdown(recovery_real.rows(runs)))
         print()

@@ -10,28 +10,39 @@ kube-apiserver, kube-controller-manager and kube-scheduler with kwok kubelets
   before Kubernetes does), no NotReady minimum (the BMC's read-back of Off is the proof, not the
   wait) and the trigger's ``for`` at 0 s; the monitoring stack keeps kube-prometheus' 30 s.
 
+Each setting meets two failures: ``hung`` (the kubelet stops, the BMC still reads On: a hang,
+a panic, a partition) and ``off`` (the machine loses power: the benchmark's own ForceOff to the
+node's BMC, which stops its kwok and leaves the BMC reading Off), each with Alertmanager
+``reachable`` (Prometheus fires the trigger alert, Alertmanager delivers it) or
+``unreachable`` (no Prometheus or Alertmanager; nodefence's ``NODEFENCE_ALERTMANAGER_URL``
+names a closed port, no alert is ever delivered, and the Node watch or the fallback decides).
+
 Each runs beside the simulator with the same settings, in the same invocation, so the ratio
 is against a baseline measured under the same load. The dead node's waits are then listed one
-by one (:func:`waits`). Needs the control plane's binary (``make controlplane``, or
-``NODEFENCE_CONTROLPLANE``); ``python -m bench.recovery --backend real`` runs it.
+by one (:func:`waits`), from what the run saw: who set the fence off (a delivery, the
+receiver's Node watch or a wake-up, a reconcile pass) and what the BMC read. Needs the control
+plane's binary (``make controlplane``, or ``NODEFENCE_CONTROLPLANE``);
+``python -m bench.recovery --backend real`` runs it.
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from bench.common import Row
+from bench.common import Row, median
 from bench.recovery import (
-    INSTALL_TARGET_SECONDS,
     POLICY,
+    WATCH,
     Case,
     Delays,
     Measured,
+    case_policy,
     measure,
     parse_duration,
     shipped_delays,
@@ -50,6 +61,13 @@ NODE_MONITOR_PERIOD_SECONDS = 5.0
 # would read as a storm that just ended.
 FRESH_CLUSTER = {"storm_cooldown_seconds": 0}
 BACKENDS = ("real", "sim")
+FAILURES = ("hung", "off")
+ALERTMANAGER = ("reachable", "unreachable")
+# The goal at the shipped defaults: a machine that lost power, its StatefulSet pods Running
+# elsewhere within 90 s of the death (median of the runs); a hung one within the controller's
+# grace period, the NotReady minimum and 30 s.
+OFF_TARGET_SECONDS = 90.0
+HUNG_SLACK_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -58,9 +76,15 @@ class Setting:
     delays: Delays
 
 
-def settings() -> tuple[Setting, ...]:
-    """Both settings, derived from the shipped files so that a change there moves the figures;
-    a Case fences on the first delivery exactly when its waits are over by then."""
+MACHINE = {"hung": "machine hung (BMC reads On)", "off": "machine lost power (BMC reads Off)"}
+
+
+def settings(failure: str = "hung", alertmanager: str = "reachable") -> tuple[Setting, ...]:
+    """Both settings for one failure and one Alertmanager, derived from the shipped files so
+    that a change there moves the figures; a Case fences on the first delivery exactly when its
+    waits are over by then."""
+    if failure not in FAILURES or alertmanager not in ALERTMANAGER:
+        raise ValueError(f"failure {failure!r}, Alertmanager {alertmanager!r}")
     shipped = replace(shipped_delays(), node_monitor_grace=parse_duration(DEFAULT_GRACE))
     fastest = replace(
         shipped,
@@ -69,15 +93,28 @@ def settings() -> tuple[Setting, ...]:
         min_not_ready=0.0,
         lease_staleness=FASTEST_GRACE_SECONDS,
     )
+    how = f", {MACHINE[failure]}, Alertmanager {alertmanager}"
+    reachable = alertmanager == "reachable"
+
+    def case(key: str, title: str, first_delivery_fences: bool) -> Case:
+        return Case(
+            key,
+            title + how,
+            None,
+            first_delivery_fences,
+            cluster=FRESH_CLUSTER,
+            failure=failure,
+            alertmanager=reachable,
+        )
+
     return (
-        Setting(
-            Case("shipped", "shipped defaults", None, False, cluster=FRESH_CLUSTER),
-            shipped,
-        ),
-        Setting(
-            Case("fastest", "fastest safe settings", None, True, cluster=FRESH_CLUSTER), fastest
-        ),
+        Setting(case("shipped", "shipped defaults", False), shipped),
+        Setting(case("fastest", "fastest safe settings", True), fastest),
     )
+
+
+def variant(case: Case) -> tuple[str, str, bool]:
+    return case.key, case.failure, case.alertmanager
 
 
 @dataclass(frozen=True)
@@ -102,62 +139,133 @@ def _gap(later: float | None, earlier: float | None) -> float | None:
     return None if later is None or earlier is None else later - earlier
 
 
+def off_ends_wait(case: Case, delays: Delays) -> bool:
+    """Whether the run's policy lets a reading of Off end the NotReady minimum and the
+    fallback's wait (``power_off_ends_wait``; False where nodefence has no such setting)."""
+    rule = parse_policy(case_policy(case, delays)).rules[0]
+    return bool(getattr(rule, "power_off_ends_wait", False))
+
+
+def fallback_after(case: Case, delays: Delays) -> float:
+    return float(parse_policy(case_policy(case, delays)).cluster.fallback_after_seconds)
+
+
+def policy_wait(run: Measured) -> str:
+    """The wait the policy holds a NotReady node for in this run, in words."""
+    d, case = run.delays, run.case
+    lease = f"Lease window {d.lease_staleness:g} s from the last renewal"
+    if case.failure == "off" and off_ends_wait(case, d):
+        return f"no NotReady minimum (the BMC reads Off), {lease}"
+    waits = [f"min NotReady {d.min_not_ready:g} s"]
+    if not case.alertmanager:
+        waits.append(f"no alert: fallback after {fallback_after(case, d):g} s NotReady")
+    return ", ".join([*waits, lease])
+
+
+def the_wait_over(run: Measured) -> float | None:
+    """When the policy's wait was over in this run (wall clock), or None where the BMC's
+    reading of Off ends it."""
+    d, case = run.delays, run.case
+    if run.not_ready is None or (case.failure == "off" and off_ends_wait(case, d)):
+        return None
+    longest = d.min_not_ready
+    if not case.alertmanager:
+        longest = max(longest, fallback_after(case, d))
+    return max(run.not_ready + longest, run.last_renewal + d.lease_staleness)
+
+
+def _trigger_wait(run: Measured) -> Wait:
+    """NotReady to what set the fence off, when that was not a delivery: the reconcile pass's
+    slot, or the receiver's own decision (its Node watch or a wake-up at the wait's end)."""
+    d = run.delays
+    by = run.fenced_by or "nobody"
+    if by == WATCH:
+        how = "then the receiver at once (Node watch, or a wake-up at the wait's end)"
+    else:
+        how = f"then ≤ {d.reconcile_period:g} s to the next reconcile slot"
+    over = the_wait_over(run)
+    detail = by
+    if over is not None and run.trigger is not None:
+        detail += f", {_s(run.trigger - over)} after the wait"
+    elif over is not None and run.power_off is not None:
+        detail += f", Off {_s(run.power_off - over)} after the wait"
+    if run.power_read is not None:
+        detail += (
+            f"; BMC read {run.power_read_state} {_s(_gap(run.power_read, run.not_ready))} "
+            "after NotReady"
+        )
+    return Wait(
+        "NotReady -> fence triggered",
+        f"{policy_wait(run)}; {how}",
+        _gap(run.trigger, run.not_ready),
+        detail=detail,
+    )
+
+
 def waits(run: Measured) -> list[Wait]:
     """The intervals from the kubelet's last Lease renewal to the replacements Running, each
-    with the configured wait it contains; the on-path ones add up to the whole."""
+    with the configured wait it contains; the on-path ones add up to the whole. Which ones are
+    on the path follows from who set the fence off in this run."""
     d = run.delays
     # A ``for`` starts at one evaluation and fires at a later one; without it the first fires.
     evaluations = 2 if d.rule_for else 1
     bound = d.scrape_interval + evaluations * d.evaluation_interval
     alignment = f"scrape/evaluation alignment ≤ {bound:g} s"
+    by_webhook = run.fenced_by == "webhook"
     out = [
         Wait(
-            "last Lease renewal -> node Unknown",
+            "last Lease renewal -> node NotReady",
             f"grace {d.node_monitor_grace:g} s + ≤ {NODE_MONITOR_PERIOD_SECONDS:g} s "
             "controller period",
             _gap(run.not_ready, run.last_renewal),
-        ),
-        Wait(
-            "Unknown -> trigger alert fires",
-            f"for {d.rule_for:g} s + {alignment}",
-            _gap(run.firing, run.not_ready),
-            on_path=run.case.first_delivery_fences,
-        ),
+        )
     ]
-    if run.case.first_delivery_fences:
+    if run.case.alertmanager:
         out.append(
             Wait(
-                "fires -> the delivery that fenced",
-                f"group_wait {d.group_wait:g} s",
-                _gap(run.trigger, run.firing),
+                "NotReady -> trigger alert fires",
+                f"for {d.rule_for:g} s + {alignment}",
+                _gap(run.firing, run.not_ready),
+                on_path=by_webhook,
+            )
+        )
+        if by_webhook:
+            out.append(
+                Wait(
+                    "fires -> the delivery that fenced",
+                    f"group_wait {d.group_wait:g} s",
+                    _gap(run.trigger, run.firing),
+                )
+            )
+        else:
+            out.append(
+                Wait(
+                    "fires -> first delivery",
+                    f"group_wait {d.group_wait:g} s",
+                    _gap(run.first_delivery, run.firing),
+                    on_path=False,
+                    detail=run.first_delivery_verdict or "not seen",
+                )
+            )
+    deleted = f"{run.pods_deleted} of {len(run.pods)} deleted by nodefence"
+    power = f"ForceOff, then read back within {bmc_timeout():g} s"
+    if not by_webhook and run.trigger is None:
+        # The receiver decided on its own and the log does not date what set it off: one wait
+        # from NotReady to the Off, so that the path still adds up.
+        off = _trigger_wait(run)
+        out.append(
+            replace(
+                off,
+                what="NotReady -> fence triggered -> BMC reads back Off",
+                configured=f"{off.configured}; {power}",
+                seconds=_gap(run.power_off, run.not_ready),
             )
         )
     else:
-        allowed = None if run.not_ready is None else run.not_ready + d.min_not_ready
-        slot = _gap(run.trigger, allowed)
-        out += [
-            Wait(
-                "fires -> first delivery",
-                f"group_wait {d.group_wait:g} s",
-                _gap(run.first_delivery, run.firing),
-                on_path=False,
-                detail=run.first_delivery_verdict or "not seen",
-            ),
-            Wait(
-                "Unknown -> fence triggered",
-                f"min NotReady {d.min_not_ready:g} s + ≤ {d.reconcile_period:g} s to the next "
-                "reconcile slot",
-                _gap(run.trigger, run.not_ready),
-                detail=f"{run.fenced_by or 'nobody'}, {_s(slot)} after the minimum",
-            ),
-        ]
-    deleted = f"{run.pods_deleted} of {len(run.pods)} deleted by nodefence"
+        if not by_webhook:
+            out.append(_trigger_wait(run))
+        out.append(Wait("trigger -> BMC reads back Off", power, _gap(run.power_off, run.trigger)))
     out += [
-        Wait(
-            "trigger -> BMC reads back Off",
-            f"ForceOff, then read back within {bmc_timeout():g} s",
-            _gap(run.power_off, run.trigger),
-        ),
         Wait("Off -> out-of-service taint", "", _gap(run.taint, run.power_off)),
         Wait("taint -> old pods gone", "", _gap(run.pods_gone, run.taint), detail=deleted),
         Wait(
@@ -181,71 +289,132 @@ def total(run: Measured) -> float | None:
     return _gap(run.pods_running, run.death)
 
 
+def target(case: Case, delays: Delays) -> float | None:
+    """The goal for a run at the shipped defaults (none for the fastest settings)."""
+    if case.key != "shipped":
+        return None
+    if case.failure == "off":
+        return OFF_TARGET_SECONDS
+    return delays.node_monitor_grace + delays.min_not_ready + HUNG_SLACK_SECONDS
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    seen = [v for v in values if v is not None]
+    return median(seen) if seen and len(seen) == len(values) else None
+
+
+def _groups(runs: Sequence[Measured]) -> list[tuple[Measured, list[Measured], list[Measured]]]:
+    """The runs of each variant, in the order run: (the first, the real ones, the simulator's)."""
+    out: dict[tuple[str, str, bool], tuple[Measured, list[Measured], list[Measured]]] = {}
+    for one in runs:
+        _, real, sim = out.setdefault(variant(one.case), (one, [], []))
+        (real if one.backend == "real" else sim).append(one)
+    return [group for group in out.values() if group[1]]
+
+
 def rows(runs: Sequence[Measured]) -> list[Row]:
-    """One row per setting: the real control plane, against the simulator as the baseline."""
+    """One row per real run, and the median where a variant ran more than once, the
+    simulator's figure (its median) as the baseline."""
     out = []
-    for setting in settings():
-        by_backend = {r.backend: r for r in runs if r.case.key == setting.case.key}
-        real, sim = by_backend.get("real"), by_backend.get("sim")
-        if real is None:
-            continue
-        value, base = total(real), None if sim is None else total(sim)
-        ratio = "" if value is None or not base else f"{value / base:.2f}x the simulator"
-        shipped = setting.case.key == "shipped"
-        path = " + ".join(
-            f"{w.seconds:.0f}" for w in waits(real) if w.on_path and w.seconds is not None
-        )
-        out.append(
-            Row(
-                f"real control plane, {setting.case.title}: node death -> StatefulSet pods "
-                "Running elsewhere",
-                _s(value),
-                f"{_s(base)} (simulator, same settings)",
-                ratio,
-                f"< {INSTALL_TARGET_SECONDS / 60:g} min" if shipped else "",
-                ("yes" if value is not None and value < INSTALL_TARGET_SECONDS else "NO")
-                if shipped
-                else "",
-                f"{len(real.pods)} pods ({', '.join(real.pods)}); fenced by "
-                f"{real.fenced_by or 'nobody'}; from the last renewal "
-                f"({_s(real.death - real.last_renewal)} before the death): {path} s",
+    for first, real, sim in _groups(runs):
+        base = _median([total(r) for r in sim]) if sim else None
+        goal = target(first.case, first.delays)
+        for number, one in enumerate(real, start=1):
+            value = total(one)
+            path = " + ".join(
+                f"{w.seconds:.0f}" for w in waits(one) if w.on_path and w.seconds is not None
             )
-        )
+            out.append(
+                Row(
+                    f"real control plane, {first.case.title}: node death -> StatefulSet pods "
+                    f"Running elsewhere (run {number})",
+                    _s(value),
+                    "" if not sim else f"{_s(base)} (simulator, same settings)",
+                    "" if value is None or not base else f"{value / base:.2f}x the simulator",
+                    "" if goal is None else f"≤ {goal:g} s",
+                    ""
+                    if goal is None or len(real) > 1
+                    else ("yes" if value is not None and value <= goal else "NO"),
+                    f"{len(one.pods)} pods ({', '.join(one.pods)}); fenced by "
+                    f"{one.fenced_by or 'nobody'}; from the last renewal "
+                    f"({_s(one.death - one.last_renewal)} before the death): {path} s",
+                )
+            )
+        if len(real) > 1:
+            value = _median([total(r) for r in real])
+            out.append(
+                Row(
+                    f"real control plane, {first.case.title}: median of {len(real)} runs",
+                    _s(value),
+                    "" if not sim else f"{_s(base)} (simulator, same settings)",
+                    "" if value is None or not base else f"{value / base:.2f}x the simulator",
+                    "" if goal is None else f"≤ {goal:g} s",
+                    ""
+                    if goal is None
+                    else ("yes" if value is not None and value <= goal else "NO"),
+                    ", ".join(_s(total(r)) for r in real),
+                )
+            )
     return out
 
 
 def breakdown(runs: Sequence[Measured]) -> str:
-    """The waits of each setting as a Markdown table, the real control plane beside the
-    simulator."""
+    """The waits of each variant as a Markdown table: a column per real run, then the
+    simulator's; a wait one run did not have is left blank there."""
     lines = []
-    for setting in settings():
-        by_backend = {r.backend: r for r in runs if r.case.key == setting.case.key}
-        if "real" not in by_backend:
-            continue
-        real = waits(by_backend["real"])
-        sim = waits(by_backend["sim"]) if "sim" in by_backend else [None] * len(real)
-        lines += [
-            f"{setting.case.title}:",
-            "",
-            "| wait | configured | real | simulator |",
-            "|---|---|---|---|",
+    for first, real, sim in _groups(runs):
+        columns = [
+            (f"real, run {n}" if len(real) > 1 else "real", r) for n, r in enumerate(real, 1)
         ]
-        for ours, theirs in zip(real, sim, strict=False):
+        columns += [
+            (f"simulator, run {n}" if len(sim) > 1 else "simulator", r)
+            for n, r in enumerate(sim, 1)
+        ]
+        table: dict[str, tuple[Wait, dict[int, Wait]]] = {}
+        for index, (_, one) in enumerate(columns):
+            for wait in waits(one):
+                table.setdefault(wait.what, (wait, {}))[1][index] = wait
+        lines += [
+            f"{first.case.title}:",
+            "",
+            "| wait | configured | " + " | ".join(name for name, _ in columns) + " |",
+            "|---|---|" + "---|" * len(columns),
+        ]
+        for ours, cells in table.values():
             what = ours.what if ours.on_path else f"({ours.what}, not on the path)"
-            other = "" if theirs is None else _cell(theirs)
-            lines.append(f"| {what} | {ours.configured} | {_cell(ours)} | {other} |")
+            values = [_cell(cells[i]) if i in cells else "" for i in range(len(columns))]
+            lines.append(f"| {what} | {ours.configured} | " + " | ".join(values) + " |")
         lines.append("")
     return "\n".join(lines)
 
 
-def run(keys: Sequence[str] = ("shipped", "fastest"), *, simulator: bool = True) -> list[Measured]:
-    """Each chosen setting on the real control plane, then on the simulator."""
+def run(
+    keys: Sequence[str] = ("shipped", "fastest"),
+    *,
+    failures: Sequence[str] = ("hung",),
+    alertmanager: Sequence[str] = ("reachable",),
+    runs: int = 1,
+    simulator: bool = True,
+) -> list[Measured]:
+    """Each chosen setting, failure and Alertmanager, ``runs`` times on the real control plane,
+    each followed by the simulator; one backend at a time."""
     out = []
-    for setting in settings():
-        if setting.case.key not in keys:
-            continue
-        for backend in BACKENDS if simulator else ("real",):
-            print(f"time to recovery: {setting.case.title} on {backend}", flush=True)
-            with tempfile.TemporaryDirectory(prefix=f"nodefence-recovery-{backend}-") as tmp:
-                out.append(measure(setting.case, setting.delays, 1.0, Path(tmp), backend))
+    for failure in failures:
+        for reachable in alertmanager:
+            for setting in settings(failure, reachable):
+                if setting.case.key not in keys:
+                    continue
+                for number in range(1, runs + 1):
+                    for backend in BACKENDS if simulator else ("real",):
+                        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+                        print(
+                            f"{stamp} time to recovery: {setting.case.title} on {backend}, "
+                            f"run {number} of {runs}",
+                            flush=True,
+                        )
+                        prefix = f"nodefence-recovery-{backend}-"
+                        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+                            out.append(
+                                measure(setting.case, setting.delays, 1.0, Path(tmp), backend)
+                            )
     return out

@@ -7,16 +7,27 @@ from __future__ import annotations
 import pytest
 import yaml
 from bench.recovery import (
+    POLICY,
     TRIGGER,
+    WATCH,
     Measured,
     case_policy,
     deliveries,
+    fenced_by_receiver,
     parse_duration,
     pods_deleted,
     scaled_rules,
     shipped_delays,
+    watch_budget,
 )
-from bench.recovery_real import FASTEST_GRACE_SECONDS, rows, settings, waits
+from bench.recovery_real import (
+    FASTEST_GRACE_SECONDS,
+    OFF_TARGET_SECONDS,
+    breakdown,
+    rows,
+    settings,
+    waits,
+)
 
 from bench import recovery
 from nodefence.policy import parse_policy
@@ -29,7 +40,11 @@ def test_shipped_setting_is_the_shipped_files_on_kubernetes_default_grace() -> N
     assert shipped.delays.node_monitor_grace == 50
     assert shipped.delays.rule_for == shipped_delays().rule_for
     rule = case_policy(shipped.case, shipped.delays)["rules"][0]
-    assert (rule["min_not_ready_seconds"], rule["lease_staleness_seconds"]) == (300, 120)
+    default = parse_policy(yaml.safe_load(POLICY.read_text())).rules[0]
+    assert (rule["min_not_ready_seconds"], rule["lease_staleness_seconds"]) == (
+        default.min_not_ready_seconds,
+        default.lease_staleness_seconds,
+    )
     assert rule["fencing"]["driver"] == "redfish"
 
 
@@ -53,8 +68,10 @@ def test_the_trigger_for_is_set_and_every_other_rule_scaled() -> None:
     assert parse_duration(fors["KubeNodeNotReady"]) == 900
 
 
-def _run(key: str, **moments: float) -> Measured:
-    setting = SETTING[key]
+def _run(
+    key: str, failure: str = "hung", alertmanager: str = "reachable", **moments: float
+) -> Measured:
+    setting = {s.case.key: s for s in settings(failure, alertmanager)}[key]
     run = Measured(setting.case, setting.delays, death=100.0, last_renewal=95.0, backend="real")
     for name, value in moments.items():
         setattr(run, name, value)
@@ -76,8 +93,8 @@ def test_the_waits_on_the_path_add_up_to_the_whole(key: str, trigger: float) -> 
         taint=trigger + 1.1,
         pods_gone=trigger + 20,
         pods_running=trigger + 21,
-        fenced_by="reconcile-005" if key == "shipped" else "webhook",
     )
+    run.fenced_by = "reconcile-005" if key == "shipped" else "webhook"
     on_path = [w.seconds for w in waits(run) if w.on_path]
     assert all(s is not None for s in on_path)
     assert sum(s for s in on_path if s is not None) == pytest.approx(run.pods_running - 95)
@@ -118,3 +135,66 @@ def test_pods_deleted_counts_each_pod_once_and_only_successes() -> None:
         {"method": "GET", "path": path + "c", "status": 200},
     ]
     assert pods_deleted(records, ["a", "b", "c"]) == 1
+
+
+@pytest.mark.parametrize("alertmanager", ["reachable", "unreachable"])
+def test_a_fence_the_receiver_set_off_by_itself_still_adds_up(alertmanager: str) -> None:
+    """The Node watch or a wake-up fenced: the log does not date what set it off, so NotReady
+    to the Off is one wait, and the path still adds up."""
+    run = _run(
+        "shipped",
+        "off",
+        alertmanager,
+        not_ready=148.0,
+        power_read=148.6,
+        power_off=150.0,
+        taint=150.1,
+        pods_gone=151.0,
+        pods_running=152.5,
+    )
+    run.fenced_by, run.power_read_state = WATCH, "off"
+    if alertmanager == "reachable":
+        run.firing, run.first_delivery = 230.0, 230.0
+    found = waits(run)
+    on_path = [w.seconds for w in found if w.on_path]
+    assert sum(s for s in on_path if s is not None) == pytest.approx(152.5 - 95)
+    assert any("BMC read off 0.6 s after NotReady" in w.detail for w in found)
+    assert any("alert" in w.what for w in found) == (alertmanager == "reachable")
+    assert not any("alert" in w.what and w.on_path for w in found)
+
+
+def test_the_median_of_several_runs_is_held_to_the_goal() -> None:
+    moments = [60.0, 100.0, 80.0]
+    runs = [_run("shipped", "off", pods_running=100.0 + m) for m in moments]
+    *each, middle = rows(runs)
+    assert len(each) == 3
+    assert middle.value == "80.0 s"
+    assert middle.target == f"≤ {OFF_TARGET_SECONDS:g} s"
+    assert middle.met == "yes"
+    assert "| real, run 1 | real, run 2 | real, run 3 |" in breakdown(runs)
+
+
+def test_a_hung_machine_is_held_to_the_grace_the_minimum_and_thirty_seconds() -> None:
+    (row,) = rows([_run("shipped", "hung", pods_running=100.0 + 390)])
+    assert row.target == "≤ 380 s"
+    assert row.met == "NO"
+
+
+def test_without_alertmanager_the_run_waits_for_the_fallback() -> None:
+    setting = {s.case.key: s for s in settings("hung", "unreachable")}["shipped"]
+    assert not setting.case.alertmanager
+    fallback = parse_policy(case_policy(setting.case, setting.delays)).cluster
+    assert watch_budget(setting.case, setting.delays) >= (
+        setting.delays.node_monitor_grace + fallback.fallback_after_seconds
+    )
+
+
+def test_a_fence_is_the_deliverys_only_while_its_answer_is_being_written() -> None:
+    spans = [(10.0, 10.5), (100.0, 103.0)]
+    assert fenced_by_receiver(spans, 102.0) == ("webhook", 100.0)
+    assert fenced_by_receiver(spans, 60.0) == (WATCH, None)
+
+
+def test_unknown_failures_are_refused() -> None:
+    with pytest.raises(ValueError, match="failure"):
+        settings("melted")
