@@ -319,6 +319,11 @@ class Case:
     # False: no Alertmanager and no Prometheus; nodefence's NODEFENCE_ALERTMANAGER_URL names
     # a closed port, so no alert is ever delivered and the Node watch or the fallback decides.
     alertmanager: bool = True
+    # Who runs the reconcile passes: "cronjob", the CronJob alone, the receiver running none
+    # (the Knative overlay: one reconcile period on the path, not two interleaved);
+    # "receiver", the receiver itself every period, with its Node watch and wake-ups, and no
+    # CronJob (the Deployment overlay and the Helm chart's default).
+    passes: str = "cronjob"
 
 
 CASES = (
@@ -409,20 +414,24 @@ class ReconcileCron:
     as a CronJob's are; like ``concurrencyPolicy: Forbid``, a slot whose predecessor still runs
     is skipped."""
 
-    def __init__(self, procs: Processes, period: float, env: Mapping[str, str]) -> None:
-        self.procs, self.period, self.env = procs, period, dict(env)
+    def __init__(
+        self, procs: Processes, period: float, env: Mapping[str, str], *, enabled: bool = True
+    ) -> None:
+        self.procs, self.period, self.env, self.enabled = procs, period, dict(env), enabled
         self.passes: list[Pass] = []
         self.skipped = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconcile-cron", daemon=True)
 
     def __enter__(self) -> ReconcileCron:
-        self._thread.start()
+        if self.enabled:
+            self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.period + 5)
+        if self.enabled:
+            self._thread.join(timeout=self.period + 5)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -453,6 +462,9 @@ class Measured:
     # nodefence's first decision on the node, whatever set it off, and its verdict.
     first_decision: float | None = None
     first_decision_verdict: str = ""
+    # When the receiver's decision that fenced was made, where no delivery set it off (the
+    # API server's clock, to the second).
+    decided: float | None = None
     # Its first read-only reading of the machine's power state, and what it read.
     power_read: float | None = None
     power_read_state: str = ""
@@ -533,9 +545,9 @@ class Stack:
                 "NODEFENCE_HOST": "127.0.0.1",
                 "NODEFENCE_ALERT_TOKEN": TOKEN,
                 "NODEFENCE_IDENTITY": "bench-recovery",
-                # The passes come from the CronJob alone, as in the Knative overlay: one
-                # reconcile period on the path, not two interleaved.
-                "NODEFENCE_RECONCILE_INTERVAL": "0",
+                "NODEFENCE_RECONCILE_INTERVAL": "0"
+                if case.passes == "cronjob"
+                else f"{delays.reconcile_period:g}",
                 "NODEFENCE_ALERTMANAGER_URL": self.am_url,
             },
         )
@@ -720,6 +732,18 @@ class Stack:
         ]
         return found
 
+    def decisions(self) -> list[dict[str, Any]]:
+        """The receiver's last decisions on the node (``GET /decisions``), newest first."""
+        status, body = http(
+            "GET",
+            f"{self.nodefence_url}/decisions?node={NODE}&limit=200",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        if status != 200:
+            raise RuntimeError(f"GET /decisions -> {status}: {body[:300]!r}")
+        found: list[dict[str, Any]] = json.loads(body)["decisions"]
+        return found
+
     def cursor(self) -> int:
         value: int = get_json(f"{self.control_url}/sim/v1/requests?since=999999999999")["cursor"]
         return value
@@ -836,6 +860,27 @@ def fenced_by_receiver(
     return WATCH, None
 
 
+# ``GET /decisions``' sources of a decision the receiver made by itself, as the run names them.
+SOURCES = {
+    "wake-up": "receiver's wake-up (Node watch or a wait's end)",
+    "reconcile-loop": "receiver's reconcile pass",
+}
+
+
+def receiver_source(entries: Sequence[Mapping[str, Any]]) -> tuple[str, float | None]:
+    """Who made the receiver's first decision on the node that fenced, from its ``GET
+    /decisions`` (newest first), and when it decided (the API server's clock, to the second)."""
+    for entry in reversed(entries):
+        done = any(
+            r.get("action") == "fence" and r.get("outcome") == "done"
+            for r in entry.get("results") or []
+        )
+        if entry.get("node") == NODE and done:
+            source = str(entry.get("source"))
+            return SOURCES.get(source, source), _iso(entry.get("decided_at"))
+    return WATCH, None
+
+
 def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
     """Delivery, fence and power moments from nodefence's own JSON logs. A fence by a webhook
     is triggered by the delivery it answered (Alertmanager repeats a group); one the receiver
@@ -863,6 +908,8 @@ def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
                 run.first_delivery_verdict = verdict
             if fenced(record, NODE) and not run.fenced_by:
                 run.fenced_by, run.trigger = fenced_by_receiver(spans, moment)
+                if run.fenced_by == WATCH:
+                    run.fenced_by, run.decided = receiver_source(stack.decisions())
         elif powered_off(record):
             run.power_off = run.power_off or moment
         elif power_read(record) and run.power_read is None:
@@ -929,7 +976,8 @@ def measure(
                 eventually(stack.scraped, within=120, what="Prometheus scraping the cluster")
                 time.sleep(delays.evaluation_interval)
             env = {**stack.env, "NODEFENCE_ALERTMANAGER_URL": stack.am_url}
-            with ReconcileCron(procs, delays.reconcile_period, env) as cron:
+            cronjob = case.passes == "cronjob"
+            with ReconcileCron(procs, delays.reconcile_period, env, enabled=cronjob) as cron:
                 cursor = stack.cursor()
                 death, renewed = stack.kill()
                 run = Measured(case, delays, death, renewed, backend=backend, pods=tuple(uids))

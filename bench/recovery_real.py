@@ -38,7 +38,6 @@ import yaml
 from bench.common import Row, median
 from bench.recovery import (
     POLICY,
-    WATCH,
     Case,
     Delays,
     Measured,
@@ -105,6 +104,7 @@ def settings(failure: str = "hung", alertmanager: str = "reachable") -> tuple[Se
             cluster=FRESH_CLUSTER,
             failure=failure,
             alertmanager=reachable,
+            passes="receiver",
         )
 
     return (
@@ -179,12 +179,17 @@ def _trigger_wait(run: Measured) -> Wait:
     slot, or the receiver's own decision (its Node watch or a wake-up at the wait's end)."""
     d = run.delays
     by = run.fenced_by or "nobody"
-    if by == WATCH:
-        how = "then the receiver at once (Node watch, or a wake-up at the wait's end)"
+    if run.case.passes == "receiver":
+        how = (
+            "then the receiver: its Node watch or a wake-up at the wait's end at once, else "
+            f"its next pass (every {d.reconcile_period:g} s, jittered)"
+        )
     else:
         how = f"then ≤ {d.reconcile_period:g} s to the next reconcile slot"
     over = the_wait_over(run)
     detail = by
+    if run.decided is not None and run.trigger is None:
+        detail += f", decided {_s(_gap(run.decided, run.not_ready))} after NotReady (± 1 s)"
     if over is not None and run.trigger is not None:
         detail += f", {_s(run.trigger - over)} after the wait"
     elif over is not None and run.power_off is not None:

@@ -16,6 +16,7 @@ from bench.recovery import (
     fenced_by_receiver,
     parse_duration,
     pods_deleted,
+    receiver_source,
     scaled_rules,
     shipped_delays,
     watch_budget,
@@ -198,3 +199,28 @@ def test_a_fence_is_the_deliverys_only_while_its_answer_is_being_written() -> No
 def test_unknown_failures_are_refused() -> None:
     with pytest.raises(ValueError, match="failure"):
         settings("melted")
+
+
+def test_the_real_settings_run_the_receiver_as_the_deployment_does() -> None:
+    """The Deployment overlay and the Helm chart's default: the receiver's own passes, its Node
+    watch and wake-ups, and no CronJob."""
+    assert {s.case.passes for s in settings("off", "unreachable")} == {"receiver"}
+
+
+def test_the_receivers_own_fence_is_named_by_its_decision_log() -> None:
+    fence = {"action": "fence", "outcome": "done"}
+    entries = [
+        {"node": "control02", "source": "reconcile-loop", "results": [fence]},
+        {
+            "node": "control02",
+            "source": "wake-up",
+            "decided_at": "2026-01-01T00:00:10Z",
+            "results": [fence],
+        },
+        {"node": "control02", "source": "wake-up", "results": []},
+    ]
+    source, decided = receiver_source(entries)
+    assert source.startswith("receiver's wake-up")
+    assert decided is not None
+    assert decided % 60 == 10
+    assert receiver_source(entries[2:]) == (WATCH, None)
