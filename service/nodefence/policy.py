@@ -158,7 +158,14 @@ class Rule(_Model):
     name: str = Field(default="default", min_length=1)
     match: RuleMatch = Field(default_factory=RuleMatch)
     min_not_ready_seconds: int = Field(default=300, ge=0)
-    lease_staleness_seconds: int = Field(default=120, gt=0)
+    # A node whose machine its BMC reads Off (read-only, and shown to be this node's machine)
+    # has nothing left to wait for: the NotReady minimum and the fallback's wait for an alert do
+    # not apply to it (``engine.power_waits``). Off: those waits apply whatever the machine says.
+    power_off_ends_wait: bool = True
+    # The node-lifecycle controller's grace (Kubernetes' default --node-monitor-grace-period,
+    # 50 s since 1.32; 40 s before): a Lease silent this long is one Kubernetes calls dead too,
+    # five of the kubelet's 10 s renewals missed. Never shorter than the cluster's grace.
+    lease_staleness_seconds: int = Field(default=50, gt=0)
     # A node without a kubelet Lease gives no second opinion on its liveness, so by default it
     # is not fenced. Clusters whose kubelets predate node leases can opt in here.
     fence_without_lease: bool = False
@@ -207,10 +214,11 @@ class ClusterPolicy(_Model):
     # any power-off wait), or a slow fence could lose its slot while still at work.
     claim_timeout_seconds: int = Field(default=300, ge=30)
     # A NotReady node that no alert brought to nodefence for this long, and that Alertmanager
-    # (where it can be asked) holds no alert for, is judged by the reconcile pass as if its
-    # alert had fired (``engine.fallback``); 0 turns this off. Never faster than the shipped
-    # alert path (5 minutes NotReady, then up to a reconcile period), never slower than 10.
-    fallback_after_seconds: int = Field(default=420, ge=0)
+    # (where it can be asked) holds no alert for, is judged as if its alert had fired
+    # (``engine.fallback``); 0 turns this off. The rule's NotReady minimum (5 minutes) by
+    # default: a hung machine waits the same with or without an alert, and one whose BMC reads
+    # Off waits for neither (``engine.power_waits``).
+    fallback_after_seconds: int = Field(default=300, ge=0)
 
 
 class Policy(_Model):

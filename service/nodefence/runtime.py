@@ -19,6 +19,7 @@ from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.background.reconcile import ReconcileLoop
 from nodefence.background.refresh import BackgroundRefresh
 from nodefence.background.runner import Runner, Worker
+from nodefence.background.wakeups import Wakeups
 from nodefence.errors import ConfigError
 from nodefence.fencing.inventory import Inventory, InventoryError, load_inventory
 from nodefence.http.decisions import DecisionLog
@@ -34,6 +35,7 @@ from nodefence.policy import Policy, PolicyError, claim_outlasts_power_steps, lo
 from nodefence.settings import Settings
 from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
+from nodefence.shell.early_power import EarlyPower
 from nodefence.shell.fencer import Fencer, FencerOptions
 from nodefence.shell.loop import Loop
 from nodefence.shell.power_step import ExternalProof, PowerStep
@@ -116,7 +118,8 @@ def assemble_fencer(
     reporter = Reporter(metrics, events, clock, notifier)
     power_step = PowerStep(policy, inventory, records, reporter)
     commit = Commit(records, executor, power_step, approvals)
-    loop = Loop(reader, commit, records, reporter, inventory)
+    early = EarlyPower(policy, inventory, metrics)
+    loop = Loop(reader, commit, records, reporter, inventory, early=early)
     return Fencer(
         kube=kube,
         policy=policy,
@@ -159,7 +162,9 @@ def serving_reader(kube: KubeClient, namespace: str) -> FactsReader:
 
 def background_for(settings: Settings, fencer: Fencer, decisions: DecisionLog) -> Runner:
     """Every background loop of a serving receiver, by name: the node index and the pause watch
-    its reader was built with, the refresh of the pause switch and the fence gauges, the
+    its reader was built with, the wake-ups that judge a node again when a refusal's wait ends
+    or the index sees its Ready change (with the reconcile pass only), the refresh of the pause
+    switch and the fence gauges, the
     reconcile pass (``NODEFENCE_RECONCILE_INTERVAL``; 0: none) and the read-only fencing probe
     (``NODEFENCE_FENCING_PROBE_INTERVAL``, over the inventory; 0 or none: none). The probe
     records its rounds through the fencer's client unless the receiver is in dry-run (S8:
@@ -169,9 +174,25 @@ def background_for(settings: Settings, fencer: Fencer, decisions: DecisionLog) -
     followers: list[Worker] = [w for w in (reader.nodes, reader.pause_watch) if w is not None]
     dry_run = settings.dry_run or fencer.policy.dry_run
     interval = float(settings.fencing_probe_interval)
+    workers: list[Worker] = []
+    if settings.reconcile_interval > 0:
+        # A receiver that runs no pass of its own (Knative's, which may have no pod at all;
+        # the CronJob passes instead) starts no decision of its own either.
+        wakeups = Wakeups(
+            fencer.judge_node,
+            fencer.metrics,
+            fencer.kube.server_clock.now,
+            deadline_seconds=settings.request_deadline_seconds,
+            decisions=decisions,
+        )
+        fencer.waits = wakeups
+        if reader.nodes is not None:
+            reader.nodes.on_ready_change = wakeups.now
+        workers.append(wakeups)
     return Runner(
         [
             *followers,
+            *workers,
             BackgroundRefresh(reader, fencer.metrics),
             ReconcileLoop(
                 fencer,

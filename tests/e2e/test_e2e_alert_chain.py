@@ -56,7 +56,9 @@ class Outage:
 def start_chain(procs: Processes, alertmanagers: int) -> Chain:
     sim = start_simulator(procs)
     token = secrets.token_urlsafe(24)
-    nodefence = start_nodefence(procs, sim, token)
+    # The chain alone drives the fence: no pass or watch of the receiver's own judges the node
+    # before the alert comes (the simulator's outage is already past the fallback's window).
+    nodefence = start_nodefence(procs, sim, token, env={"NODEFENCE_RECONCILE_INTERVAL": "0"})
     token_file = write_token_file(procs.workdir, token)
     managers = [
         start_alertmanager(procs, f"alertmanager-{i}", nodefence, token_file)

@@ -306,15 +306,21 @@ def policies(draw: st.DrawFn, *, room: bool = False) -> Policy:
 
 FALLBACK_WHY = (
     "no alert arrived: Alertmanager holds no alert for it, firing, silenced or inhibited; the "
-    "node has been NotReady since 2026-11-30T08:00:00Z, longer than "
-    "cluster.fallback_after_seconds (7m0s), so it is judged as if its alert had fired"
+    "node has been NotReady since 2026-11-30T08:00:00Z, so it is judged as if its alert had fired"
 )
 
 
-def fallback_event(fingerprint: str) -> AlertEvent:
-    """What the reconcile pass judges a NotReady node on when no alert arrived."""
+def fallback_event(fingerprint: str, since: datetime | None = None) -> AlertEvent:
+    """What the reconcile pass, the node watch or a wake-up judges a NotReady node on when no
+    alert arrived (``since``: when it turned NotReady, which the wait for an alert counts from;
+    None: not known, no wait)."""
     return AlertEvent(
-        fallback.ALERTNAME, AlertStatus.FIRING, NODE, fingerprint, fallback=FALLBACK_WHY
+        fallback.ALERTNAME,
+        AlertStatus.FIRING,
+        NODE,
+        fingerprint,
+        starts_at=since,
+        fallback=FALLBACK_WHY,
     )
 
 
@@ -327,7 +333,11 @@ events = st.one_of(
         fingerprint=st.sampled_from(["fp-0", "fp-1"]),
         labels=mostly({"node": NODE}, {}),
     ),
-    st.builds(fallback_event, st.sampled_from(["fp-0", "fp-1"])),
+    st.builds(
+        fallback_event,
+        st.sampled_from(["fp-0", "fp-1"]),
+        st.one_of(st.none(), seconds.map(ago)),
+    ),
 )
 
 approvals = st.one_of(

@@ -97,6 +97,7 @@ def test_the_guards_words_event_types_and_cache_are_the_ones_operators_know() ->
     assert normal == {
         "ready",
         "not-ready-duration",
+        "alert-wait",
         "lease",
         "lease-fresh",
         "healthy-delay",
@@ -122,6 +123,7 @@ def test_the_guards_words_event_types_and_cache_are_the_ones_operators_know() ->
         "fence-in-progress",
         "ready",
         "not-ready-duration",
+        "alert-wait",
         "foreign-taint",
         "storm",
         "storm-cooldown",

@@ -57,6 +57,11 @@ class Receiver:
         async with self.session.post(self.url + path, json=payload, headers=headers) as r:
             return r.status, await r.json()
 
+    async def get(self, path: str) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with self.session.get(self.url + path, headers=headers) as r:
+            return r.status, await r.json()
+
     async def alert(self, payload: Any) -> list[dict[str, Any]]:
         status, body = await self.post("/alerts", payload)
         assert status == 200, body
@@ -95,10 +100,13 @@ async def start_receiver(
     alertmanager_matchers: str = "",
     bmc_inventory: Path | None = None,
     follow: bool = False,
+    reconcile_interval: float = 0,
 ) -> AsyncIterator[Receiver]:
     """A receiver in this process. ``follow``: its reader follows the nodes and the pause
     switch with watches, as ``serve``'s does (``runtime.serving_reader``); without it, every
-    request reads what it needs, as the one-shot commands do."""
+    request reads what it needs, as the one-shot commands do. ``reconcile_interval``: 0, the
+    tests drive the passes themselves and the receiver starts no decision of its own; more,
+    its own passes (the first no sooner than a fifth of it) and its wake-ups run too."""
     if isinstance(policy, dict):
         policy = parse_policy(policy)
     token = secrets.token_urlsafe(16)
@@ -110,8 +118,8 @@ async def start_receiver(
         alertmanager_url=alertmanager_url,
         alertmanager_matchers=alertmanager_matchers,
         bmc_inventory=bmc_inventory,
-        # The tests drive the passes and the probes themselves.
-        reconcile_interval=0,
+        # The tests drive the probes themselves, and the passes unless they ask otherwise.
+        reconcile_interval=reconcile_interval,
         fencing_probe_interval=0,
     )
     metrics = Metrics()

@@ -38,19 +38,19 @@ def fallback_policy() -> dict[str, Any]:
     return policy
 
 
-def entry(backend: RealBackend) -> dict[str, Any] | None:
+def entry_of(backend: RealBackend, node: str) -> dict[str, Any] | None:
     try:
         held = backend.core.read_namespaced_config_map("nodefence-fences", "nodefence")
     except client.ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    text = (held.data or {}).get(f"fence.{NODE}")
+    text = (held.data or {}).get(f"fence.{node}")
     return json.loads(text) if text else None
 
 
-def not_ready_since(backend: RealBackend) -> datetime:
-    node = backend.core.read_node(NODE)
+def not_ready_since(backend: RealBackend, name: str) -> datetime:
+    node = backend.core.read_node(name)
     (ready,) = [c for c in node.status.conditions or [] if c.type == "Ready"]
     assert ready.status != "True"
     moment: datetime = ready.last_transition_time
@@ -72,9 +72,9 @@ def fenced_without_alert(backend: RealBackend, alertmanager_url: str, procs: Pro
         eventually(lambda: backend.ready(NODE) == "True", within=STEP_WITHIN, what="Ready")
         assert backend.control(NODE, "down")["kubelet"] == "down"
         wait_not_ready(backend, NODE)
-        since = not_ready_since(backend)
+        since = not_ready_since(backend, NODE)
         held = eventually(
-            lambda: (e := entry(backend)) is not None and e.get("phase") == "fenced" and e,
+            lambda: (e := entry_of(backend, NODE)) is not None and e.get("phase") == "fenced" and e,
             within=STEP_WITHIN + FALLBACK_SECONDS,
             interval=1.0,
             what="the fallback's fence",
@@ -219,7 +219,7 @@ def test_a_silence_holds_the_fallback_on_real_controllers_through_alertmanager_o
             interval=1.0,
             what="the silence held while Alertmanager is down",
         )
-        assert entry(real_backend) is None
+        assert entry_of(real_backend, NODE) is None
         assert not oos_taints(real_backend.core.read_node(NODE))
         assert power_state(real_backend, NODE) == "On"
     finally:

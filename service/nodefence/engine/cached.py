@@ -65,6 +65,9 @@ def refusal_on_cache(decision: Decision, sources: tuple[Source, ...]) -> Decisio
     if decision.verdict not in (Verdict.NOOP, Verdict.SKIP):
         return None
     kept = [r for r in decision.reasons if cache(r.guard) is not Cache.UNREAD]
+    if decision.power_may_end_wait and decision.waits_only_on_power(tuple(kept)):
+        # Only waits the machine's power state may end: judged live, with that state read.
+        return None
     blocking = [r for r in kept if not r.passed]
     if not blocking or any(cache(r.guard) is not Cache.REFUSES for r in blocking):
         return None

@@ -8,9 +8,11 @@ Alertmanager, where it can be asked, does not hold either, is decided as a firin
 be, with every guard. A silenced or inhibited alert counts as held: a silence is an operator
 saying "leave this node alone", and the fallback must not go around it.
 
-The default is never faster than the shipped alert path (the policy's 5-minute NotReady minimum,
-plus up to one reconcile period) and never slower than 10 minutes with one more period: 7
-minutes. This module only chooses the nodes and words the reason; deciding stays ``decide``'s.
+The serving receiver's watch and wake-ups (``background.wakeups``) judge a node the same way as
+soon as it turns NotReady and when a wait ends; the ``alert-wait`` guard then holds the node
+until the window has run, unless its machine reads Off (``engine.power_waits``). The default
+window is the rule's 5-minute NotReady minimum: a hung machine waits the same with or without an
+alert. This module only chooses the nodes and words the reason; deciding stays ``decide``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodefence.engine.model import AlertEvent, AlertStatus
-from nodefence.engine.wording import duration, instant
+from nodefence.engine.wording import instant
 
 # What the decision, the fence record and the metrics name as the alert of a fallback decision.
 ALERTNAME = "no alert (fallback)"
@@ -69,17 +71,16 @@ def due(
     return sorted(chosen, key=lambda pair: (pair[1], pair[0]))
 
 
-def event(
-    node: str, since: datetime, silence: Silence, after_seconds: int, silenced: str = ""
-) -> AlertEvent:
+def event(node: str, since: datetime, silence: Silence, silenced: str = "") -> AlertEvent:
     """The firing event the fallback judges ``node`` on. Its fingerprint names the node and the
     outage (when it went NotReady), so every replica and every pass of one outage speak of the
     same incident, and a later outage of the same node is another one. The reason holds no
-    running duration, so the Events of successive passes read the same."""
+    running duration, so the Events of successive passes read the same. Whether the wait for an
+    alert is over is the ``alert-wait`` guard's to say (``guards.alert_waited``): a node the
+    watch saw turn NotReady is judged at once, and its machine's state may end that wait."""
     why = (
         f"no alert arrived: {silence.text}; the node has been NotReady since {instant(since)}, "
-        f"longer than cluster.fallback_after_seconds ({duration(after_seconds)}), so it is "
-        "judged as if its alert had fired, on every guard"
+        "so it is judged as if its alert had fired, on every guard"
     )
     return AlertEvent(
         alertname=ALERTNAME,

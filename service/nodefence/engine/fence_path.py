@@ -20,7 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from nodefence.engine import approval_request, escalation, guards, machine, mirror, recovery
+from nodefence.engine import (
+    approval_request,
+    escalation,
+    guards,
+    machine,
+    mirror,
+    power_waits,
+    recovery,
+)
 from nodefence.engine import volumes as volume_plan
 from nodefence.engine.draft import Draft, claim_fresh
 from nodefence.engine.drivers import Proof
@@ -74,7 +82,16 @@ def _not_ready_long_enough(s: Screen) -> Reason | None:
     """Only for a node that is not Ready: a Ready one is refused by S1 already."""
     if not guards.ready_is_not_true(s.node).passed:
         return None
-    return guards.not_ready_long_enough(s.node, s.facts.lease, s.rule, s.draft.now)
+    return guards.not_ready_long_enough(s.node, s.facts.lease, s.rule, s.draft.now, s.facts)
+
+
+def _alert_waited(s: Screen) -> Reason | None:
+    """Only for a node that is not Ready, judged without an alert."""
+    if not guards.ready_is_not_true(s.node).passed:
+        return None
+    return guards.alert_waited(
+        s.event, s.node, s.facts, rule=s.rule, cluster=s.policy.cluster, now=s.draft.now
+    )
 
 
 # S11, S4, S1, S2: the node is dead on the API server's clock, and its taint would be ours.
@@ -83,6 +100,7 @@ LIVENESS: tuple[Check, ...] = (
     lambda s: guards.no_foreign_taint(s.node, ours=False),
     lambda s: guards.ready_is_not_true(s.node),
     _not_ready_long_enough,
+    _alert_waited,
     lambda s: guards.lease_is_stale(s.node, s.facts.lease, s.rule, s.draft.now),
 )
 # S3: the cluster can spare the node.
@@ -106,8 +124,18 @@ def fence(s: Screen) -> Decision:
     proven = proof(s)
     failed, refused = escalate(s)
     if refused is not None:
-        return refusal_or_rollback(s, refused, failed)
+        return with_reading_wanted(s, refusal_or_rollback(s, refused, failed))
     return plan(s, proven, failed)
+
+
+def with_reading_wanted(s: Screen, refused: Decision) -> Decision:
+    """A refusal a reading of Off could lift, with no power action or roll-back in it, says so
+    (``Decision.needs_power_reading``: the shell reads the machine when only such waits hold it
+    back; a refusal on cached facts is made again live)."""
+    blocking = [r for r in refused.reasons if not r.passed]
+    if refused.actions or not power_waits.may_end(s.rule, s.facts, blocking):
+        return refused
+    return dataclasses.replace(refused, power_may_end_wait=True)
 
 
 def liveness(s: Screen) -> None:

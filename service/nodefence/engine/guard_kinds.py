@@ -60,6 +60,9 @@ class GuardKind:
     overruled: bool = False
     run_note: bool = False
     no_node: bool = False
+    # A wait only, which a read-only reading of Off from the node's machine ends for a rule
+    # that lets it (``engine.power_waits``).
+    ended_by_off: bool = False
 
 
 KINDS: dict[str, GuardKind] = {}
@@ -118,7 +121,22 @@ ALERT_RESOLVED = _row(GuardKind("alert-resolved", "its alert resolved"))
 # S1, S2, S11: liveness, on the API server's clock.
 READY = _row(GuardKind("ready", "the node is Ready", _N, Cache.REFUSES))
 NOT_READY_DURATION = _row(
-    GuardKind("not-ready-duration", "it has not been NotReady long enough yet", _N, Cache.REFUSES)
+    GuardKind(
+        "not-ready-duration",
+        "it has not been NotReady long enough yet",
+        _N,
+        Cache.REFUSES,
+        ended_by_off=True,
+    )
+)
+ALERT_WAIT = _row(
+    GuardKind(
+        "alert-wait",
+        "no alert has come for it yet, and the fallback waits for one",
+        _N,
+        Cache.REFUSES,
+        ended_by_off=True,
+    )
 )
 LEASE = _row(
     GuardKind(
@@ -275,6 +293,11 @@ def warns(guard: str) -> bool:
 
 def cache(guard: str) -> Cache:
     return kind(guard).cache
+
+
+def ended_by_off(guard: str) -> bool:
+    """Whether the guard is a wait a reading of Off from the node's machine ends."""
+    return kind(guard).ended_by_off
 
 
 def overruled(guard: str) -> bool:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from nodefence.engine import power_waits
 from nodefence.engine.drivers import Proof
 from nodefence.engine.evidence import PowerEvidence
 from nodefence.engine.guard_kinds import (
+    ALERT_WAIT,
     ATTACHMENTS,
     BOOT_ID,
     BUDGET,
@@ -32,7 +34,9 @@ from nodefence.engine.guard_kinds import (
 )
 from nodefence.engine.model import (
     API_SERVER_CLOCK,
+    AlertEvent,
     ClusterFacts,
+    Facts,
     LeaseFacts,
     NodeFacts,
     PodFacts,
@@ -95,7 +99,7 @@ def _silent_since(lease: LeaseFacts | None) -> datetime | None:
 
 
 def not_ready_long_enough(
-    node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime
+    node: NodeFacts, lease: LeaseFacts | None, rule: Rule, now: datetime, facts: Facts
 ) -> Reason:
     """How long the node has been both NotReady and silent, on the API server's clock.
 
@@ -120,10 +124,15 @@ def not_ready_long_enough(
         age = now - silent
         detail += f"; the API server last saw its Lease renewed at {instant(silent)}"
     if age < timedelta(seconds=rule.min_not_ready_seconds):
+        shorter = (
+            f"Ready has been {status} for {duration(age)} on the API server's clock ({detail})"
+        )
+        off = power_waits.off_here(node, facts, rule)
+        if off is not None:
+            return _pass(NOT_READY_DURATION, f"{shorter}; the {required} minimum is waived: {off}")
         return _block(
             NOT_READY_DURATION,
-            f"Ready has been {status} for {duration(age)} on the API server's clock ({detail}), "
-            f"less than the {required} required",
+            f"{shorter}, less than the {required} required{power_waits.kept(node, facts, rule)}",
             now - age + timedelta(seconds=rule.min_not_ready_seconds),
         )
     return _pass(
@@ -131,6 +140,37 @@ def not_ready_long_enough(
         f"Ready has been {status} for {duration(age)} on the API server's clock ({detail}), "
         f"at least the {required} required",
     )
+
+
+def alert_waited(
+    event: AlertEvent,
+    node: NodeFacts,
+    facts: Facts,
+    *,
+    rule: Rule,
+    cluster: ClusterPolicy,
+    now: datetime,
+) -> Reason | None:
+    """For a node judged without an alert (``engine.fallback``): whether the wait for one is
+    over. The fallback gives the alert path ``cluster.fallback_after_seconds`` from when the node
+    turned NotReady (on the API server's clock) to bring the node; a node whose machine reads
+    Off has nothing to wait for (``engine.power_waits``). None for a decision an alert brought."""
+    if not event.fallback or event.starts_at is None:
+        return None
+    after = cluster.fallback_after_seconds
+    end = event.starts_at + timedelta(seconds=after)
+    since = instant(event.starts_at)
+    waited = f"no alert came for node {node.name} in the {duration(after)} since {since}"
+    if now >= end:
+        return _pass(ALERT_WAIT, f"{waited} (cluster.fallback_after_seconds)")
+    waiting = (
+        f"nodefence waits for an alert for node {node.name} until {instant(end)} "
+        f"(cluster.fallback_after_seconds {duration(after)} from {since})"
+    )
+    off = power_waits.off_here(node, facts, rule)
+    if off is not None:
+        return _pass(ALERT_WAIT, f"{waiting} no longer: {off}")
+    return _block(ALERT_WAIT, f"{waiting}{power_waits.kept(node, facts, rule)}", end)
 
 
 def _kubelet_stamp(lease: LeaseFacts) -> str:

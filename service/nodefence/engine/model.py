@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from nodefence.engine.approval_request import Incident
 from nodefence.engine.evidence import PowerEvidence
-from nodefence.engine.guard_kinds import VERDICT
+from nodefence.engine.guard_kinds import VERDICT, ended_by_off
 from nodefence.engine.identity import MachineBinding
 from nodefence.engine.record import FenceEntry, FenceRecord
 
@@ -199,6 +199,10 @@ class Facts:
     # The pods of the namespaces the node held pods in, read for the reconcile pass's recovery
     # measurement (``engine.recovery``; None: not read).
     elsewhere: tuple[PodFacts, ...] | None = None
+    # A read-only look at the node's machine through its BMC, taken while the node waited out
+    # a wait the machine's state can end (``engine.power_waits``; None: not read). Never proof:
+    # the power step still reads Off back before any taint.
+    early_power: PowerEvidence | None = None
 
 
 class ApprovalDecision(StrEnum):
@@ -512,12 +516,28 @@ class Decision:
     # The decision would say what becomes of the node's volumes, but its VolumeAttachments were
     # not read (``Facts.attachments``): the shell reads them and decides again.
     needs_attachments: bool = False
+    # A wait the machine's power state can end holds the decision back (the NotReady minimum,
+    # the fallback's wait for an alert), the rule lets a reading of Off end it, and the BMC was
+    # not read (``Facts.early_power``; ``engine.power_waits``).
+    power_may_end_wait: bool = False
     # What the shell's writes did (action, target, outcome, detail), filled in after the
     # commit so the webhook reply and the log carry the outcome, not only the plan.
     results: tuple[dict[str, str], ...] = ()
     # For a decision waiting on an escalation's answer: the failure the question is about
     # (``escalation.Failure.subject``), which the question records and an approval must match.
     asks_about: str = ""
+
+    @property
+    def needs_power_reading(self) -> bool:
+        """Only waits a reading of Off ends hold the decision back: the shell reads the machine,
+        read-only, and decides again."""
+        return self.power_may_end_wait and self.waits_only_on_power(self.reasons)
+
+    def waits_only_on_power(self, reasons: tuple[Reason, ...]) -> bool:
+        """Whether something among ``reasons`` holds the decision back and all of it is waits
+        a reading of Off ends."""
+        blocking = [r.guard for r in reasons if not r.passed]
+        return bool(blocking) and all(ended_by_off(guard) for guard in blocking)
 
     @property
     def not_before(self) -> datetime | None:

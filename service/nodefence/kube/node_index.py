@@ -194,6 +194,9 @@ class NodeIndex(Informer):
         self.watch_seconds = watch_seconds
         self.nodes: dict[str, NodeSummary] = {}
         self._counted: ClusterFacts | None = None
+        # Told the name of a node the watch saw turn Ready or stop being Ready (a serving
+        # receiver's wake-ups judge it at once: ``background.wakeups``).
+        self.on_ready_change: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ serving
     def fresh(self) -> Counts | None:
@@ -244,6 +247,10 @@ class NodeIndex(Informer):
 
     def _put(self, name: str, summary: NodeSummary) -> None:
         # Most events are heartbeats that change nothing counted: keep the counts then.
-        if self.nodes.get(name) != summary:
+        before = self.nodes.get(name)
+        if before != summary:
             self.nodes[name] = summary
             self._counted = None
+        changed = before is not None and before.ready != summary.ready
+        if changed and self.on_ready_change is not None:
+            self.on_ready_change(name)

@@ -188,6 +188,19 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        self.wakeups = Counter(
+            "nodefence_wakeups_total",
+            "Decisions this receiver started on its own at the end of a refusal's wait or on a "
+            "node's Ready change seen by its watch, by outcome (ok, nothing: no node to judge, "
+            "unavailable, error).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.wakeups_armed = Gauge(
+            "nodefence_wakeups_armed",
+            "Wake-ups this receiver holds armed, one per node at most.",
+            registry=registry,
+        )
         self.reconcile_last_success = Gauge(
             "nodefence_reconcile_last_success_timestamp_seconds",
             "When this receiver last finished a reconcile pass, unix seconds (before its first "
@@ -308,6 +321,9 @@ class Metrics:
         self.reconcile_passes.labels(outcome=outcome).inc()
         if finished_at_unix is not None:
             self.reconcile_last_success.set(finished_at_unix)
+
+    def wakeup(self, outcome: str) -> None:
+        self.wakeups.labels(outcome=outcome).inc()
 
     def pause_is(self, since_unix: float | None) -> None:
         """The pause switch as last read: ``since_unix`` when paused, None when not."""

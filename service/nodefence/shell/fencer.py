@@ -17,7 +17,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -59,6 +59,15 @@ from nodefence.shell.report import Reporter
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+
+# Firing alerts remembered for wake-ups, at most (one per node).
+MAX_FIRING = 10_000
+
+
+class Waits(Protocol):
+    """Where decisions that name the end of their wait arm a wake-up (``background.wakeups``)."""
+
+    def after(self, decision: Decision) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +124,11 @@ class Fencer:
         # When a firing alert for each node last reached this process by webhook (monotonic):
         # the alert path is at work there, so the fallback leaves the node to it.
         self.delivered: dict[str, float] = {}
+        # The last firing alert delivered for each node, until its resolve: what a wake-up for
+        # the node judges again (``background.wakeups``).
+        self.firing: dict[str, AlertEvent] = {}
+        # Where a serving receiver arms its wake-ups (None: a one-shot command arms none).
+        self.waits: Waits | None = None
         self.alert_names = list(policy.alerts.names)
         self.node_labels = list(policy.alerts.node_labels)
         self._passes = asyncio.Lock()
@@ -142,8 +156,7 @@ class Fencer:
         by_node: dict[str | None, list[int]] = {}
         for index, event in enumerate(events):
             by_node.setdefault(event.node, []).append(index)
-            if event.node is not None and event.status is AlertStatus.FIRING:
-                self.delivered[event.node] = time.monotonic()
+            self._remember(event)
         results: list[Decision | None] = [None] * len(events)
 
         async def run_node(indexes: list[int]) -> None:
@@ -157,6 +170,41 @@ class Fencer:
         else:
             await asyncio.gather(*(run_node(ix) for ix in groups))
         return [d for d in results if d is not None]
+
+    def _remember(self, event: AlertEvent) -> None:
+        """What the fallback and the wake-ups need of a delivery: when a firing alert for the
+        node came, and which one, until it resolves."""
+        if event.node is None:
+            return
+        if event.status is AlertStatus.FIRING:
+            self.delivered[event.node] = time.monotonic()
+            self.firing.pop(event.node, None)
+            if len(self.firing) >= MAX_FIRING:
+                # The oldest delivery goes: its node is left to the next delivery or pass.
+                self.firing.pop(next(iter(self.firing)))
+            self.firing[event.node] = event
+        else:
+            self.firing.pop(event.node, None)
+
+    async def judge_node(self, name: str) -> Decision | None:
+        """Judge ``name`` now, not for a delivery (``background.wakeups``): a node the fence
+        record holds as the reconcile pass does, else its last firing alert, else as the
+        fallback judges a NotReady node no alert brought, before its wait for an alert is over
+        (the ``alert-wait`` guard, which the machine's power state may end). None: nothing to
+        judge (a Ready node nodefence holds nothing of)."""
+        deadline = Deadline(self.options.deadline_seconds)
+        await self.reader.server_version_string(deadline)
+        held = await self.read_record(deadline)
+        entry = held.entry(name)
+        if entry is not None:
+            return await self._reconcile_node(name, entry.uid, deadline)
+        event = self.firing.get(name)
+        if event is None:
+            early = await self._fallback_events(set(), deadline, early=name)
+            if not early:
+                return None
+            event = early[0]
+        return await self.handle_event(event, deadline)
 
     async def handle_event(
         self, event: AlertEvent, deadline: Deadline, *, approval: Approval | None = None
@@ -197,6 +245,8 @@ class Fencer:
             cached=approval is None and self.options.cached_refusals,
         )
         decision, results, fenced = first.decision, list(first.results), first.fenced
+        if self.waits is not None:
+            self.waits.after(decision)
         if decision.dry_run:
             # S8: no write; the BMC is only asked, so a dry run shows whether proof would work.
             return await read_power(
@@ -250,18 +300,7 @@ class Fencer:
         orphans = tuple(sorted(set(cluster.mirrored) - set(uids)))
         self.metrics.fences_without_record_are(orphans)
         for name in (*uids, *orphans):
-
-            def decider(snapshot: Snapshot, name: str = name) -> Decision:
-                return decide_reconcile(snapshot.facts, self.policy, snapshot.now, name)
-
-            done = await self.loop.run(name, decider, deadline)
-            decision, results = done.decision, list(done.results)
-            if not decision.dry_run:
-                node_uid = done.node_uid or uids.get(name, "")
-                decision = await self.reporter.report(
-                    decision, results, node_uid, deadline, fenced=done.fenced
-                )
-            decisions.append(decision)
+            decisions.append(await self._reconcile_node(name, uids.get(name, ""), deadline))
         handled = {entry.node for entry in held.entries}
         active = one_per_node(await self._active_alerts(), handled)
         # Hundreds in an outage: judged as webhooks are, a bounded number at a time.
@@ -275,6 +314,23 @@ class Fencer:
             deadline_seconds=self.options.deadline_seconds,
         )
         return decisions
+
+    async def _reconcile_node(self, name: str, uid: str, deadline: Deadline) -> Decision:
+        """The reconcile decision for one node the fence record (or its mirror) holds,
+        committed and reported; ``uid``: the node object the record names, if any."""
+
+        def decider(snapshot: Snapshot) -> Decision:
+            return decide_reconcile(snapshot.facts, self.policy, snapshot.now, name)
+
+        done = await self.loop.run(name, decider, deadline)
+        decision, results = done.decision, list(done.results)
+        if self.waits is not None:
+            self.waits.after(decision)
+        if decision.dry_run:
+            return decision
+        return await self.reporter.report(
+            decision, results, done.node_uid or uid, deadline, fenced=done.fenced
+        )
 
     async def _measure_recovery(self, name: str, deadline: Deadline) -> Decision | None:
         """Measure the incident of fenced node ``name`` (``engine.recovery``) on the pods of the
@@ -304,11 +360,15 @@ class Fencer:
             done.decision, list(done.results), done.node_uid, deadline, fenced=False
         )
 
-    async def _fallback_events(self, judged: set[str], deadline: Deadline) -> list[AlertEvent]:
+    async def _fallback_events(
+        self, judged: set[str], deadline: Deadline, *, early: str | None = None
+    ) -> list[AlertEvent]:
         """The NotReady nodes no alert brought (``engine.fallback``), as firing events: past
         ``cluster.fallback_after_seconds`` on the API server's clock, not judged in this pass
         already, no firing webhook for them within that time, and none held by Alertmanager
-        where it can be asked (any state: a silence stops nodefence)."""
+        where it can be asked (any state: a silence stops nodefence). ``early``: that node
+        alone, whether or not its window has run (a wake-up's or the watch's judgement; the
+        ``alert-wait`` guard then says whether the wait for an alert is over)."""
         after = self.policy.cluster.fallback_after_seconds
         if after <= 0:
             return []
@@ -319,7 +379,12 @@ class Fencer:
         recent = time.monotonic() - after
         self.delivered = {node: at for node, at in self.delivered.items() if at > recent}
         skip = judged | set(self.delivered)
-        due = fallback.due(await self.reader.not_ready_nodes(deadline), now, after, skip)
+        not_ready = await self.reader.not_ready_nodes(deadline)
+        if early is None:
+            due = fallback.due(not_ready, now, after, skip)
+        else:
+            since = not_ready.get(early)
+            due = [(early, since)] if since is not None and early not in skip else []
         # Read on every pass, a node down or not, so that the silences set before an outage of
         # Alertmanager are kept where every replica finds them when it comes.
         known = await self._silences(now, deadline) if self.alertmanager is not None else NOTHING
@@ -331,7 +396,7 @@ class Fencer:
             due = [(node, since) for node, since in due if node not in held_by_am]
             silence = self.reachability.silence() if self.reachability else fallback.holds_none()
         return [
-            fallback.event(node, since, silence, after, self._silenced(node, known, now))
+            fallback.event(node, since, silence, self._silenced(node, known, now))
             for node, since in due
         ]
 
@@ -354,7 +419,7 @@ class Fencer:
             due = "its NotReady time is unknown: the fallback never judges it"
         else:
             due = f"the fallback judges it from {instant(since + timedelta(seconds=after))}"
-        event = fallback.event(node, since or now, silence, after, self._silenced(node, known, now))
+        event = fallback.event(node, since or now, silence, self._silenced(node, known, now))
         return event, due
 
     async def silences_held(self, deadline: Deadline) -> Known:

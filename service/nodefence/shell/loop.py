@@ -6,8 +6,10 @@ writes it into the record beside the node's entry, and the turn after it decides
 ``decide`` is pure. No lock is held between replicas: the claim written on the record version
 the decision read is what keeps two replicas from both spending the last budget slot, however
 slow either is. What only some decisions rest on is read for them alone, and
-the engine decides again with it: the Nodes sharing the machine's systemUUID before a power
-action, the node's VolumeAttachments for a decision that says what becomes of them.
+the engine decides again with it: the machine's power state, read-only, for a decision only
+waits its state may end hold back (``shell.early_power``), the Nodes sharing the machine's
+systemUUID before a power action, the node's VolumeAttachments for a decision that says what
+becomes of them.
 
 After a fence the same loop turns again (``Loop.settle``): the taint manager evicts the node's
 remaining pods, which on a dead node hang Terminating too, and each turn commits whatever the
@@ -39,6 +41,7 @@ from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.ratelimit import Priority, reads_at
 from nodefence.shell.cached_refusal import CachedRefusal
 from nodefence.shell.commit import Commit
+from nodefence.shell.early_power import EarlyPower
 from nodefence.shell.power_step import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.shell.report import Reporter
 
@@ -80,8 +83,11 @@ class Loop:
         records: FenceRecordWriter,
         reporter: Reporter,
         inventory: Inventory | None,
+        *,
+        early: EarlyPower | None = None,
     ) -> None:
         self.reader = reader
+        self.early = early
         self.commit = commit
         self.records = records
         self.reporter = reporter
@@ -130,6 +136,14 @@ class Loop:
             if twins is None and unvouched is not None:
                 twins = await live_twins(self.reader.kube, unvouched, deadline)
                 snapshot = with_twins(snapshot, twins)
+                decision = decider(snapshot)
+            if decision.needs_power_reading and self.early is not None:
+                # Only waits hold the decision back, and the machine's state may end them:
+                # read it, read-only, and decide again (``engine.power_waits``).
+                early = await self.early.read(decision, snapshot.facts, deadline)
+                early = dataclasses.replace(early, at=snapshot.now)
+                facts = dataclasses.replace(snapshot.facts, early_power=early)
+                snapshot = dataclasses.replace(snapshot, facts=facts)
                 decision = decider(snapshot)
             if decision.needs_attachments:
                 # Only a decision on a node found down, on a server that may not detach its
