@@ -247,7 +247,7 @@ def test_status_lists_not_ready_nodes_nodefence_holds_back_and_writes_nothing(
     # With no alert, the fallback judges it once NotReady for cluster.fallback_after_seconds.
     since = datetime.fromisoformat(held["control02"]["notReadySince"].replace("Z", "+00:00"))
     fallback_at = datetime.fromisoformat(held["control02"]["fallbackAt"].replace("Z", "+00:00"))
-    assert fallback_at - since == timedelta(seconds=420)
+    assert fallback_at - since == timedelta(seconds=300)
     assert (
         f"if no alert arrives, the fallback judges it from {held['control02']['fallbackAt']}"
         in (text)

@@ -78,8 +78,10 @@ def test_the_toy_guard_s_row_sets_whether_its_refusal_stands_on_the_cache(
 
 def test_without_its_row_the_toy_guard_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch)
-    monkeypatch.delitem(guard_kinds.KINDS, MOON)
     held = moonlit()
+    monkeypatch.delitem(guard_kinds.KINDS, MOON)
+    with pytest.raises(guard_kinds.UnknownGuardError, match=MOON):
+        moonlit()
     with pytest.raises(guard_kinds.UnknownGuardError, match=MOON):
         outcome(held, held=False)
     with pytest.raises(guard_kinds.UnknownGuardError, match=MOON):

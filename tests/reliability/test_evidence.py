@@ -194,12 +194,16 @@ async def test_s11_kubelets_whose_clocks_are_behind_cannot_hide_a_storm_that_jus
 @pytest.mark.invariant("S2")
 @needs_faketime
 async def test_s2_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceable(
-    cluster: SimulatorHandle,
+    cluster: SimulatorHandle, tmp_path: Path
 ) -> None:
-    """The kubelet went silent a minute ago (NotReady for the last 20 seconds). A nodefence
-    whose clock runs ten minutes fast would, on its own clock, see a Lease eleven minutes stale
-    and a node NotReady for ten; on the API server's clock it is a minute and 20 seconds, and
-    nothing is fenced."""
+    """The kubelet went silent a minute ago (NotReady for the last 20 seconds), within a
+    2-minute Lease window. A nodefence whose clock runs ten minutes fast would, on its own
+    clock, see a Lease eleven minutes stale and a node NotReady for ten; on the API server's
+    clock it is a minute and 20 seconds, and nothing is fenced."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "rules:\n  - name: default\n    lease_staleness_seconds: 120\n    fencing: {driver: none}\n"
+    )
     cluster.sim.node_down(NODE, since_seconds=60)
     token = secrets.token_urlsafe(16)
     async with aiohttp.ClientSession() as http:
@@ -208,7 +212,7 @@ async def test_s2_nodefence_ten_minutes_fast_does_not_make_a_fresh_death_fenceab
         # can judge (``shell.cached_refusal``).
         live = {"NODEFENCE_CACHED_REFUSALS": "false"}
         with ServeProcess(
-            cluster.kubeconfig, token, "fast", clock_offset="+600s", env=live
+            cluster.kubeconfig, token, "fast", clock_offset="+600s", env=live, policy=policy
         ) as fast:
             await fast.wait_healthy(http)
             decision = await deliver(http, fast, token, NODE)
