@@ -144,3 +144,45 @@ async def test_an_excluded_node_is_held_on_the_watch_path_and_its_machine_never_
         assert not oos_taints(cluster, NODE)
         assert [r for r in bmcs.resets if r[0] == NODE] == []
         assert receiver.metrics.power_actions.labels("redfish", "status", "off")._value.get() == 0
+
+
+async def test_a_power_outage_of_many_machines_still_meets_the_budget_and_storm_guards(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    """Four of five machines lose power within a second: the watch judges each as it sees it
+    go, every machine reads Off, and still no more than the budget's one node is fenced; the
+    others are refused by the budget, the storm or the control plane's quorum."""
+    policy = {**POLICY, "cluster": {**POLICY["cluster"], "max_fenced_nodes": 1}}
+    inventory = write_bmc_inventory(tmp_path / "bmcs.yaml", cluster.url, cluster.sim)
+    down = ["compute01", "compute02", "control02", "control03"]
+    async with start_receiver(
+        cluster, policy=policy, bmc_inventory=inventory, follow=True, reconcile_interval=HOUR
+    ) as receiver:
+        await following(receiver)
+        bmcs = bmcs_of(cluster.sim)
+        for name in down:
+            bmcs.powered_off.add(name)
+            cluster.sim.node_down(name, 150)
+
+        async def judged() -> dict[str, list[dict[str, Any]]]:
+            status, body = await receiver.get("/decisions")
+            assert status == 200, body
+            seen: dict[str, list[dict[str, Any]]] = {}
+            for d in body["decisions"]:
+                seen.setdefault(d["node"], []).append(d)
+            return seen if set(down) <= set(seen) else {}
+
+        seen = await eventually(judged)
+        tainted = [name for name in down if oos_taints(cluster, name)]
+        assert len(tainted) <= 1, tainted
+        limits = {
+            "fence-budget",
+            "storm",
+            "control-plane-quorum",
+            "ready-fraction",
+            "fence-in-progress",
+        }
+        for name in set(down) - set(tainted):
+            blocked = {r["guard"] for d in seen[name] for r in d["reasons"] if not r["passed"]}
+            assert blocked & limits, (name, seen[name])
+        assert len({n for n, kind in bmcs.resets if kind == "ForceOff"} - set(tainted)) == 0
