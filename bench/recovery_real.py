@@ -232,6 +232,8 @@ def waits(run: Measured) -> list[Wait]:
                 f"for {d.rule_for:g} s + {alignment}",
                 _gap(run.firing, run.not_ready),
                 on_path=by_webhook,
+                # The run ends when the pods run elsewhere, which may come first.
+                detail="" if run.firing is not None else "not fired by then",
             )
         )
         if by_webhook:
@@ -242,7 +244,7 @@ def waits(run: Measured) -> list[Wait]:
                     _gap(run.trigger, run.firing),
                 )
             )
-        else:
+        elif run.firing is not None:
             out.append(
                 Wait(
                     "fires -> first delivery",
@@ -327,7 +329,9 @@ def rows(runs: Sequence[Measured]) -> list[Row]:
         for number, one in enumerate(real, start=1):
             value = total(one)
             path = " + ".join(
-                f"{w.seconds:.0f}" for w in waits(one) if w.on_path and w.seconds is not None
+                f"{abs(w.seconds):.0f}" if round(w.seconds) == 0 else f"{w.seconds:.0f}"
+                for w in waits(one)
+                if w.on_path and w.seconds is not None
             )
             out.append(
                 Row(
@@ -342,7 +346,8 @@ def rows(runs: Sequence[Measured]) -> list[Row]:
                     else ("yes" if value is not None and value <= goal else "NO"),
                     f"{len(one.pods)} pods ({', '.join(one.pods)}); fenced by "
                     f"{one.fenced_by or 'nobody'}; from the last renewal "
-                    f"({_s(one.death - one.last_renewal)} before the death): {path} s",
+                    f"({_s(one.death - one.last_renewal)} before the death): {path} s; the "
+                    f"benchmark's sightings up to {one.resolution:.1f} s late",
                 )
             )
         if len(real) > 1:
