@@ -36,9 +36,10 @@ from nodefence.settings import Settings
 from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
 from nodefence.shell.early_power import EarlyPower
+from nodefence.shell.external_proof import ExternalProof
 from nodefence.shell.fencer import Fencer, FencerOptions
 from nodefence.shell.loop import Loop
-from nodefence.shell.power_step import ExternalProof, PowerStep
+from nodefence.shell.power_step import PowerStep
 from nodefence.shell.report import FenceNotifier, Reporter
 from nodefence.slack.routes import SlackIntegration, check_slack_settings, slack_parts
 

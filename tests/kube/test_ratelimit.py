@@ -24,7 +24,7 @@ from nodefence.kube.ratelimit import (
     reads_at,
 )
 from nodefence.settings import Settings
-from nodefence.shell.power_step import live_twins
+from nodefence.shell.machine_binding import live_twins
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 

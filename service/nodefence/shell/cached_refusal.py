@@ -35,7 +35,7 @@ from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import CONFIGMAP, Deadline
 from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.ratelimit import Priority, reads_at
-from nodefence.shell.power_step import bind_machine
+from nodefence.shell.machine_binding import bind_machine
 
 # A refusal of a NotReady node may rest on a fence record read this recently by any request:
 # the budget seen full a second ago is, at worst, a refusal the reconcile pass revisits.

@@ -52,8 +52,9 @@ from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy
 from nodefence.shell.active_alerts import judge_active, one_per_node
 from nodefence.shell.approval_requester import ApprovalRequester, report_waiting
+from nodefence.shell.dry_run_power import read_power
+from nodefence.shell.external_proof import ExternalProof
 from nodefence.shell.loop import Loop
-from nodefence.shell.power_step import ExternalProof, read_power
 from nodefence.shell.report import Reporter
 
 log = structlog.get_logger(__name__)

@@ -42,7 +42,7 @@ from nodefence.kube.ratelimit import Priority, reads_at
 from nodefence.shell.cached_refusal import CachedRefusal
 from nodefence.shell.commit import Commit
 from nodefence.shell.early_power import EarlyPower
-from nodefence.shell.power_step import bind_machine, live_twins, twins_to_list, with_twins
+from nodefence.shell.machine_binding import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.shell.report import Reporter
 
 MAX_DECIDE_ATTEMPTS = 5
@@ -117,7 +117,7 @@ class Loop:
         results: list[ActionResult] = []
         fenced = False
         # S10: the Nodes sharing this node's systemUUID, listed live once for this request when
-        # no fresh index knows them (``power_step.twins_to_list``); kept for every pass.
+        # no fresh index knows them (``machine_binding.twins_to_list``); kept for every pass.
         twins: tuple[str, ...] | None = None
         for _attempt in range(MAX_DECIDE_ATTEMPTS):
             snapshot = bind_machine(

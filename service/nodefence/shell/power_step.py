@@ -1,24 +1,16 @@
-"""The power step, in one place: everything nodefence does to learn whether a node's machine is
-off (S10), between reading the facts and acting on them.
+"""The power step (:class:`PowerStep`): how nodefence learns whether a node's machine is off (S10)
+once a decision asks for it, the one write nodefence makes outside the cluster.
 
-- Before deciding: what the inventory says of the node's machine, and the other Nodes reporting
-  its systemUUID (:func:`bind_machine`, :func:`live_twins`); for a rule whose driver reads proof
-  someone else produced (``annotation``, ``http``), that proof (:class:`ExternalProof`, through
-  the driver's ``read_proof`` in ``fencing.registry``).
-- The BMC step (:class:`PowerStep`), the one write nodefence makes outside the cluster. Before
-  any power action the target is asked which machine it controls, and the action goes out only
-  if that is the node's machine: a wrong inventory line must not power off a healthy machine.
-  The fence record says the action is sent before it is sent, so a second replica or a later
-  delivery never sends it twice; only a state read back from the BMC becomes evidence, and a BMC
-  that cannot be reached, refuses the credentials or never reports the state asked for is no
-  proof. With the proof the identity is read again (for Redfish from the very GET that reported
-  Off), so the Off is known to be this machine's. Whatever the BMC answered is written into the
-  fence record (``engine.power_reading``) before anything is decided on it: the request's next
-  turn reads it back with the rest of its facts, and a replica that dies after the taint leaves
-  the proof behind.
-- In dry-run (:func:`read_power`), the BMC is asked, never told: the same driver and the same
-  identity check, then a read-only status, said in a reason of its own (``dry-run-power``); no
-  power action, no write (S8). A week of dry-run shows whether the proof would have worked.
+Before any power action the target is asked which machine it controls (:func:`before_action`),
+and the action goes out only if that is the node's machine: a wrong inventory line must not power
+off a healthy machine. The fence record says the action is sent before it is sent, so a second
+replica or a later delivery never sends it twice; only a state read back from the BMC becomes
+evidence, and a BMC that cannot be reached, refuses the credentials or never reports the state
+asked for is no proof. With the proof the identity is read again (:func:`with_proof_read`; for
+Redfish from the very GET that reported Off), so the Off is known to be this machine's. Whatever
+the BMC answered is written into the fence record (``engine.power_reading``) before anything is
+decided on it: the request's next turn reads it back with the rest of its facts, and a replica
+that dies after the taint leaves the proof behind.
 
 Every power action is tied to the claim that decided it: right before the driver sends it (after
 the reads that can stall for as long as a BMC takes), the record is read again and the action
@@ -26,46 +18,27 @@ goes out only while that claim is still the node's entry. A claim rolled back me
 exclusion, a stale claim, an admin's edit) may have been taken afresh by another replica that
 powered the machine on again; the late action would take it down.
 
-The other Nodes reporting the node's systemUUID (cloned machines) come from the serving
-receiver's watch-fed node index while it is fresh. Without one (a one-shot ``reconcile``, or a
-replica whose index has not synced or whose watch broke) the Nodes are listed live before a
-decision that may send a power action is committed: a refusal may rest on the index, an action
-only on what the API server says now.
+The identity check, the BMC's time and the margins are shared with the read-only reads of the
+same BMC: in dry-run (``shell.dry_run_power``) and when only waits hold a decision back
+(``shell.early_power``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from datetime import datetime
 
 from nodefence.actions.executor import ActionResult, Outcome
 from nodefence.actions.fence_record_writer import FenceRecordWriter
 from nodefence.engine import power_reading
-from nodefence.engine.alerts import match_rule
 from nodefence.engine.evidence import PowerEvidence
-from nodefence.engine.guard_kinds import DRY_RUN_POWER
-from nodefence.engine.identity import Judgement, Reported, canonical_identity, judge
-from nodefence.engine.model import (
-    AlertEvent,
-    AlertStatus,
-    Decision,
-    Facts,
-    NodeFacts,
-    PowerAction,
-    Reason,
-)
+from nodefence.engine.identity import Judgement, Reported, judge
+from nodefence.engine.model import Decision, Facts, PowerAction
 from nodefence.engine.record import Phase, RecordedReading
 from nodefence.fencing import registry
-from nodefence.fencing.binding import machine_binding, shared
-from nodefence.fencing.drivers import proof_reader
 from nodefence.fencing.inventory import Inventory
-from nodefence.fencing.model import PowerDriver, ProofPlace, SendCheck
-from nodefence.kube.client import Deadline, KubeClient
-from nodefence.kube.facts import FactsReader, Snapshot
-from nodefence.kube.node_index import NodeIndex, NodeSummary, list_summaries
-from nodefence.kube.ratelimit import Priority, reads_at
-from nodefence.observability.metrics import Metrics
+from nodefence.fencing.model import PowerDriver, SendCheck
+from nodefence.kube.client import Deadline
 from nodefence.policy import Policy
 from nodefence.shell.report import Reporter
 
@@ -104,7 +77,7 @@ class PowerStep:
         reads it back and decides on it (False: nothing was asked, or the answer could
         not be written, so nothing may be decided on it)."""
         kind = f"power-{action.operation}"
-        timeout = _timeout(self.policy, decision, deadline, POWER_MARGIN_SECONDS)
+        timeout = bmc_timeout(self.policy, decision, deadline, POWER_MARGIN_SECONDS)
         driver, detail = registry.power_driver(self.inventory, action.node, action.driver)
         if driver is None:
             self.reporter.power_unanswered(action)
@@ -243,97 +216,11 @@ class PowerStep:
         return result, True
 
 
-def _timeout(policy: Policy, decision: Decision, deadline: Deadline, margin: float) -> float:
+def bmc_timeout(policy: Policy, decision: Decision, deadline: Deadline, margin: float) -> float:
     """The BMC's time: the rule's ``timeout_seconds``, within what the request has left."""
     rule = policy.rule_named(decision.rule)
     budget = max(0.5, deadline.remaining - margin)
     return min(rule.fencing.timeout_seconds, budget) if rule and rule.fencing else budget
-
-
-def bind_machine(
-    snapshot: Snapshot, inventory: Inventory | None, index: NodeIndex | None = None
-) -> Snapshot:
-    """The snapshot with what the inventory says of its node's machine, and the other Nodes
-    the node index knows to report the same systemUUID, for the engine."""
-    node = snapshot.facts.node
-    if node is None or inventory is None or node.name not in inventory.nodes:
-        return snapshot
-    binding = machine_binding(inventory, node.name, shared(inventory))
-    facts = dataclasses.replace(
-        snapshot.facts, machine=binding, uuid_shared_with=machine_twins(index, node)
-    )
-    return dataclasses.replace(snapshot, facts=facts)
-
-
-def machine_twins(index: NodeIndex | None, node: NodeFacts) -> tuple[str, ...]:
-    """Other Nodes whose systemUUID names the same machine, as the watch-fed index knows them
-    (none without an index: ``twins_to_list`` then has them listed before any action)."""
-    return twins_among(index.nodes, node) if index is not None else ()
-
-
-def twins_among(nodes: Mapping[str, NodeSummary], node: NodeFacts) -> tuple[str, ...]:
-    """Other Nodes whose systemUUID names the same machine (cloned VMs keep their template's):
-    a BMC reporting it could be either's."""
-    if not node.system_uuid:
-        return ()
-    mine = canonical_identity(node.system_uuid)
-    return tuple(
-        sorted(
-            name for name, summary in nodes.items() if name != node.name and summary.machine == mine
-        )
-    )
-
-
-def twins_to_list(
-    decision: Decision, snapshot: Snapshot, index: NodeIndex | None
-) -> NodeFacts | None:
-    """The node whose twins must be listed live before ``decision`` is committed, or None: only
-    when it may send a power action to a machine known by the node's systemUUID and no fresh
-    index vouches for which other Nodes report that UUID."""
-    node, machine = snapshot.facts.node, snapshot.facts.machine
-    if node is None or machine is None or not node.system_uuid:
-        return None
-    if not any(isinstance(a, PowerAction) for a in decision.actions):
-        return None
-    return node if index is None or index.fresh() is None else None
-
-
-async def live_twins(kube: KubeClient, node: NodeFacts, deadline: Deadline) -> tuple[str, ...]:
-    """The other Nodes reporting ``node``'s systemUUID, from one live list of every Node (a
-    page at a time, each kept only as its summary). Read at the priority of the reads an
-    action rests on, whatever the caller's: it decides whether a power action goes out."""
-    with reads_at(Priority.LIVE):
-        nodes, _version = await list_summaries(kube, deadline)
-    return twins_among(nodes, node)
-
-
-def with_twins(snapshot: Snapshot, twins: tuple[str, ...]) -> Snapshot:
-    facts = dataclasses.replace(snapshot.facts, uuid_shared_with=twins)
-    return dataclasses.replace(snapshot, facts=facts)
-
-
-class ExternalProof:
-    """The proof a firing alert's rule reads before deciding when its driver reads proof
-    someone else produced (the registry's ``read_proof``); a powering driver proves power
-    through :class:`PowerStep` instead, and ``none`` reads nothing."""
-
-    def __init__(self, reader: FactsReader, policy: Policy) -> None:
-        self.place = ProofPlace(reader.kube, reader.namespace)
-        self.policy = policy
-
-    async def read(self, event: AlertEvent, snapshot: Snapshot, deadline: Deadline) -> Snapshot:
-        """The snapshot with the proof among its facts, when the rule asks for one."""
-        node = snapshot.facts.node
-        if node is None or event.status is not AlertStatus.FIRING:
-            return snapshot
-        rule = match_rule(self.policy, event, node)
-        fencing = rule.fencing if rule is not None else None
-        read_proof = proof_reader(fencing.driver) if fencing is not None else None
-        if fencing is None or read_proof is None:
-            return snapshot
-        evidence = await read_proof(self.place, fencing, node.name, deadline)
-        facts = dataclasses.replace(snapshot.facts, power=evidence)
-        return dataclasses.replace(snapshot, facts=facts)
 
 
 def _judge(facts: Facts, reported: Reported | None) -> Judgement:
@@ -400,64 +287,4 @@ def evidence_of(
     earlier = action.operation == "off" and not action.send
     return dataclasses.replace(
         reading, action_sent=reading.reset_sent or earlier, identity=identity
-    )
-
-
-async def read_power(
-    decision: Decision,
-    facts: Facts,
-    *,
-    policy: Policy,
-    inventory: Inventory | None,
-    metrics: Metrics,
-    deadline: Deadline,
-) -> Decision:
-    """``decision`` with what a read-only look at its node's BMC found (unchanged when it is
-    not a dry run or would not touch a BMC): the step's own driver lookup and identity check,
-    then a status read in place of any power action. The read is counted like any other
-    (``nodefence_power_actions_total{action="status"}``), so the dashboard's power-state panel
-    shows a dry-run week's reads too."""
-    action = next((a for a in decision.actions if isinstance(a, PowerAction)), None)
-    if not decision.dry_run or action is None:
-        return decision
-    timeout = _timeout(policy, decision, deadline, DRY_RUN_MARGIN_SECONDS)
-    would = (
-        f"a real run would power it {action.operation} and read it back"
-        if action.send
-        else "a real run would read it back"
-    )
-    driver, detail = registry.power_driver(inventory, action.node, action.driver)
-    if driver is None:
-        return _with(decision, False, f"no power-state read of node {action.node}: {detail}")
-    try:
-        _reported, bound = await before_action(driver, facts, timeout)
-        if not bound.bound:
-            metrics.power_action(action.driver, "status", "unknown")
-            return _with(
-                decision,
-                False,
-                f"read-only check: the {action.driver} target of node {action.node} is not shown "
-                "to be its machine, so a real run would send nothing and have no proof: "
-                f"{bound.message}",
-            )
-        reading = await driver.status(timeout)
-    finally:
-        await driver.close()
-    metrics.power_action(action.driver, "status", reading.state)
-    said = reading.raw_state or reading.state
-    answered = reading.state != "unknown"
-    identity = f"; {bound.message}" if bound.message else ""
-    text = (
-        f"read-only power-state read: {reading.source} reports node {action.node}'s machine {said}"
-        f"{identity}; no power action sent, {would}"
-        if answered
-        else f"read-only power-state read: {reading.source} gave no power state for node "
-        f"{action.node} ({reading.detail or 'no answer'}): a real run would have no proof"
-    )
-    return _with(decision, answered, text)
-
-
-def _with(decision: Decision, passed: bool, message: str) -> Decision:
-    return dataclasses.replace(
-        decision, reasons=(*decision.reasons, Reason(DRY_RUN_POWER, passed, message))
     )
