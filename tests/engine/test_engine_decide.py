@@ -310,7 +310,7 @@ def test_s2_recently_renewed_lease_blocks() -> None:
     d = decide(event(), facts(node(since=1200), lease_age=30), policy(), NOW)
     assert "lease" in blocked(d)
     assert (d.verdict, d.actions) == (Verdict.NOOP, ())
-    assert "within the 2m0s staleness window" in message(d, "lease")
+    assert "within the 50s staleness window" in message(d, "lease")
 
 
 @pytest.mark.invariant("S2")

@@ -23,7 +23,9 @@ def test_defaults_without_file() -> None:
     assert {"KubeNodeNotReady", "KubeNodeUnreachable"} <= set(policy.alerts.names)
     assert policy.alerts.node_labels == ["node"]
     (rule,) = policy.rules
-    assert (rule.min_not_ready_seconds, rule.lease_staleness_seconds) == (300, 120)
+    assert (rule.min_not_ready_seconds, rule.lease_staleness_seconds) == (300, 50)
+    assert rule.power_off_ends_wait
+    assert policy.cluster.fallback_after_seconds == 300
     assert (rule.healthy_delay_seconds, rule.require_new_boot_id) == (300, False)
     assert (rule.taint_effect, rule.approval, rule.flap_window_seconds) == (
         "NoExecute",
