@@ -14,6 +14,7 @@ from typing import Any
 
 from nodefence.engine.guard_kinds import ALERT_WAIT, NOT_READY_DURATION
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
+from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
 from sim_conformance.support import kubectl
 
@@ -186,3 +187,38 @@ async def test_a_power_outage_of_many_machines_still_meets_the_budget_and_storm_
             blocked = {r["guard"] for d in seen[name] for r in d["reasons"] if not r["passed"]}
             assert blocked & limits, (name, seen[name])
         assert len({n for n, kind in bmcs.resets if kind == "ForceOff"} - set(tainted)) == 0
+
+
+async def test_a_pause_holds_the_watch_path_and_its_machine_is_never_read(
+    cluster: SimulatorHandle, tmp_path: Path
+) -> None:
+    cluster.sim.store.create(
+        CONFIGMAPS,
+        "nodefence",
+        {
+            "metadata": {
+                "name": "nodefence-control",
+                "annotations": {
+                    "nodefence.io/paused": "true",
+                    "nodefence.io/paused-reason": "storage maintenance",
+                },
+            }
+        },
+    )
+    async with watching(cluster, tmp_path) as receiver:
+        bmcs = bmcs_of(cluster.sim)
+        bmcs.powered_off.add(NODE)
+        cluster.sim.node_down(NODE, 150)
+
+        async def held() -> list[dict[str, Any]]:
+            return [
+                d
+                for d in await decisions(receiver)
+                if any(r["guard"] == "paused" and not r["passed"] for r in d["reasons"])
+            ]
+
+        [decision, *_] = await eventually(held)
+        assert decision["verdict"] == "skip", decision
+        assert not oos_taints(cluster, NODE)
+        assert [r for r in bmcs.resets if r[0] == NODE] == []
+        assert receiver.metrics.power_actions.labels("redfish", "status", "off")._value.get() == 0
