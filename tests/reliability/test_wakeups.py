@@ -5,6 +5,7 @@ after it; a judgement that fails never stops the others; stop cancels what is ar
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from nodefence.background import wakeups as wakeups_module
@@ -117,5 +118,25 @@ async def test_a_trigger_during_a_judgement_judges_again_after_it_and_a_failure_
         await until(lambda: judged.nodes.count("n1") == 2 and "n2" in judged.nodes)
         await until(lambda: metrics.wakeups.labels("unavailable")._value.get() == 2)
         assert metrics.wakeups.labels("nothing")._value.get() == 1
+    finally:
+        await made.stop()
+
+
+async def test_a_refusal_that_keeps_naming_a_past_end_is_looked_at_less_and_less_often() -> None:
+    judged = Judged()
+    made, _metrics = make(judged)
+    try:
+        delays = []
+        for _ in range(9):
+            assert made.arm("n1", SERVER_NOW)
+            handle = made.armed["n1"]
+            delays.append(handle.when() - asyncio.get_running_loop().time())
+        # 1, 2, 4, ... s (plus up to 2 s of jitter), never more than a minute and the jitter.
+        assert delays[0] < 1 + 2 + 0.5
+        assert all(later > earlier - 2.5 for earlier, later in itertools.pairwise(delays))
+        assert 60 - 0.5 < delays[-1] < 60 + 2 + 0.5
+        # A future end resets the count.
+        assert made.arm("n1", SERVER_NOW + timedelta(seconds=30))
+        assert made.past == {}
     finally:
         await made.stop()

@@ -39,8 +39,11 @@ log = structlog.get_logger(__name__)
 MAX_ARMED = 1000
 JITTER_SECONDS = 2.0
 # A wait that has already ended is looked at again after this, not at once: a decision that
-# still names it (a clock read a moment early) never spins.
+# still names it (a clock read a moment early) never spins. Each such arm in a row for the same
+# node doubles it, up to PAST_DELAY_CAP_SECONDS, so a refusal that keeps naming a past end costs
+# a judgement a minute at most.
 MIN_DELAY_SECONDS = 1.0
+PAST_DELAY_CAP_SECONDS = 60.0
 # Longer waits (a flap window of hours) are left to the reconcile pass.
 MAX_DELAY_SECONDS = 3600.0
 # How long one judgement may take, as a multiple of the request deadline.
@@ -86,6 +89,8 @@ class Wakeups:
         self.running: dict[str, asyncio.Task[None]] = {}
         # A trigger that came while the node was being judged: judged again once that ends.
         self.again: set[str] = set()
+        # Arms in a row at an end already past, per node (``PAST_DELAY_CAP_SECONDS``).
+        self.past: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._turns = asyncio.Semaphore(CONCURRENT)
 
@@ -100,6 +105,7 @@ class Wakeups:
             handle.cancel()
         self.armed.clear()
         self.again.clear()
+        self.past.clear()
         tasks = list(self.running.values())
         for task in tasks:
             task.cancel()
@@ -118,9 +124,14 @@ class Wakeups:
         now = self.server_now()
         if self._loop is None or now is None:
             return False
-        delay = max(MIN_DELAY_SECONDS, (at - now).total_seconds())
+        delay = (at - now).total_seconds()
         if delay > MAX_DELAY_SECONDS:
             return False
+        if delay < MIN_DELAY_SECONDS:
+            times = self.past[node] = self.past.get(node, 0) + 1
+            delay = min(PAST_DELAY_CAP_SECONDS, MIN_DELAY_SECONDS * 2 ** (times - 1))
+        else:
+            self.past.pop(node, None)
         if node not in self.armed and len(self.armed) >= self.max_armed:
             log.warning("wakeup_not_armed", node=node, armed=len(self.armed))
             return False
