@@ -66,7 +66,7 @@ def test_shipped_delays_come_from_the_shipped_files() -> None:
     delays = shipped_delays()
     assert delays.rule_for == 60
     assert (delays.group_wait, delays.group_interval, delays.repeat_interval) == (0, 60, 120)
-    assert (delays.min_not_ready, delays.lease_staleness) == (300, 120)
+    assert (delays.min_not_ready, delays.lease_staleness) == (300, 50)
     assert delays.reconcile_period == 60
     assert delays.node_monitor_grace == SimSettings().node_monitor_grace_seconds
 
@@ -128,7 +128,7 @@ def test_first_delivery_waits_fit_inside_what_the_alert_guarantees() -> None:
     assert min_not_ready <= delays.rule_for
     assert lease <= delays.node_monitor_grace + delays.rule_for
     # The shipped waits, scaled: the first delivery comes before them.
-    assert case_waits(CASE["reconcile"], delays) == (60, 24)
+    assert case_waits(CASE["reconcile"], delays) == (60, 10)
     assert delays.node_monitor_grace + delays.rule_for < delays.fence_allowed_after_death()
 
 
@@ -139,7 +139,7 @@ def test_case_policies_keep_the_shipped_policy_but_the_fencing_and_waits() -> No
     assert redfish["fencing"] == shipped["fencing"]
     inference = case_policy(CASE["reconcile"], delays)["rules"][0]
     assert inference["fencing"] == {"driver": "none"}
-    assert (inference["min_not_ready_seconds"], inference["lease_staleness_seconds"]) == (60, 24)
+    assert (inference["min_not_ready_seconds"], inference["lease_staleness_seconds"]) == (60, 10)
 
 
 def test_seed_scenario_scales_the_cluster_and_stays_loadable() -> None:
