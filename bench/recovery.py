@@ -817,9 +817,11 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
                 and pod["spec"].get("nodeName") not in ("", NODE)
             ):
                 running[name] = seen
-        run.resolution = max(run.resolution, time.time() - previous)
+        # From the previous round's end: the sleep and this round, how late a sighting can be.
+        now = time.time()
+        run.resolution = max(run.resolution, now - previous)
+        previous = now
         time.sleep(REAL_POLL_SECONDS if run.backend == "real" else POLL_SECONDS)
-        previous = time.time()
     run.pods_gone = max(gone.values())
     run.pods_running = max(running.values())
 
