@@ -7,10 +7,12 @@ count for nothing here when this cluster's matchers are set."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,9 @@ import pytest
 import yaml
 from bench.processes import Processes
 
+from nodefence.engine.matchers import Matcher
+from nodefence.engine.silences import Silence
+from nodefence.kube.client import Deadline
 from nodefence_sim.redfish import write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.simulation import Simulation
@@ -376,3 +381,40 @@ async def test_unchanged_silences_are_written_once_whatever_the_replicas(
         kept = cluster.sim.store.peek(CONFIGMAPS, "nodefence", "nodefence-silences")
         assert kept is not None
         assert len(json.loads(kept["data"]["silences.json"])["silences"]) == 2
+
+
+async def test_a_silence_in_force_when_read_holds_from_that_reading_once_alertmanager_is_down(
+    tmp_path: Path,
+) -> None:
+    """Alertmanager stamps a new silence's start on its own clock, to the millisecond; the API
+    server's ``Date`` has whole seconds, so a pass a moment later can read a ``now`` before that
+    start. A silence Alertmanager said was in force when read had started by then: recalled
+    during the outage, it holds from that reading."""
+    async with (
+        running_simulator(Simulation.from_scenario("seed")) as cluster,
+        start_receiver(
+            cluster, policy=redfish_policy(), alertmanager_url="http://127.0.0.1:9"
+        ) as receiver,
+    ):
+        store = receiver.pipeline.silences
+        assert store is not None
+        read_at = datetime.now(UTC).replace(microsecond=0)
+        just_set = Silence(
+            "just-set",
+            (Matcher("node", NODE),),
+            starts_at=read_at + timedelta(milliseconds=700),
+            ends_at=read_at + timedelta(hours=1),
+            in_force=True,
+        )
+        deadline = Deadline(20)
+        await store.keep((just_set,), read_at, deadline)
+        now = read_at + timedelta(milliseconds=300)
+        recalled = await store.recalled(now, deadline)
+        [held] = recalled.silences
+        assert held.active(now)
+        assert held.starts_at == read_at
+        # Not in force when read (pending): its own start stands.
+        pending = dataclasses.replace(just_set, id="pending", in_force=False)
+        await store.keep((pending,), read_at, deadline)
+        [later] = (await store.recalled(now, deadline)).silences
+        assert not later.active(now)
