@@ -189,6 +189,21 @@ def node(cluster: SimulatorHandle, name: str) -> dict[str, Any]:
     return cluster.sim.store.get(NODES, None, name)
 
 
+def pause(cluster: SimulatorHandle, reason: str = "") -> None:
+    """Pause nodefence cluster-wide, as ``nodefence pause`` does: the ConfigMap
+    nodefence-control with ``nodefence.io/paused=true`` (and the reason, if any)."""
+    from nodefence_sim.resources import CONFIGMAPS
+
+    annotations = {"nodefence.io/paused": "true"}
+    if reason:
+        annotations["nodefence.io/paused-reason"] = reason
+    cluster.sim.store.create(
+        CONFIGMAPS,
+        "nodefence",
+        {"metadata": {"name": "nodefence-control", "annotations": annotations}},
+    )
+
+
 def oos_taints(cluster: SimulatorHandle, name: str) -> list[dict[str, Any]]:
     return [t for t in node(cluster, name)["spec"].get("taints") or [] if t["key"] == OOS]
 

@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
 
 from .harness import (
@@ -18,6 +17,7 @@ from .harness import (
     inference,
     node_events,
     oos_taints,
+    pause,
     start_receiver,
     writes_since,
 )
@@ -25,19 +25,7 @@ from .harness import (
 
 async def test_pause_configmap_stops_everything_and_says_why(cluster: SimulatorHandle) -> None:
     cluster.sim.node_down(NODE, since_seconds=1200)
-    cluster.sim.store.create(
-        CONFIGMAPS,
-        "nodefence",
-        {
-            "metadata": {
-                "name": "nodefence-control",
-                "annotations": {
-                    "nodefence.io/paused": "true",
-                    "nodefence.io/paused-reason": "storage maintenance",
-                },
-            }
-        },
-    )
+    pause(cluster, "storage maintenance")
     async with start_receiver(cluster) as receiver:
         cursor = cluster.faults.cursor
         [decision] = await receiver.alert(firing())
@@ -104,16 +92,7 @@ async def test_a_running_receiver_notices_the_pause_switch(cluster: SimulatorHan
     async with start_receiver(cluster, policy=inference({"dry_run": True})) as receiver:
         [before] = await receiver.alert(firing())
         assert before["verdict"] == "fence"
-        cluster.sim.store.create(
-            CONFIGMAPS,
-            "nodefence",
-            {
-                "metadata": {
-                    "name": "nodefence-control",
-                    "annotations": {"nodefence.io/paused": "true"},
-                }
-            },
-        )
+        pause(cluster)
 
         async def paused() -> bool:
             [decision] = await receiver.alert(firing())

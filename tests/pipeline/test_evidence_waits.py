@@ -14,12 +14,11 @@ from typing import Any
 
 from nodefence.engine.guard_kinds import ALERT_WAIT, NOT_READY_DURATION
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
-from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
 from sim_conformance.support import kubectl
 
 from .cache_support import following
-from .harness import Receiver, eventually, oos_taints, start_receiver
+from .harness import Receiver, eventually, oos_taints, pause, start_receiver
 
 NODE = "compute01"
 # The shipped waits: 5 minutes NotReady, 5 minutes for an alert, a 2-minute Lease window.
@@ -68,6 +67,15 @@ async def decisions(receiver: Receiver) -> list[dict[str, Any]]:
 
 async def fences(receiver: Receiver) -> list[dict[str, Any]]:
     return [d for d in await decisions(receiver) if d["verdict"] == "fence"]
+
+
+async def refused_by(receiver: Receiver, guard: str) -> list[dict[str, Any]]:
+    """The node's decisions a refusal by ``guard`` held back."""
+    return [
+        d
+        for d in await decisions(receiver)
+        if any(r["guard"] == guard and not r["passed"] for r in d["reasons"])
+    ]
 
 
 def reason(decision: dict[str, Any], guard: str) -> dict[str, Any]:
@@ -134,14 +142,7 @@ async def test_an_excluded_node_is_held_on_the_watch_path_and_its_machine_never_
         bmcs.powered_off.add(NODE)
         cluster.sim.node_down(NODE, 150)
 
-        async def held() -> list[dict[str, Any]]:
-            return [
-                d
-                for d in await decisions(receiver)
-                if any(r["guard"] == "exclusion" and not r["passed"] for r in d["reasons"])
-            ]
-
-        await eventually(held)
+        await eventually(lambda: refused_by(receiver, "exclusion"))
         assert not oos_taints(cluster, NODE)
         assert [r for r in bmcs.resets if r[0] == NODE] == []
         assert receiver.metrics.power_actions.labels("redfish", "status", "off")._value.get() == 0
@@ -192,32 +193,13 @@ async def test_a_power_outage_of_many_machines_still_meets_the_budget_and_storm_
 async def test_a_pause_holds_the_watch_path_and_its_machine_is_never_read(
     cluster: SimulatorHandle, tmp_path: Path
 ) -> None:
-    cluster.sim.store.create(
-        CONFIGMAPS,
-        "nodefence",
-        {
-            "metadata": {
-                "name": "nodefence-control",
-                "annotations": {
-                    "nodefence.io/paused": "true",
-                    "nodefence.io/paused-reason": "storage maintenance",
-                },
-            }
-        },
-    )
+    pause(cluster, "storage maintenance")
     async with watching(cluster, tmp_path) as receiver:
         bmcs = bmcs_of(cluster.sim)
         bmcs.powered_off.add(NODE)
         cluster.sim.node_down(NODE, 150)
 
-        async def held() -> list[dict[str, Any]]:
-            return [
-                d
-                for d in await decisions(receiver)
-                if any(r["guard"] == "paused" and not r["passed"] for r in d["reasons"])
-            ]
-
-        [decision, *_] = await eventually(held)
+        [decision, *_] = await eventually(lambda: refused_by(receiver, "paused"))
         assert decision["verdict"] == "skip", decision
         assert not oos_taints(cluster, NODE)
         assert [r for r in bmcs.resets if r[0] == NODE] == []

@@ -26,7 +26,12 @@ from nodefence.fencing.inventory import Inventory
 from nodefence.kube.client import Deadline
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy
-from nodefence.shell.power_step import DRY_RUN_MARGIN_SECONDS, before_action, with_proof_read
+from nodefence.shell.power_step import (
+    DRY_RUN_MARGIN_SECONDS,
+    before_action,
+    bmc_timeout,
+    with_proof_read,
+)
 
 log = structlog.get_logger("nodefence.early_power")
 
@@ -46,9 +51,7 @@ class EarlyPower:
         fencing = rule.fencing if rule is not None else None
         if node is None or fencing is None:
             return PowerEvidence("unknown", "no BMC", "the decision names no rule with fencing")
-        timeout = min(
-            fencing.timeout_seconds, max(0.5, deadline.remaining - DRY_RUN_MARGIN_SECONDS)
-        )
+        timeout = bmc_timeout(self.policy, decision, deadline, DRY_RUN_MARGIN_SECONDS)
         driver, detail = registry.power_driver(self.inventory, node.name, fencing.driver)
         if driver is None:
             return PowerEvidence("unknown", f"{fencing.driver} BMC", detail)
