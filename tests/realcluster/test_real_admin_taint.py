@@ -51,6 +51,9 @@ POLICY: dict[str, Any] = {
 }
 
 
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
 def kubectl(backend: RealBackend, *args: str) -> str:
     done = subprocess.run(
         [str(KUBECTL), f"--kubeconfig={backend.kubeconfig}", *args],
@@ -99,6 +102,17 @@ def test_s4_an_admins_kubectl_taint_is_never_adopted_or_removed(
             lambda: real_backend.ready(NODE) == "Unknown",
             within=NOT_READY_WITHIN,
             what=f"{NODE} NotReady",
+        )
+        # spec.taints is an atomic list: its manager is whoever wrote it last. The node-lifecycle
+        # controller adds its unreachable taints (NoSchedule, then NoExecute) to a node it finds
+        # silent; the admin's taint comes after them, as it would at 3 a.m.
+        eventually(
+            lambda: (
+                {t.effect for t in core.read_node(NODE).spec.taints or [] if t.key == UNREACHABLE}
+                == {"NoSchedule", "NoExecute"}
+            ),
+            within=STEP_WITHIN,
+            what="the node-lifecycle controller's unreachable taints",
         )
         # Before a claim: the admin's taint is on; the firing alert leaves it alone.
         admin_taints(real_backend)
