@@ -95,6 +95,8 @@ $(CONTROLPLANE_BIN):
 	mkdir -p $(@D)
 	cd controlplane && $(NICE) go build -trimpath -buildvcs=false -ldflags '$(KUBE_LDFLAGS)' \
 		-o $(CURDIR)/$@.tmp ./cmd/nodefence-controlplane
+	cd controlplane && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags '-s -w' \
+		-o $(CURDIR)/$(@D)/pause ./cmd/pause
 	mv $@.tmp $@
 
 # Helm v4 for the chart's tests (helm lint, helm template, helm install on the real control

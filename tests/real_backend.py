@@ -14,6 +14,7 @@ CI they fail instead, because a skipped tier there would hide that nothing met a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -97,7 +98,14 @@ def real_backend(
         pytest.fail(PARALLEL)
     if _binary() is None:
         pytest.fail(MISSING)
-    workdir = tmp_path_factory.mktemp("realcluster")
+    with running_backend(tmp_path_factory.mktemp("realcluster")) as backend:
+        yield backend
+
+
+@contextlib.contextmanager
+def running_backend(workdir: Path, *extra: str) -> Iterator[RealBackend]:
+    """``nodefence simulate --backend real`` with the seed, the tests' grace period and
+    ``extra`` arguments, until the block ends."""
     kubeconfig, inventory = workdir / "kubeconfig", workdir / "bmc-inventory.yaml"
     with processes(workdir) as group:
         process = group.start(
@@ -119,6 +127,7 @@ def real_backend(
                 str(kubeconfig),
                 "--bmc-inventory-out",
                 str(inventory),
+                *extra,
             ],
         )
 

@@ -99,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
         help="real backend: how long the node-lifecycle controller waits for a silent node "
         "before marking it NotReady (default 50s, Kubernetes' own)",
     )
+    sim.add_argument(
+        "--real-nodes",
+        type=_real_node_count,
+        default=0,
+        help="real backend: add N nodes run by real kubelets (containerd, runc, CNI; root and "
+        "Debian's containerd, runc, containernetworking-plugins and socat needed) beside the "
+        "scenario's kwok nodes",
+    )
 
     demo = sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")
     demo.add_argument(
@@ -186,6 +194,14 @@ def _positive_int(value: str) -> int:
     return int(value)
 
 
+def _real_node_count(value: str) -> int:
+    """Each real node is a kubelet and a containerd (about 150 MB and a few percent of a core),
+    on one machine: a handful, not a fleet (kwok nodes give the cluster its size)."""
+    if not value.isdigit() or not 0 <= int(value) <= 8:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number from 0 to 8")
+    return int(value)
+
+
 def _go_duration(value: str) -> str:
     """A duration as the Kubernetes components take it (``20s``, ``1m30s``); a bare number is
     seconds."""
@@ -203,6 +219,8 @@ def _simulate_conflicts(args: argparse.Namespace) -> str | None:
             "--k8s-version is for the simulator; the real backend runs the release it was "
             "built from"
         )
+    if args.backend == "sim" and args.real_nodes:
+        return "--real-nodes needs --backend real (the simulator's kubelets are simulated)"
     if args.backend == "sim" and args.node_monitor_grace_period:
         return (
             "--node-monitor-grace-period needs --backend real (the simulator has no "

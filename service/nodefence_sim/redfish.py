@@ -54,6 +54,8 @@ class PoweredCluster(Protocol):
 
     def node_up(self, name: str, *, reboot: bool = False) -> dict[str, Any]: ...
 
+    def power_off(self, name: str) -> dict[str, Any]: ...
+
 
 @dataclass
 class SimBmcs:
@@ -135,8 +137,7 @@ def _reset(sim: PoweredCluster, bmcs: SimBmcs, name: str, reset_type: str) -> No
             bmcs.claimed_off.discard(name)
         return
     if reset_type in ("ForceOff", "GracefulShutdown", "ForceRestart") and state == "On":
-        if sim.node_state(name)["kubelet"] == "up":
-            sim.node_down(name)
+        sim.power_off(name)
         bmcs.powered_off.add(name)
     if reset_type in ("On", "ForceOn", "ForceRestart") and name in bmcs.powered_off:
         bmcs.powered_off.discard(name)

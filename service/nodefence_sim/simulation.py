@@ -244,6 +244,13 @@ class Simulation:
         self.settle()
         return self.node_state(name)
 
+    def power_off(self, name: str) -> dict[str, Any]:
+        """The machine loses power: here, its kubelet stops (a simulated node runs nothing
+        else)."""
+        if self.node_state(name)["kubelet"] == "up":
+            self.node_down(name)
+        return self.node_state(name)
+
     def node_up(self, name: str, since_seconds: float = 0, reboot: bool = False) -> dict[str, Any]:
         """Bring the kubelet back, Ready since ``since_seconds`` ago; ``reboot`` gives the node a
         new bootID and a kubelet without containers."""

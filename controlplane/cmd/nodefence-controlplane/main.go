@@ -1,14 +1,16 @@
 // Command nodefence-controlplane is one binary holding a real Kubernetes control plane for
 // nodefence's tests: kube-apiserver, kube-controller-manager and kube-scheduler of one
-// Kubernetes release, an embedded etcd, and kwok standing in for the kubelets.
+// Kubernetes release, an embedded etcd, kwok standing in for the kubelets, and the same
+// release's kubelet and kube-proxy for the nodes that run real containers.
 //
-//	nodefence-controlplane apiserver|controller-manager|scheduler|etcd|kwok [flags...]
+//	nodefence-controlplane apiserver|controller-manager|scheduler|etcd|kwok|kubelet|proxy [flags...]
 //
 // Each subcommand is the upstream command with its own flags; the first argument only picks
 // which one runs. One binary instead of five means one link of the large Kubernetes graph.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sort"
@@ -22,7 +24,9 @@ import (
 	"k8s.io/component-base/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 var subcommands = map[string]func() int{
@@ -31,6 +35,8 @@ var subcommands = map[string]func() int{
 		return cli.Run(controllermanager.NewControllerManagerCommand())
 	},
 	"scheduler": func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
+	"kubelet":   func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
+	"proxy":     func() int { return cli.Run(proxy.NewProxyCommand()) },
 	"etcd":      runEtcd,
 	"kwok":      runKwok,
 	"version":   printVersion,
@@ -41,6 +47,7 @@ var aliases = map[string]string{
 	"kube-apiserver":          "apiserver",
 	"kube-controller-manager": "controller-manager",
 	"kube-scheduler":          "scheduler",
+	"kube-proxy":              "proxy",
 }
 
 func usage() {

@@ -8,6 +8,16 @@ simulator's ``Simulation``, carried out on real processes and real objects.
   (through the status subresource, as a kubelet reports one after a boot).
 - ``recreate_node``: delete the Node and register it again from the scenario (a new UID).
 
+A large cluster's nodes share one kwok (``shared``, ``loader.load_shared``): there a node's
+kubelet dies when the node loses that kwok's label (kwok lets go of it and writes nothing more)
+and comes back when the label does.
+
+On a node run by a real kubelet (``--real-nodes``), ``node_down`` SIGKILLs the kubelet alone: the
+machine, containerd and every container run on, writing to their volumes, which is what a
+partition or a hung kubelet looks like and why the power-off proof exists. ``power_off`` (the
+BMC's ``ForceOff``) kills the whole machine; ``node_up`` with ``reboot`` powers it on again with a
+new boot ID, which the kubelet reports itself.
+
 The simulator backdates with ``sinceSeconds``; real controllers stamp their own times, so the
 control surface refuses that here instead of pretending.
 """
@@ -18,18 +28,33 @@ import uuid
 from typing import Any
 
 from nodefence_sim.errors import ApiError
-from nodefence_sim.real.components import ControlPlane
+from nodefence_sim.real.components import KUBELET_LABEL, KUBELET_UP, ControlPlane
 from nodefence_sim.real.loader import Loaded, node_manifest, wait_for
+from nodefence_sim.real.machines import Machine, RealMachines
 from nodefence_sim.real.rest import Rest
 
 NODE_GONE_TIMEOUT = 60.0
 
 
 class RealCluster:
-    def __init__(self, plane: ControlPlane, rest: Rest, loaded: Loaded) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        rest: Rest,
+        loaded: Loaded,
+        *,
+        shared: bool = False,
+        machines: RealMachines | None = None,
+    ) -> None:
         self.plane = plane
         self.rest = rest
         self.loaded = loaded
+        self.shared = shared
+        self.machines = machines
+
+    def _machine(self, name: str) -> Machine | None:
+        """The real machine behind ``name``, or None for a kwok node."""
+        return self.machines.machines.get(name) if self.machines is not None else None
 
     def _node(self, name: str) -> dict[str, Any]:
         """The live Node; an unknown name raises the API server's own 404 as ``ApiError``."""
@@ -59,7 +84,8 @@ class RealCluster:
         return {
             "name": name,
             "uid": node["metadata"]["uid"],
-            "kubelet": "up" if self.plane.kwok_running(name) else "down",
+            "kubelet": "up" if self._kubelet_up(node) else "down",
+            "real": self._machine(name) is not None,
             "clockSkewSeconds": 0.0,
             "bootID": node.get("status", {}).get("nodeInfo", {}).get("bootID"),
             "ready": ready.get("status"),
@@ -71,15 +97,44 @@ class RealCluster:
             "taints": node.get("spec", {}).get("taints") or [],
         }
 
+    def _kubelet_up(self, node: dict[str, Any]) -> bool:
+        name = str(node["metadata"]["name"])
+        machine = self._machine(name)
+        if machine is not None:
+            return machine.kubelet_running()
+        if self.shared:
+            return (node["metadata"].get("labels") or {}).get(KUBELET_LABEL) == KUBELET_UP
+        return self.plane.kwok_running(name)
+
     def node_down(self, name: str) -> dict[str, Any]:
         self._node(name)
-        self.plane.kill_kwok(name)
+        machine = self._machine(name)
+        if machine is not None:
+            machine.kill_kubelet()
+        else:
+            self._stop_kwok(name)
+        return self.node_state(name)
+
+    def power_off(self, name: str) -> dict[str, Any]:
+        self._node(name)
+        machine = self._machine(name)
+        if machine is not None:
+            machine.power_off()
+        else:
+            self._stop_kwok(name)
         return self.node_state(name)
 
     def node_up(self, name: str, *, reboot: bool = False) -> dict[str, Any]:
         self._node(name)
+        machine = self._machine(name)
+        if machine is not None:
+            if reboot:
+                machine.power_off()
+            machine.power_on()
+            machine.start_kubelet()
+            return self.node_state(name)
         if reboot:
-            self.plane.kill_kwok(name)
+            self._stop_kwok(name)
             self.rest.merge_patch(
                 f"/api/v1/nodes/{name}/status",
                 {"status": {"nodeInfo": {"bootID": str(uuid.uuid4())}}},
@@ -89,9 +144,16 @@ class RealCluster:
 
     def recreate_node(self, name: str) -> dict[str, Any]:
         self._node(name)
+        if self._machine(name) is not None:
+            raise ApiError(
+                409,
+                "Conflict",
+                f"node {name} is run by a real kubelet, which "
+                "registers its Node itself; restart it with up instead",
+            )
         if name not in self.loaded.nodes:
             raise ApiError(409, "Conflict", f"node {name} is not one of the scenario's nodes")
-        self.plane.kill_kwok(name)
+        self._stop_kwok(name)
         self.rest.delete(f"/api/v1/nodes/{name}")
 
         def gone() -> bool:
@@ -110,5 +172,19 @@ class RealCluster:
         return self.node_state(name)
 
     def _start_kwok(self, name: str) -> None:
+        if self.shared:
+            self._label(name, KUBELET_UP)
+            return
         cidr, node_ip = self.loaded.kwok[name]
         self.plane.start_kwok(name, cidr, node_ip)
+
+    def _stop_kwok(self, name: str) -> None:
+        if self.shared:
+            self._label(name, None)
+        else:
+            self.plane.kill_kwok(name)
+
+    def _label(self, name: str, value: str | None) -> None:
+        self.rest.merge_patch(
+            f"/api/v1/nodes/{name}", {"metadata": {"labels": {KUBELET_LABEL: value}}}
+        )

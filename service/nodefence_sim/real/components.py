@@ -40,6 +40,8 @@ BINARY_ENV = "NODEFENCE_CONTROLPLANE"
 BINARY_NAME = "nodefence-controlplane"
 COMPONENT_GROUPS = "system:masters,nodefence-sim:components"
 QUIET_GROUP = "nodefence-sim:components"
+# A real kubelet's group: the Node authorizer and NodeRestriction judge its requests.
+NODES = "system:nodes"
 # The API server's own loopback client, which the audit log leaves out like the components.
 APISERVER_LOOPBACK = "system:apiserver"
 ADMIN = "admin"
@@ -50,6 +52,11 @@ SCHEDULER = "system:kube-scheduler"
 AUDIT_BARRIER = "nodefence-sim:audit-barrier"
 # kwok renews a Lease every quarter of its duration; 40s is the kubelet's default.
 NODE_LEASE_SECONDS = 40
+# The one kwok of a large cluster (``start_shared_kwok``) and the label that makes a node its
+# own: thousands of nodes in one process, where one kwok a node would be a process a node.
+SHARED_KWOK = "nodefence-sim:kwok"
+KUBELET_LABEL = "sim.nodefence.io/kubelet"
+KUBELET_UP = "up"
 SERVICE_CIDR = "10.96.0.0/16"
 ETCD_READY = re.compile(r"etcd: ready, client URLs: (http://\S+?)(?:,|\s|$)")
 START_TIMEOUT = 180.0
@@ -141,6 +148,8 @@ class ControlPlane:
     workdir: Path
     node_names: Iterable[str]
     node_monitor_grace_period: str = "50s"
+    # Nodes run by real kubelets: their identities are in system:nodes, not the components'.
+    real_node_names: Iterable[str] = ()
     tokens: dict[str, str] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     kwok: dict[str, Component] = field(default_factory=dict)
@@ -202,6 +211,7 @@ class ControlPlane:
                 f"--client-ca-file={pki.ca_cert}",
                 f"--token-auth-file={self.workdir / 'tokens.csv'}",
                 "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -278,6 +288,23 @@ class ControlPlane:
             register=False,
         )
 
+    def start_shared_kwok(self) -> None:
+        """Start one kwok for every node labelled ``KUBELET_LABEL=up``. A node whose label is
+        taken away leaves its watch (the API server says it was deleted from the selection):
+        kwok stops renewing its Lease and reporting its status and writes nothing more, as for
+        a kubelet that died."""
+        self._spawn(
+            "kwok",
+            [
+                "kwok",
+                f"--kubeconfig={self.kubeconfig_for(SHARED_KWOK)}",
+                f"--manage-nodes-with-label-selector={KUBELET_LABEL}={KUBELET_UP}",
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+                # A line for every Lease renewal is 200 lines a second at 2,000 nodes.
+                "--v=WARN",
+            ],
+        )
+
     def kill_kwok(self, node: str) -> None:
         """SIGKILL: a kubelet that dies says nothing to the API server on its way out."""
         component = self.kwok.get(node)
@@ -306,14 +333,15 @@ class ControlPlane:
 
     # ----------------------------------------------------------------- internals
     def _write_tokens(self) -> None:
-        users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER, AUDIT_BARRIER]
+        users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER, AUDIT_BARRIER, SHARED_KWOK]
         users += [f"system:node:{node}" for node in self.node_names]
+        real = {f"system:node:{node}" for node in self.real_node_names}
         lines = []
-        for user in users:
+        for user in [*users, *sorted(real)]:
             token = secrets.token_urlsafe(24)
             self.tokens[user] = token
             groups = {ADMIN: "system:masters", AUDIT_BARRIER: "nodefence-sim:audit"}.get(
-                user, COMPONENT_GROUPS
+                user, NODES if user in real else COMPONENT_GROUPS
             )
             lines.append(f'{token},{user},{user},"{groups}"')
         tokens = self.workdir / "tokens.csv"
@@ -354,6 +382,18 @@ class ControlPlane:
         }
 
     def _spawn(self, name: str, argv: list[str], *, register: bool = True) -> Component:
+        component = Component(
+            name,
+            self.spawn_command(name, [str(self.binary), *argv]),
+            log=self.workdir / f"{name}.log",
+        )
+        if register:
+            self.components[name] = component
+        return component
+
+    def spawn_command(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """``argv`` as a process of this run: its output in ``<name>.log``, a session of its
+        own, killed if this process dies first."""
         log = self.workdir / f"{name}.log"
         # kwok writes its stages to a temporary directory it removes on exit; a kwok killed by
         # ``down`` cannot, so its leftovers go into the run's directory, removed with it.
@@ -361,7 +401,7 @@ class ControlPlane:
         scratch.mkdir(exist_ok=True)
         with log.open("wb") as sink:
             popen = subprocess.Popen(
-                [str(self.binary), *argv],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
@@ -370,10 +410,7 @@ class ControlPlane:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run at spawn time
             )
-        component = Component(name, popen, log)
-        if register:
-            self.components[name] = component
-        return component
+        return popen
 
     def _check_alive(self) -> None:
         for component in self.components.values():

@@ -28,6 +28,7 @@ import yaml
 from aiohttp import web
 
 from nodefence_sim.control import PREFIX, _BadRequest, _body, _guarded, problem
+from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.errors import ApiError
 from nodefence_sim.kubeconfig import CLUSTER, kubeconfig
 from nodefence_sim.real.cluster import RealCluster
@@ -38,7 +39,9 @@ from nodefence_sim.real.components import (
     ControlPlaneError,
     find_binary,
 )
-from nodefence_sim.real.loader import load
+from nodefence_sim.real.images import ImageError
+from nodefence_sim.real.loader import READY_TIMEOUT, load, wait_for
+from nodefence_sim.real.machines import MachineError, RealMachines, real_node_names, start_machines
 from nodefence_sim.real.metrics import add_metrics_route
 from nodefence_sim.real.rest import Rest
 from nodefence_sim.redfish import add_redfish_routes, write_bmc_inventory
@@ -158,6 +161,21 @@ def _exit_on_signal(signum: int, _frame: types.FrameType | None) -> NoReturn:
     raise SystemExit(128 + signum)
 
 
+def _registered_ready(rest: Rest, names: list[str]) -> bool:
+    """Every one of ``names`` registered by its kubelet and Ready."""
+    for name in names:
+        try:
+            node = rest.get(f"/api/v1/nodes/{name}")
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        conditions = node.get("status", {}).get("conditions") or []
+        if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            return False
+    return True
+
+
 def run_from_cli(args: argparse.Namespace) -> int:
     try:
         binary = find_binary()
@@ -172,24 +190,43 @@ def run_from_cli(args: argparse.Namespace) -> int:
         signal.signal(sig, _exit_on_signal)
     workdir = Path(tempfile.mkdtemp(prefix="nodefence-sim-real-"))
     nodes = [str(o["metadata"]["name"]) for o in scenario.objects if o.get("kind") == "Node"]
+    real_nodes = real_node_names(args.real_nodes)
     plane = ControlPlane(
         binary,
         workdir,
         nodes,
         node_monitor_grace_period=args.node_monitor_grace_period or DEFAULT_GRACE,
+        real_node_names=real_nodes,
     )
+    machines: RealMachines | None = None
     failed = False
     try:
         plane.start()
         rest = Rest(plane.server, plane.ca_cert, plane.tokens[HARNESS])
-        cluster = RealCluster(plane, rest, load(rest, scenario, plane.start_kwok))
+        # The scenario first, on its kwok nodes as without real ones; then the machines.
+        loaded = load(rest, scenario, plane.start_kwok)
+        if real_nodes:
+            machines = start_machines(
+                count=len(real_nodes),
+                workdir=workdir,
+                binary=binary,
+                api_port=plane.api_port,
+                ca_cert=plane.ca_cert,
+                kubeconfig_for=plane.kubeconfig_for,
+                spawn=plane.spawn_command,
+                system_uuid=system_uuid,
+            )
+            wait_for(lambda: _registered_ready(rest, real_nodes), READY_TIMEOUT, "real nodes Ready")
+        cluster = RealCluster(plane, rest, loaded, machines=machines)
         asyncio.run(_serve(cluster, args))
-    except (ControlPlaneError, TimeoutError, ApiError) as exc:
+    except (ControlPlaneError, MachineError, ImageError, TimeoutError, ApiError) as exc:
         failed = True
         print(f"nodefence simulate: the real cluster did not come up: {exc}", file=sys.stderr)
         print(f"nodefence simulate: the components' logs are kept in {workdir}", file=sys.stderr)
         return 1
     finally:
+        if machines is not None:
+            machines.stop()
         plane.stop()
         if not failed:
             with contextlib.suppress(OSError):

@@ -1,0 +1,568 @@
+"""Real nodes: machines on this one machine, each a real kubelet with its own containerd, runc
+and CNI bridge, so that the product meets what a kubelet, a container and a dead machine really
+do, beside the kwok nodes that give the cluster its size.
+
+A machine is a PID and mount namespace (``unshare``) whose first process is ``pause``: killing
+it kills every process of the machine, kubelet, containerd, shims and containers alike, as a
+power cut does, and its mounts go with its mount namespace. Inside it, before anything starts,
+the machine is given what a machine of its own would show: its boot ID (a new one at each power
+on), its DMI ``product_uuid`` (the ``systemUUID`` its BMC reports) and the kernel settings the
+kubelet checks (``protectKernelDefaults``), as files bind-mounted over the machine's, so no
+kubelet rewrites this machine's sysctls.
+
+Every machine lives in one network namespace for the cluster: its node IP on that namespace's
+loopback, its pods on a bridge of its own, so pods on two nodes reach each other. The API server
+stays on this machine's loopback; in the cluster's namespace ``socat`` answers on the same
+address and port and on the ``kubernetes`` Service's IP, through a Unix socket, so the kubelets
+and the pods reach it without a rule in this machine's firewall.
+
+Each kubelet is ``system:node:<name>`` in ``system:nodes``, judged by the Node authorizer and
+NodeRestriction as a real node is. Everything is removed at :meth:`RealMachines.stop`: the
+network namespace, the cgroups, the processes (``PR_SET_PDEATHSIG`` kills them with the
+simulator too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from nodefence_sim.real.images import PAUSE, LocalImage
+
+CNI_BIN = Path("/usr/lib/cni")
+CGROUP_V1 = Path("/sys/fs/cgroup")
+SERVICE_IP = "10.96.0.1"
+# The kernel settings a kubelet with protectKernelDefaults checks, as it wants them.
+KERNEL_DEFAULTS = {
+    "vm/overcommit_memory": "1",
+    "kernel/panic": "10",
+    "kernel/panic_on_oops": "1",
+}
+START_TIMEOUT = 120.0
+STOP_TIMEOUT = 30.0
+# What the tools this needs come from, for the error that names a missing one.
+TOOLS = {
+    "containerd": "containerd",
+    "runc": "runc",
+    "ctr": "containerd",
+    "socat": "socat",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "ip": "iproute2",
+}
+
+
+class MachineError(RuntimeError):
+    """A real node could not be set up or started; the message says what is missing."""
+
+
+def check_tools() -> None:
+    missing = [f"{tool} (Debian: {pkg})" for tool, pkg in TOOLS.items() if not shutil.which(tool)]
+    if not (CNI_BIN / "bridge").is_file():
+        missing.append(f"{CNI_BIN}/bridge (Debian: containernetworking-plugins)")
+    if missing:
+        raise MachineError("real nodes need " + ", ".join(missing))
+
+
+def _run(argv: list[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise MachineError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _wait(probe: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not probe():
+        if time.monotonic() > deadline:
+            raise MachineError(f"{what} not within {within:.0f}s")
+        time.sleep(0.2)
+
+
+def _kill_group(popen: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL a process started in a session of its own and everything in that session's
+    group (``nsenter`` and the daemon it started)."""
+    if popen is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    popen.wait()
+
+
+@dataclass
+class ClusterNetwork:
+    """The network namespace every real node lives in, and the API server reached from it."""
+
+    name: str
+    workdir: Path
+    api_port: int
+    bridges: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return f"/run/netns/{self.name}"
+
+    def start(self, spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]) -> None:
+        _run(["ip", "netns", "add", self.name])
+        self._ip("link", "set", "lo", "up")
+        self._ip("addr", "add", f"{SERVICE_IP}/32", "dev", "lo")
+        _run(["ip", "netns", "exec", self.name, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        socket = self.workdir / "apiserver.sock"
+        # This machine's side: the Unix socket in front of the API server's loopback port.
+        self.bridges.append(
+            spawn(
+                "api-socket",
+                ["socat", f"UNIX-LISTEN:{socket},fork,mode=600", f"TCP:127.0.0.1:{self.api_port}"],
+            )
+        )
+        _wait(socket.exists, START_TIMEOUT, "the API server's socket")
+        # The cluster's side: the same address and port the kubeconfigs name, and the
+        # kubernetes Service's address for the pods.
+        for address, port in (("127.0.0.1", self.api_port), (SERVICE_IP, 443)):
+            self.bridges.append(
+                spawn(
+                    f"api-{address}",
+                    [
+                        "nsenter",
+                        f"--net={self.path}",
+                        "socat",
+                        f"TCP-LISTEN:{port},bind={address},fork,reuseaddr",
+                        f"UNIX-CONNECT:{socket}",
+                    ],
+                )
+            )
+
+    def _ip(self, *args: str) -> None:
+        _run(["ip", "-n", self.name, *args])
+
+    def add_address(self, address: str) -> None:
+        self._ip("addr", "add", f"{address}/32", "dev", "lo")
+
+    def stop(self) -> None:
+        for bridge in self.bridges:
+            _kill_group(bridge)
+        with contextlib.suppress(MachineError):
+            _run(["ip", "netns", "delete", self.name])
+
+
+@dataclass
+class Machine:
+    """One real node's machine: its files in ``workdir``, its processes while powered on."""
+
+    name: str
+    index: int
+    workdir: Path
+    system_uuid: str
+    node_ip: str
+    pod_cidr: str
+    network: ClusterNetwork
+    binary: Path
+    pause: Path
+    kubeconfig: Path
+    ca_cert: Path
+    images: list[LocalImage]
+    spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]
+    boot_id: str = ""
+    init: subprocess.Popen[bytes] | None = None
+    containerd: subprocess.Popen[bytes] | None = None
+    kubelet: subprocess.Popen[bytes] | None = None
+
+    @property
+    def cgroup(self) -> str:
+        return f"nodefence-sim-{self.name}"
+
+    @property
+    def socket(self) -> Path:
+        return self.workdir / "containerd.sock"
+
+    def powered(self) -> bool:
+        return self.init is not None and self.init.poll() is None
+
+    def kubelet_running(self) -> bool:
+        return self.kubelet is not None and self.kubelet.poll() is None
+
+    # ------------------------------------------------------------------ power
+    def power_on(self) -> None:
+        """Boot: a new boot ID, the machine's namespaces, containerd with the local images,
+        then the kubelet."""
+        if self.powered():
+            return
+        try:
+            self._boot()
+        except BaseException:
+            self.power_off()
+            raise
+        self.start_kubelet()
+
+    def _boot(self) -> None:
+        self._write_files()
+        self._make_cgroups()
+        self.boot_id = str(uuid.uuid4())
+        (self.workdir / "boot_id").write_text(self.boot_id + "\n")
+        (self.workdir / "booted").unlink(missing_ok=True)
+        self.init = self.spawn(
+            f"{self.name}-machine",
+            [
+                "nsenter",
+                f"--net={self.network.path}",
+                "unshare",
+                "--pid",
+                "--fork",
+                "--kill-child=SIGKILL",
+                "--mount",
+                "--propagation=private",
+                "--mount-proc",
+                "sh",
+                "-ec",
+                self._boot_script(),
+            ],
+        )
+        _wait(self._booted, START_TIMEOUT, f"machine {self.name} booted")
+        self.containerd = self.spawn(
+            f"{self.name}-containerd",
+            [*self._enter(), "containerd", "--config", str(self.workdir / "containerd.toml")],
+        )
+        _wait(self._containerd_up, START_TIMEOUT, f"containerd of {self.name}")
+        for image in self.images:
+            _run(self._ctr("images", "import", str(image.archive)))
+
+    def power_off(self) -> None:
+        """A power cut: every process of the machine dies at once, nothing says goodbye."""
+        if self.init is not None:
+            _kill_group(self.init)
+        for popen in (self.kubelet, self.containerd):
+            if popen is not None:
+                _kill_group(popen)
+        self.init = self.kubelet = self.containerd = None
+
+    def start_kubelet(self) -> None:
+        if self.kubelet_running() or not self.powered():
+            return
+        self.kubelet = self.spawn(
+            f"{self.name}-kubelet",
+            [
+                *self._enter(),
+                str(self.binary),
+                "kubelet",
+                f"--config={self.workdir / 'kubelet.yaml'}",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--root-dir={self.workdir / 'kubelet'}",
+                f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.node_ip}",
+                "--node-labels=sim.nodefence.io/kubelet=real",
+                "--v=1",
+            ],
+        )
+
+    def kill_kubelet(self) -> None:
+        """The kubelet dies; the machine, containerd and the containers run on."""
+        _kill_group(self.kubelet)
+        self.kubelet = None
+
+    def remove_cgroups(self) -> list[Path]:
+        """Remove the machine's cgroups; those still in use (a process that has not exited
+        yet) are returned."""
+        # The cgroup v2 mount too: runc makes the containers' cgroups there as well.
+        hierarchies = self._hierarchies(with_unified=True)
+        for hierarchy in hierarchies:
+            root = hierarchy / self.cgroup
+            if not root.exists():
+                continue
+            # Deepest first: a cgroup is removed only once it has no children.
+            for directory in sorted(
+                (p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+            ):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        return [h / self.cgroup for h in hierarchies if (h / self.cgroup).exists()]
+
+    # ------------------------------------------------------------------ internals
+    def _enter(self) -> list[str]:
+        assert self.init is not None
+        return [
+            "nsenter",
+            f"--target={self._machine_pid()}",
+            "--pid",
+            "--mount",
+            "--net",
+        ]
+
+    def _machine_pid(self) -> int:
+        """The machine's first process (``unshare``'s child) as this machine sees it."""
+        assert self.init is not None
+        children = Path(f"/proc/{self.init.pid}/task/{self.init.pid}/children")
+        for line in children.read_text().split():
+            return int(line)
+        raise MachineError(f"machine {self.name} has no first process")
+
+    def _booted(self) -> bool:
+        if self.init is None or self.init.poll() is not None:
+            raise MachineError(f"machine {self.name} exited at boot")
+        return (self.workdir / "booted").exists()
+
+    def _containerd_up(self) -> bool:
+        if self.containerd is None or self.containerd.poll() is not None:
+            raise MachineError(f"containerd of {self.name} exited")
+        if not self.socket.exists():
+            return False
+        return (
+            subprocess.run(self._ctr("version"), capture_output=True, check=False).returncode == 0
+        )
+
+    def _ctr(self, *args: str) -> list[str]:
+        return ["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args]
+
+    def _boot_script(self) -> str:
+        """What the machine's first process does before it becomes ``pause``: the files that
+        make this machine its own, bind-mounted in its own mount namespace."""
+        w = self.workdir
+        lines = [
+            f"mount --bind {w}/boot_id /proc/sys/kernel/random/boot_id",
+        ]
+        lines += [
+            f"mount --bind {w}/sysctl/{key.replace('/', '.')} /proc/sys/{key}"
+            for key in KERNEL_DEFAULTS
+        ]
+        # No DMI in this machine's sysfs, or the host's: /sys/class becomes a copy of itself
+        # plus the machine's dmi/id/product_uuid.
+        lines += [
+            f"mkdir -p {w}/sysclass",
+            f"mount --bind /sys/class {w}/sysclass",
+            "mount -t tmpfs -o mode=755 sysclass /sys/class",
+            f"for entry in $(ls {w}/sysclass); do"
+            f' [ "$entry" = dmi ] && continue; mkdir /sys/class/$entry;'
+            f" mount --bind {w}/sysclass/$entry /sys/class/$entry; done",
+            "mkdir -p /sys/class/dmi/id",
+            f"cp {w}/product_uuid /sys/class/dmi/id/product_uuid",
+            f"mount --bind {w}/machine-id /etc/machine-id",
+            # What a kubelet and containerd write outside their own directories (pod logs,
+            # runc's state, shim sockets) stays the machine's.
+            f"mkdir -p {w}/var-log",
+            f"mount --bind {w}/var-log /var/log",
+            "mount -t tmpfs -o mode=755 run /run",
+            f"touch {w}/booted",
+            f"exec {self.pause}",
+        ]
+        return "\n".join(lines)
+
+    def _hierarchies(self, *, with_unified: bool = False) -> list[Path]:
+        return [
+            p
+            for p in sorted(CGROUP_V1.iterdir())
+            if p.is_dir() and not p.is_symlink() and (with_unified or p.name != "unified")
+        ]
+
+    def _make_cgroups(self) -> None:
+        """The kubelet's cgroupRoot in every cgroup v1 hierarchy; cpuset's seeded from its
+        parent's, which a new cpuset does not inherit."""
+        for hierarchy in self._hierarchies():
+            root = hierarchy / self.cgroup
+            root.mkdir(exist_ok=True)
+            if hierarchy.name == "cpuset":
+                for name in ("cpuset.cpus", "cpuset.mems"):
+                    (root / name).write_text((hierarchy / name).read_text())
+
+    def _write_files(self) -> None:
+        w = self.workdir
+        (w / "sysctl").mkdir(parents=True, exist_ok=True)
+        for key, value in KERNEL_DEFAULTS.items():
+            (w / "sysctl" / key.replace("/", ".")).write_text(value + "\n")
+        (w / "product_uuid").write_text(self.system_uuid + "\n")
+        (w / "machine-id").write_text(self.system_uuid.replace("-", "") + "\n")
+        (w / "cni").mkdir(exist_ok=True)
+        (w / "cni" / "10-bridge.conflist").write_text(self._cni())
+        (w / "containerd.toml").write_text(self._containerd_config())
+        (w / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet_config(), sort_keys=False))
+
+    def _cni(self) -> str:
+        return json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": f"nodefence-sim-{self.name}",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": f"nfsim{self.index}",
+                        "isGateway": True,
+                        "ipMasq": False,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": self.pod_cidr}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dataDir": str(self.workdir / "cni-ipam"),
+                        },
+                    },
+                    {"type": "loopback"},
+                ],
+            },
+            indent=2,
+        )
+
+    def _containerd_config(self) -> str:
+        w = self.workdir
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return "\n".join(
+            [
+                "version = 2",
+                f'root = "{w}/containerd/root"',
+                f'state = "{w}/containerd/state"',
+                "[grpc]",
+                f'  address = "{self.socket}"',
+                "[ttrpc]",
+                f'  address = "{w}/containerd-ttrpc.sock"',
+                "[debug]",
+                '  address = ""',
+                "[metrics]",
+                '  address = ""',
+                '[plugins."io.containerd.internal.v1.opt"]',
+                f'  path = "{w}/containerd/opt"',
+                f"[{cri}]",
+                f'  sandbox_image = "{PAUSE}"',
+                "  restrict_oom_score_adj = true",
+                "  netns_mounts_under_state_dir = true",
+                '  stream_server_address = "127.0.0.1"',
+                '  stream_server_port = "0"',
+                f"[{cri}.containerd]",
+                '  snapshotter = "overlayfs"',
+                '  default_runtime_name = "runc"',
+                f"[{cri}.containerd.runtimes.runc]",
+                '  runtime_type = "io.containerd.runc.v2"',
+                f"[{cri}.containerd.runtimes.runc.options]",
+                "  SystemdCgroup = false",
+                f"[{cri}.cni]",
+                f'  bin_dir = "{CNI_BIN}"',
+                f'  conf_dir = "{w}/cni"',
+                "",
+            ]
+        )
+
+    def _kubelet_config(self) -> dict[str, object]:
+        off = "0%"
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            # This machine kind has cgroup v1 only; containerd 1.6 does not report its driver.
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": f"/{self.cgroup}",
+            "cgroupsPerQOS": True,
+            "enforceNodeAllocatable": ["pods"],
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "address": self.node_ip,
+            "port": 10250,
+            "readOnlyPort": 0,
+            "healthzBindAddress": self.node_ip,
+            "healthzPort": 10248,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(self.ca_cert)},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "protectKernelDefaults": True,
+            "failSwapOn": False,
+            "resolvConf": "",
+            "volumePluginDir": str(self.workdir / "volume-plugins"),
+            "podCIDR": self.pod_cidr,
+            "providerID": f"nodefence-sim://{self.name}",
+            # Many nodes share one disk here: no node evicts or collects images for it.
+            "evictionHard": {
+                "memory.available": off,
+                "nodefs.available": off,
+                "imagefs.available": off,
+                "nodefs.inodesFree": off,
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False,
+        }
+
+
+@dataclass
+class RealMachines:
+    """The real nodes of one run, in ``workdir``: their network, images and machines."""
+
+    workdir: Path
+    network: ClusterNetwork
+    machines: dict[str, Machine] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        for machine in self.machines.values():
+            machine.power_off()
+        for machine in self.machines.values():
+            _wait_removed(machine)
+        self.network.stop()
+
+
+def _wait_removed(machine: Machine) -> None:
+    """The cgroups of a machine that was just killed empty as its processes exit."""
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while machine.remove_cgroups() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def real_node_names(count: int) -> list[str]:
+    return [f"real{index:02d}" for index in range(1, count + 1)]
+
+
+def start_machines(
+    *,
+    count: int,
+    workdir: Path,
+    binary: Path,
+    api_port: int,
+    ca_cert: Path,
+    kubeconfig_for: Callable[[str], Path],
+    spawn: Callable[[str, list[str]], subprocess.Popen[bytes]],
+    system_uuid: Callable[[str], str],
+) -> RealMachines:
+    """Power on ``count`` machines; their kubelets register their Nodes themselves."""
+    check_tools()
+    from nodefence_sim.real.images import busybox_image, pause_image
+
+    pause = binary.parent / "pause"
+    images = [pause_image(pause, workdir / "images"), busybox_image(workdir / "images")]
+    network = ClusterNetwork(f"nodefence-sim-{os.getpid()}", workdir, api_port)
+    machines = RealMachines(workdir, network)
+    try:
+        network.start(spawn)
+        for index, name in enumerate(real_node_names(count), start=1):
+            node_ip = f"10.200.0.{index}"
+            network.add_address(node_ip)
+            machine_dir = workdir / "machines" / name
+            machine_dir.mkdir(parents=True)
+            machine = Machine(
+                name=name,
+                index=index,
+                workdir=machine_dir,
+                system_uuid=system_uuid(name),
+                node_ip=node_ip,
+                pod_cidr=f"10.201.{index}.0/24",
+                network=network,
+                binary=binary,
+                pause=pause,
+                kubeconfig=kubeconfig_for(f"system:node:{name}"),
+                ca_cert=ca_cert,
+                images=images,
+                spawn=spawn,
+            )
+            machines.machines[name] = machine
+            machine.power_on()
+    except BaseException:
+        machines.stop()
+        raise
+    return machines

@@ -1,0 +1,301 @@
+"""Real kubelets on the real control plane (``simulate --backend real --real-nodes 2``): nodes
+whose pods are real containers, whose machine a BMC really powers off, and whose kubelet can die
+while its containers run on, which is the case the power-off proof exists for.
+
+A module of its own, on a backend of its own: the session's backend keeps its kwok nodes only,
+so no other test's pod lands on a node that would really have to run it. Containers are found
+on this machine by a marker in their command line and told apart by the cgroup of their node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.processes import Processes, eventually, http
+from kubernetes import client
+from tests.real_backend import running_backend
+
+from nodefence_sim.controllers.kubelet import system_uuid
+
+from .safety_support import bmc, power_on
+from .test_seed_story import oos_taints, post_alert, power_state, serve
+
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(900)]
+
+REAL = ("real01", "real02")
+KWOK = ("compute01", "compute02", "control01", "control02", "control03")
+NAMESPACE = "default"
+STEP_WITHIN = 180.0
+CGROUP = re.compile(r"nodefence-sim-(real\d+)")
+POLICY = {
+    "cluster": {"storm_cooldown_seconds": 0},
+    "rules": [
+        {
+            "name": "real-nodes",
+            "min_not_ready_seconds": 0,
+            "flap_window_seconds": 0,
+            "lease_staleness_seconds": 15,
+            "healthy_delay_seconds": 5,
+            "fencing": {"driver": "redfish", "action": "off", "timeout_seconds": 60},
+        }
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with running_backend(tmp_path_factory.mktemp("real-nodes"), "--real-nodes", "2") as backend:
+        yield backend
+
+
+def containers(marker: str) -> dict[int, str]:
+    """This machine's processes whose command line holds ``marker``: pid -> the real node
+    whose cgroup holds it."""
+    found: dict[int, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cgroups = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        node = CGROUP.search(cgroups)
+        if marker in cmdline and node is not None and not cmdline.startswith("pgrep"):
+            found[int(proc.name)] = node.group(1)
+    return found
+
+
+def busybox(name: str, marker: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": "nodefence-sim/busybox:1",
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", f"while true; do date > /tmp/alive; sleep 1; done # {marker}"],
+        **spec,
+    }
+
+
+def running_on(core: client.CoreV1Api, name: str) -> str | None:
+    """The node ``name`` runs on, ready; None while it is absent, pending or not ready."""
+    try:
+        pod = core.read_namespaced_pod(name, NAMESPACE)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    statuses = pod.status.container_statuses or []
+    if pod.status.phase == "Running" and statuses and all(s.ready for s in statuses):
+        return str(pod.spec.node_name)
+    return None
+
+
+def test_real_kubelets_join_beside_kwok_and_run_containers(cluster: Any) -> None:
+    listed = subprocess.run(
+        ["kubectl", "get", "nodes", "-o", "wide", "--no-headers"],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = {line.split()[0]: line for line in listed.splitlines()}
+    assert set(rows) == {*REAL, *KWOK}, listed
+    for name in REAL:
+        node = cluster.core.read_node(name)
+        info = node.status.node_info
+        assert info.container_runtime_version.startswith("containerd://"), info
+        assert info.kubelet_version.startswith("v1."), info
+        # The machine the BMC powers is the one the kubelet reports (identity binding).
+        system, headers = bmc(cluster, name)
+        code, raw = http("GET", system, headers=headers)
+        assert code == 200, raw
+        assert info.system_uuid == json.loads(raw)["UUID"]
+        assert info.system_uuid.lower() == system_uuid(name).lower()
+        assert " Ready " in rows[name], rows[name]
+        assert "containerd://" in rows[name], rows[name]
+    for name in KWOK:
+        assert "kwok" in rows[name], rows[name]
+
+    marker = f"nodefence-test-{secrets.token_hex(6)}"
+    for node in REAL:
+        cluster.core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"busybox-{node}"},
+                "spec": {"nodeName": node, "containers": [busybox("main", marker)]},
+            },
+        )
+    for node in REAL:
+        eventually(
+            lambda node=node: running_on(cluster.core, f"busybox-{node}") == node,
+            within=STEP_WITHIN,
+            what=f"busybox Running on {node}",
+        )
+    assert sorted(set(containers(marker).values())) == list(REAL)
+    for node in REAL:
+        cluster.core.delete_namespaced_pod(f"busybox-{node}", NAMESPACE, grace_period_seconds=0)
+    eventually(lambda: not containers(marker), within=STEP_WITHIN, what="busybox containers gone")
+
+
+def test_down_kills_the_kubelet_and_force_off_the_machine(cluster: Any) -> None:
+    node, marker = "real02", f"nodefence-test-{secrets.token_hex(6)}"
+    cluster.core.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "survivor"},
+            "spec": {"nodeName": node, "containers": [busybox("main", marker)]},
+        },
+    )
+    eventually(lambda: running_on(cluster.core, "survivor") == node, within=STEP_WITHIN, what="up")
+    boot = cluster.core.read_node(node).status.node_info.boot_id
+
+    # The kubelet dies; the machine and its container run on.
+    assert cluster.control(node, "down")["kubelet"] == "down"
+    eventually(lambda: cluster.ready(node) == "Unknown", within=STEP_WITHIN, what="NotReady")
+    assert set(containers(marker).values()) == {node}
+    assert power_state(cluster, node) == "On"
+
+    # The BMC's ForceOff: nothing of the machine runs any more.
+    system, headers = bmc(cluster, node)
+    code, raw = http(
+        "POST",
+        f"{system}/Actions/ComputerSystem.Reset",
+        {"ResetType": "ForceOff"},
+        headers=headers,
+    )
+    assert code in (200, 202, 204), raw
+    eventually(lambda: not containers(marker), within=STEP_WITHIN, what="container killed")
+    assert power_state(cluster, node) == "Off"
+
+    # On: a new boot, the kubelet back, the pod's container started again by it.
+    power_on(cluster, node)
+    eventually(lambda: cluster.ready(node) == "True", within=STEP_WITHIN, what="Ready again")
+    assert cluster.core.read_node(node).status.node_info.boot_id != boot
+    eventually(lambda: containers(marker), within=STEP_WITHIN, what="container restarted")
+    cluster.core.delete_namespaced_pod("survivor", NAMESPACE, grace_period_seconds=0)
+
+
+@pytest.mark.invariant("S10")
+def test_nodefence_powers_off_a_node_whose_containers_still_run(
+    procs: Processes, cluster: Any
+) -> None:
+    """The kubelet of real01 dies while its StatefulSet pod's container runs on; nodefence
+    powers the machine off through its BMC (the container dies), taints the node, and the
+    StatefulSet's pod runs again on real02; the machine comes back with a new boot ID and the
+    resolved alert unfences it."""
+    victim, other, marker = "real01", "real02", f"nodefence-test-{secrets.token_hex(6)}"
+    apps = client.AppsV1Api(cluster.api)
+    # The pod starts on the victim: the other real node is cordoned until it is placed.
+    cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
+    apps.create_namespaced_stateful_set(
+        NAMESPACE,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 5,
+                        "nodeSelector": {"sim.nodefence.io/kubelet": "real"},
+                        "containers": [busybox("main", marker)],
+                    },
+                },
+            },
+        },
+    )
+    eventually(lambda: running_on(cluster.core, "db-0") == victim, within=STEP_WITHIN, what="db-0")
+    cluster.core.patch_node(other, {"spec": {"unschedulable": False}})
+    boot = cluster.core.read_node(victim).status.node_info.boot_id
+    nodefence = serve(procs, cluster, POLICY)
+
+    assert cluster.control(victim, "down")["kubelet"] == "down"
+    eventually(lambda: cluster.ready(victim) == "Unknown", within=STEP_WITHIN, what="NotReady")
+    assert set(containers(marker).values()) == {victim}, "the container outlives its kubelet"
+
+    def fenced() -> bool:
+        decision = post_alert(nodefence, victim, "firing")
+        return decision["verdict"] == "fence" and bool(oos_taints(cluster.core.read_node(victim)))
+
+    eventually(fenced, within=STEP_WITHIN, interval=2.0, what=f"{victim} fenced")
+    assert power_state(cluster, victim) == "Off"
+    eventually(lambda: running_on(cluster.core, "db-0") == other, within=STEP_WITHIN, what="moved")
+    # Only the new node runs the workload: the old container died with its machine.
+    assert set(containers(marker).values()) == {other}
+
+    power_on(cluster, victim)
+    eventually(lambda: cluster.ready(victim) == "True", within=STEP_WITHIN, what="back")
+    assert cluster.core.read_node(victim).status.node_info.boot_id != boot
+
+    def unfenced() -> bool:
+        post_alert(nodefence, victim, "resolved")
+        return not oos_taints(cluster.core.read_node(victim))
+
+    eventually(unfenced, within=STEP_WITHIN, interval=2.0, what=f"{victim} unfenced")
+    assert set(containers(marker).values()) == {other}
+    apps.delete_namespaced_stateful_set("db", NAMESPACE)
+
+
+def test_stop_leaves_nothing_behind(cluster: Any) -> None:
+    """The last of the module: the backend stops, and no namespace, cgroup, mount or process
+    of its machines is left on this one."""
+    pid = cluster.process.popen.pid
+    netns = f"nodefence-sim-{pid}"
+    assert netns in _namespaces()
+    workdir = _run_directory(pid)
+    cluster.process.stop(grace=60.0)
+    assert netns not in _namespaces()
+    left = [
+        str(h / f"nodefence-sim-{node}")
+        for h in Path("/sys/fs/cgroup").iterdir()
+        for node in REAL
+        if (h / f"nodefence-sim-{node}").exists()
+    ]
+    assert left == []
+    assert not any(CGROUP.search(_cgroup(p)) for p in Path("/proc").iterdir() if p.name.isdigit())
+    mounts = Path("/proc/mounts").read_text()
+    assert netns not in mounts
+    assert str(workdir) not in mounts
+    assert not workdir.exists()
+
+
+def _namespaces() -> str:
+    return subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _cgroup(proc: Path) -> str:
+    try:
+        return (proc / "cgroup").read_text()
+    except OSError:
+        return ""
+
+
+def _run_directory(pid: int) -> Path:
+    """The backend's run directory: where its children (the API server, the machines) run."""
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cwd = Path(os.readlink(proc / "cwd"))
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and cwd.name.startswith("nodefence-sim-real-"):
+            return cwd
+    raise AssertionError(f"no child of {pid} runs in a nodefence-sim-real- directory")
