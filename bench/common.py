@@ -4,8 +4,10 @@ event loop, as in a real cluster."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import ssl
 import statistics
 import subprocess
 import sys
@@ -294,6 +296,59 @@ def wait_for_node_index(receiver: ReceiverProcess, sim: RequestLog) -> None:
         interval=0.2,
         what="the node index's watch",
     )
+
+
+# The User-Agent of the benchmark's own reads of the cluster, so that a request log read from the
+# real API server's audit log can leave them out of what the receiver sent.
+BENCH_AGENT = "nodefence-bench"
+# The kubeconfig user ``nodefence simulate --backend real`` writes, which the receiver runs as.
+RECEIVER_USER = "admin"
+
+
+def sent_by_receiver(record: dict[str, Any]) -> bool:
+    """Whether a request-log record is the receiver's: on the real backend the audit log names
+    the user (every client but the control plane's components; the benchmark's own reads carry
+    ``BENCH_AGENT``); the simulator logs only its clients and names none."""
+    return (
+        record.get("user", RECEIVER_USER) == RECEIVER_USER
+        and record.get("userAgent") != BENCH_AGENT
+    )
+
+
+def kube_get(kubeconfig: Path, path: str) -> tuple[int, bytes]:
+    """GET ``path`` from the cluster a kubeconfig names, with its token and CA where it has
+    them (the real backend's; the simulator's has neither): the status and the raw reply."""
+    config = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0].get("user") or {}
+    headers = {"Accept": "application/json", "User-Agent": BENCH_AGENT}
+    if user.get("token"):
+        headers["Authorization"] = f"Bearer {user['token']}"
+    context = None
+    if cluster.get("certificate-authority-data"):
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        context = ssl.create_default_context(cadata=ca)
+    req = urllib.request.Request(cluster["server"] + path, headers=headers)  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=120, context=context) as reply:  # noqa: S310
+            return int(reply.status), reply.read()
+    except urllib.error.HTTPError as exc:  # a 404 (no such object) is a reply too
+        return exc.code, exc.read()
+
+
+def kube_list(kubeconfig: Path, path: str) -> list[dict[str, Any]]:
+    """Every object of a collection, 500 a page."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        status, raw = kube_get(kubeconfig, f"{path}?limit=500&continue={token}")
+        if status != 200:
+            raise RuntimeError(f"GET {path} -> {status}: {raw[:300]!r}")
+        page = json.loads(raw)
+        items += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
 
 
 def firing(node: str, alertname: str = "KubeNodeNotReady") -> dict[str, Any]:

@@ -15,7 +15,16 @@ as a kubelet would (which starts its node index). Per size:
 - the receiver's peak resident set (``VmHWM``) at the end.
 
 The ratio is against the 5-node cluster in the same run.
-Run: ``python -m bench.scale [--sizes 5,500,2000,5000] [--alerts 50]``.
+
+``--backend real`` measures the S1 refusal on the real control plane too (``python -m
+nodefence_sim.scale --backend real``: the same nodes and pods on a real kube-apiserver, one kwok
+holding every node), each size followed by the simulator's as its baseline: latency, the
+receiver's API requests per alert (the kube-apiserver's audit log, the receiver's user only) and
+the bytes those reads return, and the receiver's peak resident set. The repeated alert on a
+fenced node needs a node dead 20 minutes, which real controllers cannot backdate, so it is the
+simulator's only.
+Run: ``python -m bench.scale [--sizes 5,500,2000,5000] [--alerts 50] [--backend real
+[--no-simulator]]``.
 """
 
 from __future__ import annotations
@@ -41,9 +50,11 @@ from bench.common import (
     ReceiverProcess,
     Row,
     firing,
+    kube_get,
     median,
     percentile,
     request,
+    sent_by_receiver,
     stop,
     wait_for_node_index,
 )
@@ -53,7 +64,8 @@ from nodefence_sim.server import LISTENING
 
 SIZES = (5, 500, 2000, 5000)
 PODS_PER_NODE = 10
-BUILD_TIMEOUT = 600.0
+# A real control plane loading 2,000 nodes and 20,000 pods on two busy cores takes longest.
+BUILD_TIMEOUT = 1800.0
 IDLE_SECONDS = 5.0
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 BACKGROUND = (f"/configmaps/{CONTROL_CONFIGMAP}",)
@@ -73,25 +85,41 @@ class SizeResult:
     repeat_requests: list[int] = field(default_factory=list)
     repeat_bytes: list[int] = field(default_factory=list)
     peak_rss_kib: int = 0
+    backend: str = "sim"
+    notes: list[str] = field(default_factory=list)
 
 
 class ScaleSimulator:
-    """``python -m nodefence_sim.scale`` in a subprocess."""
+    """``python -m nodefence_sim.scale`` in a subprocess; ``backend="real"``: the same cluster
+    on the real control plane, one kwok for every node (``--backend real``), its request log
+    the kube-apiserver's audit log. What it prints before it listens (how long the load took)
+    is kept in ``notes``."""
 
-    def __init__(self, nodes: int, pods: int, *, down: int = 0, down_since: float = 0.0) -> None:
+    def __init__(
+        self,
+        nodes: int,
+        pods: int,
+        *,
+        down: int = 0,
+        down_since: float = 0.0,
+        backend: str = "sim",
+    ) -> None:
         self.nodes = nodes
         self.pods = pods
         self.down = down
         self.down_since = down_since
+        self.backend = backend
         self._tmp = tempfile.TemporaryDirectory(prefix="nodefence-scale-")
         self.kubeconfig = Path(self._tmp.name) / "kubeconfig"
         self.url = ""
+        self.notes: list[str] = []
         self.process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> ScaleSimulator:
         command = [sys.executable, "-m", "nodefence_sim.scale", "--nodes", str(self.nodes)]
         command += ["--pods", str(self.pods), "--kubeconfig-out", str(self.kubeconfig)]
         command += ["--down", str(self.down), "--down-since", str(self.down_since)]
+        command += ["--backend", self.backend]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
@@ -99,8 +127,22 @@ class ScaleSimulator:
         stdout = self.process.stdout
         assert stdout is not None
         threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
-        line = lines.get(timeout=BUILD_TIMEOUT)
-        assert line.startswith(LISTENING), line
+        deadline = time.monotonic() + BUILD_TIMEOUT
+        while True:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                if self.process.poll() is None and time.monotonic() < deadline:
+                    continue
+                self.__exit__()
+                raise RuntimeError(
+                    f"nodefence_sim.scale --backend {self.backend} not listening "
+                    f"(exit {self.process.returncode}, {BUILD_TIMEOUT:.0f}s allowed); "
+                    f"it said {self.notes}"
+                ) from None
+            if line.startswith(LISTENING):
+                break
+            self.notes.append(line.strip())
         self.url = line[len(LISTENING) :].strip()
         return self
 
@@ -181,16 +223,12 @@ def simulator_figures(sim: ScaleSimulator) -> tuple[float, dict[str, float]]:
 
 
 def _reply_bytes(sim: ScaleSimulator, records: list[dict[str, object]]) -> int:
+    """The size of the replies to the alert's GET requests, fetched again from the cluster."""
     total = 0
     for r in records:
         if r["method"] == "GET":
             query = f"?{r['query']}" if r["query"] else ""
-            url = f"{sim.url}{r['path']}{query}"
-            try:
-                with urllib.request.urlopen(url, timeout=120) as reply:  # noqa: S310 - loopback
-                    total += len(reply.read())
-            except urllib.error.HTTPError as exc:  # a 404 (no such object) is a reply too
-                total += len(exc.read())
+            total += len(kube_get(sim.kubeconfig, f"{r['path']}{query}")[1])
     return total
 
 
@@ -214,7 +252,9 @@ def _alerts(
         mine = [
             r
             for r in sim.requests_since(cursor)
-            if r["verb"] != "watch" and not str(r["path"]).endswith(BACKGROUND)
+            if r["verb"] != "watch"
+            and not str(r["path"]).endswith(BACKGROUND)
+            and sent_by_receiver(r)
         ]
         requests.append(len(mine))
         read.append(_reply_bytes(sim, mine))
@@ -259,11 +299,87 @@ def measure(nodes: int, alerts: int) -> SizeResult:
     return result
 
 
-def run(sizes: Sequence[int] = SIZES, alerts: int = 50) -> list[SizeResult]:
-    return [measure(n, alerts) for n in sizes]
+def measure_real(nodes: int, alerts: int) -> SizeResult:
+    """The S1 refusal on the real control plane: the same cluster, the same alerts."""
+    pods = PODS_PER_NODE * max(0, nodes - 3)
+    began = time.monotonic()
+    with ScaleSimulator(nodes, pods, backend="real") as sim:
+        result = SizeResult(nodes, pods, time.monotonic() - began, 0.0, {}, backend="real")
+        result.notes = sim.notes
+        with receiver_for(sim) as receiver:
+            result.refusal_ms, result.refusal_requests, result.refusal_bytes = _alerts(
+                sim,
+                receiver,
+                node_name(nodes - 1),
+                alerts,
+                lambda v: len(v) == 1 and v != ["fence"],
+            )
+            result.peak_rss_kib = receiver.status_kib("VmHWM")
+    print(
+        f"  {nodes:>5} nodes, real control plane: S1 refusal p50 "
+        f"{median(result.refusal_ms):.1f} ms, {median(result.refusal_requests):.0f} requests, "
+        f"{median(result.refusal_bytes) / 1024:.0f} KiB read; {'; '.join(result.notes)}",
+        flush=True,
+    )
+    return result
+
+
+def run(
+    sizes: Sequence[int] = SIZES, alerts: int = 50, backend: str = "sim", simulator: bool = True
+) -> list[SizeResult]:
+    """Each size on the simulator; with ``backend="real"`` each on the real control plane
+    first, then (unless ``simulator`` is False) on the simulator beside it."""
+    if backend == "sim":
+        return [measure(n, alerts) for n in sizes]
+    results = []
+    for n in sizes:
+        results.append(measure_real(n, alerts))
+        if simulator:
+            results.append(measure(n, alerts))
+    return results
+
+
+def real_rows(results: Sequence[SizeResult]) -> list[Row]:
+    """The S1 refusal on the real control plane, the simulator's of the same size in the same
+    run as its baseline."""
+    table: list[Row] = []
+    for r in (r for r in results if r.backend == "real"):
+        sim = next((s for s in results if s.backend == "sim" and s.nodes == r.nodes), None)
+        p50 = median(r.refusal_ms)
+        table.append(
+            Row(
+                f"real control plane, S1 refusal, {r.nodes} nodes",
+                f"p50 {p50:.1f} ms, p99 {percentile(r.refusal_ms, 0.99):.1f} ms; "
+                f"{median(r.refusal_requests):.0f} API req/alert (max {max(r.refusal_requests)}), "
+                f"{median(r.refusal_bytes) / 1024:.1f} KiB read/alert; peak RSS "
+                f"{r.peak_rss_kib / 1024:.1f} MB",
+                ""
+                if sim is None
+                else f"p50 {median(sim.refusal_ms):.1f} ms; "
+                f"{median(sim.refusal_requests):.0f} API req/alert, "
+                f"{median(sim.refusal_bytes) / 1024:.1f} KiB read/alert; peak RSS "
+                f"{sim.peak_rss_kib / 1024:.1f} MB (simulator)",
+                "" if sim is None else f"{p50 / median(sim.refusal_ms):.2f}x the simulator's p50",
+                "",
+                "",
+                f"{len(r.refusal_ms)} alerts for a Ready node; {r.pods} pods; the receiver's "
+                f"requests from the kube-apiserver's audit log; {'; '.join(r.notes)}",
+            )
+        )
+    return table
 
 
 def rows(results: Sequence[SizeResult]) -> list[Row]:
+    """The simulator's sizes against its smallest; where sizes also ran on the real control
+    plane, :func:`real_rows` first."""
+    real = real_rows(results)
+    results = [r for r in results if r.backend == "sim"]
+    if not results:
+        return real
+    return real + _sim_rows(results)
+
+
+def _sim_rows(results: Sequence[SizeResult]) -> list[Row]:
     base = min(results, key=lambda r: r.nodes)
     base_p50 = median(base.refusal_ms)
     table: list[Row] = []
@@ -333,8 +449,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--alerts", type=int, default=50)
+    parser.add_argument("--backend", choices=("sim", "real"), default="sim")
+    parser.add_argument(
+        "--no-simulator",
+        action="store_true",
+        help="with --backend real: no simulator run beside each real one",
+    )
     args = parser.parse_args(argv)
-    results = run(tuple(int(n) for n in args.sizes.split(",")), args.alerts)
+    sizes = tuple(int(n) for n in args.sizes.split(","))
+    results = run(sizes, args.alerts, args.backend, simulator=not args.no_simulator)
     from bench.__main__ import markdown
 
     print(markdown(rows(results)))

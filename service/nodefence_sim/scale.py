@@ -7,7 +7,8 @@ times cheaper than it is. Pods are bare, spread evenly over the workers.
 
 Built in memory (a YAML scenario of 5,000 such nodes would take minutes to parse):
 ``python -m nodefence_sim.scale --nodes 5000 --pods 50000 --port 0 --kubeconfig-out FILE``
-serves one as ``nodefence simulate`` does, and prints the same line once listening.
+serves one as ``nodefence simulate`` does, and prints the same line once listening;
+``--backend real`` builds the same cluster on the real control plane (``nodefence_sim.real.scale``).
 """
 
 from __future__ import annotations
@@ -156,9 +157,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig-out")
     parser.add_argument("--down", type=int, default=0, help="the last N nodes' kubelets dead")
     parser.add_argument("--down-since", type=float, default=0.0, help="dead for S seconds")
+    parser.add_argument("--bmc-inventory-out")
+    parser.add_argument(
+        "--backend",
+        choices=("sim", "real"),
+        default="sim",
+        help="real: the same cluster on the real control plane, one kwok for every node",
+    )
+    # Imported here: the real backend imports this module's cluster.
+    from nodefence_sim.real import scale as real
+
+    real.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.backend == "real":
+        return real.run(args)
     sim = simulation(args.nodes, args.pods, down=args.down, down_since=args.down_since)
-    return asyncio.run(serve_until_signalled(sim, args.port, args.kubeconfig_out))
+    return asyncio.run(
+        serve_until_signalled(sim, args.port, args.kubeconfig_out, args.bmc_inventory_out)
+    )
 
 
 if __name__ == "__main__":

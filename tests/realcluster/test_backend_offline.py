@@ -11,7 +11,15 @@ import pytest
 
 from nodefence.cli import main
 from nodefence_sim.controllers.kubelet import system_uuid
-from nodefence_sim.real.loader import CSI_DRIVER, cleaned, node_manifest, volume_objects
+from nodefence_sim.real.components import KUBELET_LABEL, KUBELET_UP
+from nodefence_sim.real.loader import (
+    CSI_DRIVER,
+    cleaned,
+    node_manifest,
+    shared_node_manifest,
+    volume_objects,
+)
+from nodefence_sim.scale import objects
 from nodefence_sim.scenario import load_scenario
 
 
@@ -96,3 +104,14 @@ def test_every_statefulset_claim_gets_a_volume_bound_to_it_in_advance() -> None:
     assert all(
         v["spec"]["csi"]["driver"] == CSI_DRIVER for _, v in made if v["kind"] == "PersistentVolume"
     )
+
+
+def test_a_large_clusters_nodes_are_the_one_kwoks_each_with_its_own_addresses() -> None:
+    nodes = [o for o in objects(600, 0) if o["kind"] == "Node"]
+    manifests = [shared_node_manifest(n, i) for i, n in enumerate(nodes)]
+    assert all(m["metadata"]["labels"][KUBELET_LABEL] == KUBELET_UP for m in manifests)
+    cidrs = {m["spec"]["podCIDR"] for m in manifests}
+    ips = {a["address"] for m in manifests for a in m["status"]["addresses"]}
+    assert len(cidrs) == len(ips) == len(manifests)
+    # The realistic node keeps what a kubelet reports besides (its cached images).
+    assert manifests[0]["status"]["images"] == nodes[0]["status"]["images"]

@@ -6,21 +6,29 @@ What the simulator fakes and the real cluster needs is added here: Nodes become 
 workloads), the StatefulSets' volume claims get pre-bound PersistentVolumes of a CSI driver so
 their pods can schedule, and the ``sim.nodefence.io/*`` placement hints are dropped: the real
 scheduler places the pods.
+
+A scenario's nodes each get a kwok of their own (:func:`load`), so that one node's kubelet can
+die alone. A cluster of thousands (``python -m nodefence_sim.scale --backend real``) is loaded
+by :func:`load_shared` instead: one kwok holds every node, and the objects of each kind are
+created several at a time.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.errors import ApiError
-from nodefence_sim.real.rest import Rest
+from nodefence_sim.real.components import KUBELET_LABEL, KUBELET_UP
+from nodefence_sim.real.rest import JSON, Rest
 from nodefence_sim.resources import ResourceType
 from nodefence_sim.scenario import ALWAYS_PRESENT_NAMESPACES, Scenario, creation_order
 from nodefence_sim.store import Obj
@@ -38,6 +46,13 @@ NODE_RESOURCES = {"cpu": "32", "memory": "256Gi", "pods": "110"}
 CSI_DRIVER = "csi.sim.nodefence.io"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 READY_TIMEOUT = 300.0
+# Creates in flight at once when loading a large cluster: the API server and etcd on two cores
+# take about this many before a create waits on another.
+PARALLEL_CREATES = 8
+# Objects per page when listing the nodes or pods of a large cluster (as kubectl pages).
+PAGE = 500
+# The API server's Table form of a list (what kubectl get prints), without the objects.
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 
 @dataclass
@@ -91,6 +106,24 @@ def node_manifest(obj: Obj) -> Obj:
     info["systemUUID"] = system_uuid(name)
     status["capacity"] = dict(NODE_RESOURCES)
     status["allocatable"] = dict(NODE_RESOURCES)
+    return node
+
+
+def shared_node_manifest(obj: Obj, index: int) -> Obj:
+    """A scenario Node for the one kwok of a large cluster: labelled as that kwok's, with its
+    own pod CIDR and InternalIP (a kwok of its own would have been told them on its command
+    line), so that pods on different nodes get different IPs."""
+    node = node_manifest(obj)
+    cidr, node_ip = _kwok_addresses(node, index)
+    node["metadata"].setdefault("labels", {})[KUBELET_LABEL] = KUBELET_UP
+    node["spec"]["podCIDR"] = cidr
+    node["spec"]["podCIDRs"] = [cidr]
+    status = node["status"]
+    if not any(a.get("type") == "InternalIP" for a in status.get("addresses") or []):
+        status["addresses"] = [
+            *(status.get("addresses") or []),
+            {"type": "InternalIP", "address": node_ip},
+        ]
     return node
 
 
@@ -223,10 +256,114 @@ def load(rest: Rest, scenario: Scenario, start_kwok: Callable[[str, str, str], N
             loaded.nodes[name] = body
             loaded.kwok[name] = _kwok_addresses(body, len(loaded.kwok))
             start_kwok(name, *loaded.kwok[name])
-    wait_for(lambda: _nodes_ready(rest, loaded.nodes), READY_TIMEOUT, "nodes Ready")
+    wait_for(lambda: _all_nodes_ready(rest, loaded.nodes), READY_TIMEOUT, "nodes Ready")
     workloads = [(rt, o) for rt, o in ordered if rt.kind in WORKLOAD_KINDS]
     wait_for(lambda: _unready(rest, workloads) == [], READY_TIMEOUT, "workloads ready")
     return loaded
+
+
+def load_shared(rest: Rest, objects: Iterable[Obj], start_kwok: Callable[[], None]) -> Loaded:
+    """Create a large cluster's objects and return when every node is Ready and every pod
+    Running: one kwok for all the nodes (``start_kwok``, started once the nodes exist), the
+    objects of each kind created ``PARALLEL_CREATES`` at a time in creation order, and
+    readiness read from paged lists rather than an object at a time."""
+    loaded = Loaded()
+    ordered = creation_order(objects)
+    nodes = [
+        shared_node_manifest(obj, index)
+        for index, (_, obj) in enumerate((rt, o) for rt, o in ordered if rt.kind == "Node")
+    ]
+    for body in nodes:
+        name = str(body["metadata"]["name"])
+        loaded.nodes[name] = body
+        loaded.kwok[name] = _kwok_addresses(body, len(loaded.kwok))
+    rest_of = [(rt, o) for rt, o in ordered if rt.kind not in ("Namespace", "Node")]
+    namespaces = [(rt, o) for rt, o in ordered if rt.kind == "Namespace"]
+    _create_all(rest, [(collection_path(rt, None), cleaned(o)) for rt, o in namespaces])
+    _create_all(rest, [("/api/v1/nodes", body) for body in nodes])
+    start_kwok()
+    wait_for(lambda: _all_nodes_ready(rest, loaded.nodes), READY_TIMEOUT, "nodes Ready")
+    if rest_of:
+        _create_all(rest, volume_objects(o for _, o in ordered))
+        _wait_for_service_accounts(rest, ordered)
+        for _, run in itertools.groupby(rest_of, key=lambda pair: pair[0].kind):
+            _create_all(
+                rest,
+                [
+                    (collection_path(rt, o["metadata"].get("namespace")), cleaned(o))
+                    for rt, o in run
+                ],
+            )
+    workloads = [(rt, o) for rt, o in ordered if rt.kind in WORKLOAD_KINDS]
+    wait_for(lambda: _unready(rest, workloads) == [], READY_TIMEOUT, "workloads ready")
+    wait_for(lambda: _pods_not_running(rest) == 0, READY_TIMEOUT, "pods Running")
+    return loaded
+
+
+def _create_all(rest: Rest, creates: Iterable[tuple[str, Obj]]) -> None:
+    """POST each (collection path, object), ``PARALLEL_CREATES`` at a time; a system
+    namespace that is already there is no error."""
+
+    def create(item: tuple[str, Obj]) -> None:
+        path, body = item
+        try:
+            rest.post(path, body)
+        except ApiError as exc:
+            system = (
+                body.get("kind") == "Namespace"
+                and body["metadata"]["name"] in ALWAYS_PRESENT_NAMESPACES
+            )
+            if not (exc.code == 409 and system):
+                raise
+
+    with ThreadPoolExecutor(PARALLEL_CREATES) as pool:
+        # list(): the first failed create raises here.
+        list(pool.map(create, creates))
+
+
+def _pages(rest: Rest, path: str, query: str = "", accept: str = JSON) -> Iterator[Obj]:
+    """Every object (or Table row) of a collection, a page at a time."""
+    token = ""
+    while True:
+        separator = "&" if query else ""
+        page = rest.request(
+            "GET", f"{path}?{query}{separator}limit={PAGE}&continue={token}", accept=accept
+        )
+        yield from page.get("items") or page.get("rows") or []
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
+
+
+def ready_nodes(rest: Rest) -> set[str]:
+    """The names of the nodes that read Ready, from the API server's Table of the nodes (the
+    status column kubectl shows): 2,000 realistic Nodes are 26 MB of JSON, their Table a few
+    hundred KB, and a wait reads it every half second."""
+    ready = set()
+    for row in _pages(rest, "/api/v1/nodes", "includeObject=None", TABLE):
+        name, status = str(row["cells"][0]), str(row["cells"][1])
+        if status.split(",", maxsplit=1)[0] == "Ready":
+            ready.add(name)
+    return ready
+
+
+def _all_nodes_ready(rest: Rest, nodes: Iterable[str]) -> bool | str:
+    """True once every one of ``nodes`` reads Ready; else how many do not yet."""
+    ready = ready_nodes(rest)
+    waiting = [name for name in nodes if name not in ready]
+    return True if not waiting else f"{len(waiting)} nodes not Ready, e.g. {waiting[0]}"
+
+
+def not_ready(rest: Rest, nodes: Iterable[str]) -> bool | str:
+    """True once none of ``nodes`` reads Ready (the node-lifecycle controller marked each
+    Unknown); else how many still do."""
+    ready = ready_nodes(rest)
+    still = [name for name in nodes if name in ready]
+    return True if not still else f"{len(still)} nodes still Ready, e.g. {still[0]}"
+
+
+def _pods_not_running(rest: Rest) -> int:
+    return sum(1 for _ in _pages(rest, "/api/v1/pods", "fieldSelector=status.phase%21%3DRunning"))
 
 
 def _wait_for_service_accounts(rest: Rest, ordered: list[tuple[ResourceType, Obj]]) -> None:
@@ -242,14 +379,6 @@ def _wait_for_service_accounts(rest: Rest, ordered: list[tuple[ResourceType, Obj
 
 def _exists(rest: Rest, path: str) -> bool:
     return bool(rest.get(path))
-
-
-def _nodes_ready(rest: Rest, nodes: Iterable[str]) -> bool:
-    for name in nodes:
-        conditions = rest.get(f"/api/v1/nodes/{name}").get("status", {}).get("conditions") or []
-        if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-            return False
-    return True
 
 
 def _unready(rest: Rest, workloads: list[tuple[ResourceType, Obj]]) -> list[str]:

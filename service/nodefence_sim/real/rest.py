@@ -35,12 +35,13 @@ class Rest:
         body: Any = None,
         *,
         content_type: str = JSON,
+        accept: str = JSON,
         timeout: float = TIMEOUT,
     ) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.server + path, data=data, method=method)  # noqa: S310 - https only
         request.add_header("Authorization", f"Bearer {self._token}")
-        request.add_header("Accept", JSON)
+        request.add_header("Accept", accept)
         if data is not None:
             request.add_header("Content-Type", content_type)
         try:
