@@ -107,6 +107,13 @@ def _parser() -> argparse.ArgumentParser:
         "Debian's containerd, runc, containernetworking-plugins and socat needed) beside the "
         "scenario's kwok nodes",
     )
+    sim.add_argument(
+        "--node-image",
+        action="append",
+        metavar="ARCHIVE",
+        help="real nodes: a docker archive (docker save) to import into every real node's "
+        "containerd, so pods run it without a registry (repeatable)",
+    )
 
     demo = sub.add_parser("demo", help="play the seed story on the embedded simulated cluster")
     demo.add_argument(
@@ -219,6 +226,8 @@ def _simulate_conflicts(args: argparse.Namespace) -> str | None:
             "--k8s-version is for the simulator; the real backend runs the release it was "
             "built from"
         )
+    if args.node_image and not args.real_nodes:
+        return "--node-image needs --real-nodes (only real nodes run images)"
     if args.backend == "sim" and args.real_nodes:
         return "--real-nodes needs --backend real (the simulator's kubelets are simulated)"
     if args.backend == "sim" and args.node_monitor_grace_period:

@@ -21,11 +21,14 @@ from typing import Any
 import pytest
 from bench.processes import Processes, eventually, http
 from kubernetes import client
+from tests.deploy.test_helm import CHART, helm
+from tests.image.conftest import build_image, running_daemon
 from tests.real_backend import running_backend
 
 from nodefence_sim.controllers.kubelet import system_uuid
 
 from .safety_support import bmc, power_on
+from .test_real_helm import placement
 from .test_seed_story import oos_taints, post_alert, power_state, serve
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(900)]
@@ -51,8 +54,23 @@ POLICY = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with running_backend(tmp_path_factory.mktemp("real-nodes"), "--real-nodes", "2") as backend:
+def product_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The product image ``make image`` builds, saved as the archive every real node imports."""
+    reference = build_image()
+    archive = tmp_path_factory.mktemp("image") / "nodefence.tar"
+    with running_daemon(reference) as docker:
+        saved = docker.run("save", "--output", str(archive), reference, timeout=600)
+    assert saved.returncode == 0, saved.stderr
+    return reference, archive
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, product_image: tuple[str, Path]
+) -> Iterator[Any]:
+    workdir = tmp_path_factory.mktemp("real-nodes")
+    extra = ("--real-nodes", "2", "--node-image", str(product_image[1]))
+    with running_backend(workdir, *extra) as backend:
         yield backend
 
 
@@ -250,6 +268,86 @@ def test_nodefence_powers_off_a_node_whose_containers_still_run(
     eventually(unfenced, within=STEP_WITHIN, interval=2.0, what=f"{victim} unfenced")
     assert set(containers(marker).values()) == {other}
     apps.delete_namespaced_stateful_set("db", NAMESPACE)
+
+
+def test_the_chart_runs_the_product_image_on_real_nodes(
+    cluster: Any, product_image: tuple[str, Path], tmp_path: Path
+) -> None:
+    """``helm install --wait`` of the chart with the built image, on the two real nodes: both
+    replicas Ready (their /readyz reached the API server with the in-cluster account), one on
+    each node, each container running as 10001 on a read-only root filesystem."""
+    repository, tag = product_image[0].rsplit(":", 1)
+    namespace, release = "nodefence-real", "real"
+    cluster.core.create_namespace(
+        {
+            "metadata": {
+                "name": namespace,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            }
+        }
+    )
+    cluster.core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "nodefence-secrets"}, "stringData": {"NODEFENCE_ALERT_TOKEN": "t"}},
+    )
+    install = helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-string",
+        "nodeSelector.sim\\.nodefence\\.io/kubelet=real",
+        "--wait",
+        "--timeout",
+        "5m",
+        home=tmp_path / "helm",
+        timeout=420,
+        check=False,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
+    assert install.returncode == 0, f"{install.stderr}\n{placement(cluster.core, namespace)}"
+    pods = cluster.core.list_namespaced_pod(namespace).items
+    assert sorted(p.spec.node_name for p in pods) == list(REAL)
+    for pod in pods:
+        assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
+    served = {
+        pid: node
+        for pid, node in containers("nodefence serve").items()
+        if _status(pid).get("Uid", "").split()[:1] == ["10001"]
+    }
+    assert sorted(served.values()) == list(REAL), containers("nodefence serve")
+    for pid in served:
+        root = next(
+            line.split()
+            for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            if line.split()[4] == "/"
+        )
+        assert "ro" in root[5].split(","), root
+    helm(
+        "uninstall",
+        release,
+        "--namespace",
+        namespace,
+        "--wait",
+        home=tmp_path / "helm",
+        timeout=300,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
 
 
 def test_stop_leaves_nothing_behind(cluster: Any) -> None:

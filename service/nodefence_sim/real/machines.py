@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from nodefence_sim.real.images import PAUSE, LocalImage
+from nodefence_sim.real.images import PAUSE
 
 CNI_BIN = Path("/usr/lib/cni")
 CGROUP_V1 = Path("/sys/fs/cgroup")
@@ -171,7 +171,8 @@ class Machine:
     pause: Path
     kubeconfig: Path
     ca_cert: Path
-    images: list[LocalImage]
+    # Docker archives still to import into the machine's containerd (at its first boot).
+    images: list[Path]
     spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]
     boot_id: str = ""
     init: subprocess.Popen[bytes] | None = None
@@ -234,8 +235,10 @@ class Machine:
             [*self._enter(), "containerd", "--config", str(self.workdir / "containerd.toml")],
         )
         _wait(self._containerd_up, START_TIMEOUT, f"containerd of {self.name}")
-        for image in self.images:
-            _run(self._ctr("images", "import", str(image.archive)))
+        # Once: containerd's store is the machine's disk, which a power cycle keeps.
+        while self.images:
+            _run(self._ctr("images", "import", str(self.images[0])))
+            self.images.pop(0)
 
     def power_off(self) -> None:
         """A power cut: every process of the machine dies at once, nothing says goodbye."""
@@ -529,13 +532,23 @@ def start_machines(
     kubeconfig_for: Callable[[str], Path],
     spawn: Callable[[str, list[str]], subprocess.Popen[bytes]],
     system_uuid: Callable[[str], str],
+    extra_images: list[Path],
 ) -> RealMachines:
-    """Power on ``count`` machines; their kubelets register their Nodes themselves."""
+    """Power on ``count`` machines, the local pause and busybox images and ``extra_images``
+    (docker archives, as ``docker save`` writes them) in each; their kubelets register their
+    Nodes themselves."""
     check_tools()
+    for archive in extra_images:
+        if not archive.is_file():
+            raise MachineError(f"the image archive {archive} is not a file")
     from nodefence_sim.real.images import busybox_image, pause_image
 
     pause = binary.parent / "pause"
-    images = [pause_image(pause, workdir / "images"), busybox_image(workdir / "images")]
+    images = [
+        pause_image(pause, workdir / "images").archive,
+        busybox_image(workdir / "images").archive,
+        *extra_images,
+    ]
     network = ClusterNetwork(f"nodefence-sim-{os.getpid()}", workdir, api_port)
     machines = RealMachines(workdir, network)
     try:
@@ -557,7 +570,7 @@ def start_machines(
                 pause=pause,
                 kubeconfig=kubeconfig_for(f"system:node:{name}"),
                 ca_cert=ca_cert,
-                images=images,
+                images=list(images),
                 spawn=spawn,
             )
             machines.machines[name] = machine

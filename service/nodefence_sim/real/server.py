@@ -215,6 +215,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
                 kubeconfig_for=plane.kubeconfig_for,
                 spawn=plane.spawn_command,
                 system_uuid=system_uuid,
+                extra_images=[Path(image) for image in args.node_image or []],
             )
             wait_for(lambda: _registered_ready(rest, real_nodes), READY_TIMEOUT, "real nodes Ready")
         cluster = RealCluster(plane, rest, loaded, machines=machines)
