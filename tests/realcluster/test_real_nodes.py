@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from bench.processes import Processes, eventually, http
 from kubernetes import client
 from tests.deploy.test_helm import CHART, helm
@@ -27,7 +28,7 @@ from tests.real_backend import running_backend
 
 from nodefence_sim.controllers.kubelet import system_uuid
 
-from .safety_support import bmc, power_on
+from .safety_support import bmc, nodefence_events, power_on
 from .test_real_helm import placement
 from .test_seed_story import oos_taints, post_alert, power_state, serve
 
@@ -217,27 +218,7 @@ def test_nodefence_powers_off_a_node_whose_containers_still_run(
     apps = client.AppsV1Api(cluster.api)
     # The pod starts on the victim: the other real node is cordoned until it is placed.
     cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
-    apps.create_namespaced_stateful_set(
-        NAMESPACE,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "db"},
-            "spec": {
-                "replicas": 1,
-                "serviceName": "db",
-                "selector": {"matchLabels": {"app": "db"}},
-                "template": {
-                    "metadata": {"labels": {"app": "db"}},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 5,
-                        "nodeSelector": {"sim.nodefence.io/kubelet": "real"},
-                        "containers": [busybox("main", marker)],
-                    },
-                },
-            },
-        },
-    )
+    apps.create_namespaced_stateful_set(NAMESPACE, _statefulset("db", marker))
     eventually(lambda: running_on(cluster.core, "db-0") == victim, within=STEP_WITHIN, what="db-0")
     cluster.core.patch_node(other, {"spec": {"unschedulable": False}})
     boot = cluster.core.read_node(victim).status.node_info.boot_id
@@ -340,6 +321,196 @@ def test_the_chart_runs_the_product_image_on_real_nodes(
         timeout=300,
         KUBECONFIG=str(cluster.kubeconfig),
     )
+
+
+STORY_POLICY = {
+    # No Alertmanager answers in this cluster: the receivers' fallback decides, 10 s after the
+    # node turned NotReady without an alert. The receiver on the dying node is still running (its
+    # kubelet died, not its containers) and may be the one that claims the fence: its power-off
+    # then kills it mid-fence, and the other replica rolls the claim back once it is older than
+    # claim_timeout_seconds and fences afresh (the machine already reads Off). Shortened here
+    # from 300 s to what the power step can take (10 s BMC timeout + the 20 s request deadline).
+    "cluster": {
+        "storm_cooldown_seconds": 0,
+        "fallback_after_seconds": 10,
+        "claim_timeout_seconds": 31,
+    },
+    "rules": [
+        {
+            **POLICY["rules"][0],
+            "fencing": {"driver": "redfish", "action": "off", "timeout_seconds": 10},
+        }
+    ],
+}
+
+
+@pytest.mark.invariant("S10")
+def test_receivers_on_real_nodes_fence_the_node_one_of_them_ran_on(
+    cluster: Any, product_image: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The chart's two receivers run the built image on the two real nodes, with the BMC
+    inventory as a Secret file and a policy; real02, which runs one receiver and the
+    StatefulSet's pod, loses its kubelet (its containers run on); the receivers fence it with
+    no alert, through its BMC from inside the cluster: the machine is off (the receiver and the
+    pod's container on it die), the node tainted, and the pod runs again on real01; powered on,
+    the node is unfenced."""
+    victim, survivor, marker = "real02", "real01", f"nodefence-test-{secrets.token_hex(6)}"
+    repository, tag = product_image[0].rsplit(":", 1)
+    namespace, release = "nodefence-story", "story"
+    bmcs = _inside(cluster)
+    inventory = yaml.safe_load(Path(cluster.inventory).read_text())
+    for entry in inventory["nodes"].values():
+        entry["address"] = bmcs
+    cluster.core.create_namespace({"metadata": {"name": namespace}})
+    cluster.core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "nodefence-secrets"},
+            "stringData": {"NODEFENCE_ALERT_TOKEN": secrets.token_urlsafe(16)},
+        },
+    )
+    cluster.core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "nodefence-bmc-inventory"},
+            "stringData": {"inventory.yaml": yaml.safe_dump(inventory)},
+        },
+    )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(STORY_POLICY))
+    install = helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-string",
+        "nodeSelector.sim\\.nodefence\\.io/kubelet=real",
+        "--set",
+        "bmcInventory.enabled=true",
+        "--set-json",
+        f'networkPolicy.bmcNetworks=["{bmcs.split("//")[1].split(":")[0]}/32"]',
+        "--set-json",
+        # The kubernetes Service's address, and the API server's own.
+        'networkPolicy.apiServerCIDRs=["10.96.0.1/32","127.0.0.1/32"]',
+        "--set",
+        "reconcileInterval=5",
+        "--set",
+        "alertmanager.url=http://alertmanager.invalid:9093",
+        "--set-file",
+        f"policy={policy}",
+        "--wait",
+        "--timeout",
+        "5m",
+        home=tmp_path / "helm",
+        timeout=420,
+        check=False,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
+    assert install.returncode == 0, f"{install.stderr}\n{placement(cluster.core, namespace)}"
+    receivers = cluster.core.list_namespaced_pod(namespace).items
+    assert sorted(p.spec.node_name for p in receivers) == list(REAL)
+
+    apps = client.AppsV1Api(cluster.api)
+    cluster.core.patch_node(survivor, {"spec": {"unschedulable": True}})
+    apps.create_namespaced_stateful_set(NAMESPACE, _statefulset("story", marker))
+    eventually(
+        lambda: running_on(cluster.core, "story-0") == victim, within=STEP_WITHIN, what="story-0"
+    )
+    cluster.core.patch_node(survivor, {"spec": {"unschedulable": False}})
+    fenced_before = nodefence_events(cluster, victim, "NodeFenced")
+
+    assert cluster.control(victim, "down")["kubelet"] == "down"
+    assert set(containers(marker).values()) == {victim}
+    try:
+        eventually(
+            lambda: oos_taints(cluster.core.read_node(victim)),
+            within=STEP_WITHIN + 60,
+            interval=1.0,
+            what=f"{victim} fenced by the receivers",
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{_story(cluster, victim, namespace)}") from exc
+    assert power_state(cluster, victim) == "Off"
+    eventually(
+        lambda: running_on(cluster.core, "story-0") == survivor, within=STEP_WITHIN, what="moved"
+    )
+    assert set(containers(marker).values()) == {survivor}
+    # What an operator reads in kubectl describe node: nodefence's own Event.
+    eventually(
+        lambda: nodefence_events(cluster, victim, "NodeFenced") > fenced_before,
+        within=STEP_WITHIN,
+        what="the NodeFenced Event",
+    )
+
+    power_on(cluster, victim)
+    eventually(lambda: cluster.ready(victim) == "True", within=STEP_WITHIN, what="back")
+    eventually(
+        lambda: not oos_taints(cluster.core.read_node(victim)),
+        within=STEP_WITHIN,
+        interval=1.0,
+        what=f"{victim} unfenced by the receivers",
+    )
+    apps.delete_namespaced_stateful_set("story", NAMESPACE)
+    helm(
+        "uninstall",
+        release,
+        "--namespace",
+        namespace,
+        "--wait",
+        home=tmp_path / "helm",
+        timeout=300,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
+
+
+def _story(cluster: Any, node: str, namespace: str) -> str:
+    """What a failed wait for the receivers saw: the Node's Events and the tail of each
+    receiver's log, read from its machine's pod logs (the API server cannot reach a kubelet)."""
+    events = cluster.core.list_event_for_all_namespaces(
+        field_selector=f"involvedObject.kind=Node,involvedObject.name={node}"
+    ).items
+    lines = [f"event {e.reason}: {e.message}" for e in events if e.source.component == "nodefence"]
+    run = _run_directory(cluster.process.popen.pid)
+    for log in sorted(run.glob(f"machines/*/var-log/pods/{namespace}_*/*/*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-40:]
+        lines += [f"--- {log.relative_to(run)}", *tail]
+    return "\n".join(lines)
+
+
+def _inside(cluster: Any) -> str:
+    """The control surface's address for pods on real nodes, as ``simulate`` printed it."""
+    said = cluster.process.output()
+    found = re.search(r"pods on real nodes reach it at (http://[\d.]+:\d+)", said)
+    assert found is not None, said[-2000:]
+    return found.group(1)
+
+
+def _statefulset(name: str, marker: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "nodeSelector": {"sim.nodefence.io/kubelet": "real"},
+                    "containers": [busybox("main", marker)],
+                },
+            },
+        },
+    }
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -43,6 +43,9 @@ from nodefence_sim.real.images import PAUSE
 CNI_BIN = Path("/usr/lib/cni")
 CGROUP_V1 = Path("/sys/fs/cgroup")
 SERVICE_IP = "10.96.0.1"
+# Where pods on real nodes reach this machine's loopback services (the control surface and the
+# BMCs): a BMC network of their own, as a real cluster's nodes reach their BMCs.
+HOST_IN_CLUSTER = "10.200.0.254"
 # The kernel settings a kubelet with protectKernelDefaults checks, as it wants them.
 KERNEL_DEFAULTS = {
     "vm/overcommit_memory": "1",
@@ -107,37 +110,48 @@ class ClusterNetwork:
     name: str
     workdir: Path
     api_port: int
+    spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]
     bridges: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def path(self) -> str:
         return f"/run/netns/{self.name}"
 
-    def start(self, spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]) -> None:
+    def start(self) -> None:
         _run(["ip", "netns", "add", self.name])
         self._ip("link", "set", "lo", "up")
         self._ip("addr", "add", f"{SERVICE_IP}/32", "dev", "lo")
+        self._ip("addr", "add", f"{HOST_IN_CLUSTER}/32", "dev", "lo")
         _run(["ip", "netns", "exec", self.name, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
-        socket = self.workdir / "apiserver.sock"
-        # This machine's side: the Unix socket in front of the API server's loopback port.
+        # The same address and port the kubeconfigs name, and the kubernetes Service's
+        # address for the pods.
+        self._forward(self.api_port, [("127.0.0.1", self.api_port), (SERVICE_IP, 443)])
+
+    def expose(self, port: int) -> str:
+        """This machine's loopback ``port`` for the pods, at ``HOST_IN_CLUSTER``; its URL."""
+        self._forward(port, [(HOST_IN_CLUSTER, port)])
+        return f"http://{HOST_IN_CLUSTER}:{port}"
+
+    def _forward(self, port: int, listeners: list[tuple[str, int]]) -> None:
+        """``socat`` from ``listeners`` in the cluster's namespace to this machine's loopback
+        ``port``, through a Unix socket (which, unlike a TCP port, both namespaces see)."""
+        socket = self.workdir / f"loopback-{port}.sock"
         self.bridges.append(
-            spawn(
-                "api-socket",
-                ["socat", f"UNIX-LISTEN:{socket},fork,mode=600", f"TCP:127.0.0.1:{self.api_port}"],
+            self.spawn(
+                f"forward-{port}",
+                ["socat", f"UNIX-LISTEN:{socket},fork,mode=600", f"TCP:127.0.0.1:{port}"],
             )
         )
-        _wait(socket.exists, START_TIMEOUT, "the API server's socket")
-        # The cluster's side: the same address and port the kubeconfigs name, and the
-        # kubernetes Service's address for the pods.
-        for address, port in (("127.0.0.1", self.api_port), (SERVICE_IP, 443)):
+        _wait(socket.exists, START_TIMEOUT, f"the socket in front of port {port}")
+        for address, listen in listeners:
             self.bridges.append(
-                spawn(
-                    f"api-{address}",
+                self.spawn(
+                    f"forward-{address}-{listen}",
                     [
                         "nsenter",
                         f"--net={self.path}",
                         "socat",
-                        f"TCP-LISTEN:{port},bind={address},fork,reuseaddr",
+                        f"TCP-LISTEN:{listen},bind={address},fork,reuseaddr",
                         f"UNIX-CONNECT:{socket}",
                     ],
                 )
@@ -549,10 +563,10 @@ def start_machines(
         busybox_image(workdir / "images").archive,
         *extra_images,
     ]
-    network = ClusterNetwork(f"nodefence-sim-{os.getpid()}", workdir, api_port)
+    network = ClusterNetwork(f"nodefence-sim-{os.getpid()}", workdir, api_port, spawn)
     machines = RealMachines(workdir, network)
     try:
-        network.start(spawn)
+        network.start()
         for index, name in enumerate(real_node_names(count), start=1):
             node_ip = f"10.200.0.{index}"
             network.add_address(node_ip)

@@ -150,6 +150,9 @@ async def _serve(cluster: RealCluster, args: argparse.Namespace) -> None:
             write_real_kubeconfig(args.kubeconfig_out, cluster.plane)
         if args.bmc_inventory_out:
             write_bmc_inventory(args.bmc_inventory_out, url, cluster)
+        if cluster.machines is not None:
+            inside = cluster.machines.network.expose(runner.addresses[0][1])
+            print(f"nodefence simulate: pods on real nodes reach it at {inside}", flush=True)
         print(LISTENING + url, flush=True)
         await stop.wait()
     finally:
