@@ -87,6 +87,9 @@ class SizeResult:
     peak_rss_kib: int = 0
     backend: str = "sim"
     notes: list[str] = field(default_factory=list)
+    # The receiver's CPU time per S1 refusal over the series (its watches' events included):
+    # what the receiver spends, apart from how busy the machine around it is.
+    refusal_cpu_ms: float = 0.0
 
 
 class ScaleSimulator:
@@ -120,9 +123,10 @@ class ScaleSimulator:
         command += ["--pods", str(self.pods), "--kubeconfig-out", str(self.kubeconfig)]
         command += ["--down", str(self.down), "--down-since", str(self.down_since)]
         command += ["--backend", self.backend]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
+        # Its errors go to a file, so that a cluster that did not come up says why.
+        errors = Path(self._tmp.name) / "stderr"
+        with errors.open("w") as sink:
+            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sink, text=True)
         lines: queue.Queue[str] = queue.Queue()
         stdout = self.process.stdout
         assert stdout is not None
@@ -134,11 +138,12 @@ class ScaleSimulator:
             except queue.Empty:
                 if self.process.poll() is None and time.monotonic() < deadline:
                     continue
+                said = errors.read_text(errors="replace")[-3000:]
                 self.__exit__()
                 raise RuntimeError(
                     f"nodefence_sim.scale --backend {self.backend} not listening "
                     f"(exit {self.process.returncode}, {BUILD_TIMEOUT:.0f}s allowed); "
-                    f"it said {self.notes}"
+                    f"it said {self.notes}, then:\n{said}"
                 ) from None
             if line.startswith(LISTENING):
                 break
@@ -281,9 +286,11 @@ def measure(nodes: int, alerts: int) -> SizeResult:
         )
         assert status < 300, body
         with receiver_for(sim) as receiver:
+            cpu = receiver.cpu_seconds()
             result.refusal_ms, result.refusal_requests, result.refusal_bytes = _alerts(
                 sim, receiver, ready_node, alerts, lambda v: len(v) == 1 and v != ["fence"]
             )
+            result.refusal_cpu_ms = (receiver.cpu_seconds() - cpu) * 1000 / alerts
             first = receiver.alert(firing(dead_node))
             assert first[0] == 200, first
             result.repeat_ms, result.repeat_requests, result.repeat_bytes = _alerts(
@@ -307,6 +314,7 @@ def measure_real(nodes: int, alerts: int) -> SizeResult:
         result = SizeResult(nodes, pods, time.monotonic() - began, 0.0, {}, backend="real")
         result.notes = sim.notes
         with receiver_for(sim) as receiver:
+            cpu = receiver.cpu_seconds()
             result.refusal_ms, result.refusal_requests, result.refusal_bytes = _alerts(
                 sim,
                 receiver,
@@ -314,6 +322,7 @@ def measure_real(nodes: int, alerts: int) -> SizeResult:
                 alerts,
                 lambda v: len(v) == 1 and v != ["fence"],
             )
+            result.refusal_cpu_ms = (receiver.cpu_seconds() - cpu) * 1000 / alerts
             result.peak_rss_kib = receiver.status_kib("VmHWM")
     print(
         f"  {nodes:>5} nodes, real control plane: S1 refusal p50 "
@@ -351,14 +360,15 @@ def real_rows(results: Sequence[SizeResult]) -> list[Row]:
                 f"real control plane, S1 refusal, {r.nodes} nodes",
                 f"p50 {p50:.1f} ms, p99 {percentile(r.refusal_ms, 0.99):.1f} ms; "
                 f"{median(r.refusal_requests):.0f} API req/alert (max {max(r.refusal_requests)}), "
-                f"{median(r.refusal_bytes) / 1024:.1f} KiB read/alert; peak RSS "
-                f"{r.peak_rss_kib / 1024:.1f} MB",
+                f"{median(r.refusal_bytes) / 1024:.1f} KiB read/alert; receiver CPU "
+                f"{r.refusal_cpu_ms:.1f} ms/alert; peak RSS {r.peak_rss_kib / 1024:.1f} MB",
                 ""
                 if sim is None
                 else f"p50 {median(sim.refusal_ms):.1f} ms; "
                 f"{median(sim.refusal_requests):.0f} API req/alert, "
-                f"{median(sim.refusal_bytes) / 1024:.1f} KiB read/alert; peak RSS "
-                f"{sim.peak_rss_kib / 1024:.1f} MB (simulator)",
+                f"{median(sim.refusal_bytes) / 1024:.1f} KiB read/alert; receiver CPU "
+                f"{sim.refusal_cpu_ms:.1f} ms/alert; peak RSS {sim.peak_rss_kib / 1024:.1f} MB "
+                "(simulator)",
                 "" if sim is None else f"{p50 / median(sim.refusal_ms):.2f}x the simulator's p50",
                 "",
                 "",
