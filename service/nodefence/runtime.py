@@ -111,7 +111,12 @@ def assemble_fencer(
     ``background_for`` runs."""
     expect_power_actions(policy, metrics)
     namespace = options.namespace
-    reader = serving_reader(kube, namespace) if serving else FactsReader(kube, namespace)
+    own = options.node_name
+    reader = (
+        serving_reader(kube, namespace, own)
+        if serving
+        else FactsReader(kube, namespace, own_node=own)
+    )
     executor = Executor(kube, purge_concurrency=options.purge_concurrency)
     records = records or record_writer(kube, policy, options)
     # S8: a dry run writes no Event either (the Reporter's and the Alertmanager watch's).
@@ -148,7 +153,7 @@ def assemble_fencer(
     )
 
 
-def serving_reader(kube: KubeClient, namespace: str) -> FactsReader:
+def serving_reader(kube: KubeClient, namespace: str, own_node: str | None = None) -> FactsReader:
     """A serving receiver's facts reader: the node counts from a watch-fed index (an alert
     costs the same on 5 nodes and on 5,000) and the pause switch from a watch."""
     cache = NodeFactsCache()
@@ -158,6 +163,7 @@ def serving_reader(kube: KubeClient, namespace: str) -> FactsReader:
         nodes=NodeIndex(kube, listener=cache),
         pause_watch=PauseWatch(kube, namespace),
         node_facts=cache,
+        own_node=own_node,
     )
 
 
@@ -221,6 +227,7 @@ def fencer_options(settings: Settings) -> FencerOptions:
     return FencerOptions(
         namespace=settings.namespace,
         identity=settings.identity,
+        node_name=settings.node_name,
         deadline_seconds=settings.request_deadline_seconds,
         cached_refusals=settings.cached_refusals,
     )

@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     # the cluster loader (``kube.access``) from the environment, as KUBECONFIG is.
     context: str | None = None
     identity: str = Field(default_factory=socket.gethostname)
+    # The node this replica runs on (the downward API's spec.nodeName, as the shipped Deployment
+    # sets it): a fence of that node is left to another replica, since this one's power-off
+    # would stop it halfway and leave its claim to time out. Unset: runs on no node of the cluster.
+    node_name: str | None = None
 
     slack_bot_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None

@@ -111,9 +111,11 @@ def test_the_guards_words_event_types_and_cache_are_the_ones_operators_know() ->
         "rule",
         "dry-run",
         "silence",
+        "own-node",
     }
     refuses = {name for name, row in KINDS.items() if row.cache is Cache.REFUSES}
     assert refuses == {
+        "own-node",
         "approval",
         "paused",
         "silence",

@@ -325,22 +325,11 @@ def test_the_chart_runs_the_product_image_on_real_nodes(
 
 STORY_POLICY = {
     # No Alertmanager answers in this cluster: the receivers' fallback decides, 10 s after the
-    # node turned NotReady without an alert. The receiver on the dying node is still running (its
-    # kubelet died, not its containers) and may be the one that claims the fence: its power-off
-    # then kills it mid-fence, and the other replica rolls the claim back once it is older than
-    # claim_timeout_seconds and fences afresh (the machine already reads Off). Shortened here
-    # from 300 s to what the power step can take (10 s BMC timeout + the 20 s request deadline).
-    "cluster": {
-        "storm_cooldown_seconds": 0,
-        "fallback_after_seconds": 10,
-        "claim_timeout_seconds": 31,
-    },
-    "rules": [
-        {
-            **POLICY["rules"][0],
-            "fencing": {"driver": "redfish", "action": "off", "timeout_seconds": 10},
-        }
-    ],
+    # node turned NotReady without an alert. The claim timeout is the shipped 300 s: the replica
+    # on the dying node, still running, leaves the fence to the other (guard own-node), so no
+    # claim of a replica its own power-off stopped is waited out.
+    "cluster": {"storm_cooldown_seconds": 0, "fallback_after_seconds": 10},
+    "rules": [POLICY["rules"][0]],
 }
 
 
@@ -350,10 +339,10 @@ def test_receivers_on_real_nodes_fence_the_node_one_of_them_ran_on(
 ) -> None:
     """The chart's two receivers run the built image on the two real nodes, with the BMC
     inventory as a Secret file and a policy; real02, which runs one receiver and the
-    StatefulSet's pod, loses its kubelet (its containers run on); the receivers fence it with
-    no alert, through its BMC from inside the cluster: the machine is off (the receiver and the
-    pod's container on it die), the node tainted, and the pod runs again on real01; powered on,
-    the node is unfenced."""
+    StatefulSet's pod, loses its kubelet (its containers run on); the receiver on real01 fences
+    it with no alert (the one on real02 leaves it to the other), through its BMC from inside the
+    cluster: the machine is off (the receiver and the pod's container on it die), the node
+    tainted, and the pod runs again on real01; powered on, the node is unfenced."""
     victim, survivor, marker = "real02", "real01", f"nodefence-test-{secrets.token_hex(6)}"
     repository, tag = product_image[0].rsplit(":", 1)
     namespace, release = "nodefence-story", "story"
@@ -438,6 +427,10 @@ def test_receivers_on_real_nodes_fence_the_node_one_of_them_ran_on(
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{_story(cluster, victim, namespace)}") from exc
     assert power_state(cluster, victim) == "Off"
+    # The replica on the live node claimed it: the one on the victim never does.
+    on_survivor = next(p.metadata.name for p in receivers if p.spec.node_name == survivor)
+    record = cluster.core.read_namespaced_config_map("nodefence-fences", namespace).data
+    assert json.loads(record[f"fence.{victim}"])["claimedBy"].startswith(on_survivor + "/")
     eventually(
         lambda: running_on(cluster.core, "story-0") == survivor, within=STEP_WITHIN, what="moved"
     )

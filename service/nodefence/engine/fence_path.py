@@ -94,9 +94,11 @@ def _alert_waited(s: Screen) -> Reason | None:
     )
 
 
-# S11, S4, S1, S2: the node is dead on the API server's clock, and its taint would be ours.
+# S11, S4, S1, S2: the node is dead on the API server's clock, and its taint would be ours;
+# and this replica does not run on it.
 LIVENESS: tuple[Check, ...] = (
     lambda s: guards.trusted_clock(s.facts.clock),
+    lambda s: guards.not_own_node(s.node, s.facts.own_node),
     lambda s: guards.no_foreign_taint(s.node, ours=False),
     lambda s: guards.ready_is_not_true(s.node),
     _not_ready_long_enough,

@@ -118,6 +118,13 @@ FENCE_IN_PROGRESS = _row(
 FENCE_RECORD = _row(GuardKind("fence-record", "the fence record lost this fence's entry"))
 ALERT_RESOLVED = _row(GuardKind("alert-resolved", "its alert resolved"))
 
+# Who acts: a replica never powers off the machine it runs on.
+OWN_NODE = _row(
+    GuardKind(
+        "own-node", "this replica runs on it, so another replica fences it", _N, Cache.REFUSES
+    )
+)
+
 # S1, S2, S11: liveness, on the API server's clock.
 READY = _row(GuardKind("ready", "the node is Ready", _N, Cache.REFUSES))
 NOT_READY_DURATION = _row(

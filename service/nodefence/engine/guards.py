@@ -25,6 +25,7 @@ from nodefence.engine.guard_kinds import (
     LEASE,
     LEASE_FRESH,
     NOT_READY_DURATION,
+    OWN_NODE,
     POWER_OFF,
     READY,
     READY_FRACTION,
@@ -92,6 +93,20 @@ def trusted_clock(clock: str) -> Reason:
             f"from {clock}): liveness cannot be judged, so nothing is fenced",
         )
     return _pass(CLOCK, "liveness judged on the API server's clock (the Date of its replies)")
+
+
+def not_own_node(node: NodeFacts, own_node: str | None) -> Reason:
+    """A replica whose kubelet died with its node is often still running (a hung kubelet, a
+    partition that spares the API server) and sees the node's fence come due. Its own power-off
+    would stop it between the claim and the taint, and the fence would wait for the claim to time
+    out; another replica, on a live node, fences it at once."""
+    if own_node is not None and own_node == node.name:
+        return _block(
+            OWN_NODE,
+            f"this replica runs on node {node.name} (NODEFENCE_NODE_NAME): its power-off would "
+            "stop it halfway through the fence, which is left to a replica on another node",
+        )
+    return _pass(OWN_NODE, f"this replica does not run on node {node.name}")
 
 
 def _silent_since(lease: LeaseFacts | None) -> datetime | None:

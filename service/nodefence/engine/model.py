@@ -192,6 +192,9 @@ class Facts:
     # Which clock ``now`` was read from. Liveness is judged only on the API server's (the
     # ``Date`` of the responses that carried the facts); on any other clock it fails safe.
     clock: str = API_SERVER_CLOCK
+    # The node this replica runs on (``NODEFENCE_NODE_NAME``; None: none of the cluster's): it
+    # leaves that node's fence to another replica.
+    own_node: str | None = None
     # The node's VolumeAttachments (None: not read): read when an unfence is in view (it waits
     # until none from before the fence is still attached), or when a decision on a node found
     # down says what becomes of them (``Decision.needs_attachments``).

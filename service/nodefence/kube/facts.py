@@ -84,9 +84,12 @@ class FactsReader:
         nodes: NodeIndex | None = None,
         pause_watch: PauseWatch | None = None,
         node_facts: NodeFactsCache | None = None,
+        own_node: str | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
+        # The node this replica runs on (``NODEFENCE_NODE_NAME``), a fact of every decision.
+        self.own_node = own_node
         self.server_version = ""
         self._pause: tuple[float, str | None] | None = None
         self._cluster: tuple[float, asyncio.Future[ClusterFacts]] | None = None
@@ -222,7 +225,8 @@ class FactsReader:
             # No node can have this name (a Node's name is a DNS subdomain), so there is none
             # to read, and a name that could not even be put in a URL never is.
             cluster = await self.cluster(deadline)
-            return Snapshot(Facts(None, None, (), cluster, clock=LOCAL_CLOCK), None)
+            facts = Facts(None, None, (), cluster, clock=LOCAL_CLOCK, own_node=self.own_node)
+            return Snapshot(facts, None)
         node, lease, pods, record, cluster = await asyncio.gather(
             self._optional(self.kube.get_node(node_name, deadline)),
             self._optional(self.kube.get_lease(NODE_LEASE_NAMESPACE, node_name, deadline)),
@@ -253,6 +257,7 @@ class FactsReader:
             cluster=cluster,
             record=the_record,
             clock=API_SERVER_CLOCK if server_time is not None else LOCAL_CLOCK,
+            own_node=self.own_node,
             attachments=attachments,
         )
         return Snapshot(facts, raw, data, server_time, record.body.get("metadata") or {})

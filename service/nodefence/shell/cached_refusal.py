@@ -170,6 +170,7 @@ class CachedRefusal:
             cluster=cluster,
             record=shared.record,
             clock=API_SERVER_CLOCK,
+            own_node=self.reader.own_node,
         )
         snapshot = bind_machine(Snapshot(facts, None, shared.data, now), self.inventory)
         sources = (

@@ -75,6 +75,8 @@ class Waits(Protocol):
 class FencerOptions:
     namespace: str = "nodefence"
     identity: str = "nodefence"
+    # The node this replica runs on (``NODEFENCE_NODE_NAME``): its fence is left to another.
+    node_name: str | None = None
     deadline_seconds: float = 20.0
     settle_seconds: float = 3.0
     purge_concurrency: int = 16
