@@ -35,6 +35,7 @@ from nodefence.policy import Policy, PolicyError, claim_outlasts_power_steps, lo
 from nodefence.settings import Settings
 from nodefence.shell.approval_requester import ApprovalRequester
 from nodefence.shell.commit import Commit
+from nodefence.shell.dry_run_power import DryRunPower
 from nodefence.shell.early_power import EarlyPower
 from nodefence.shell.external_proof import ExternalProof
 from nodefence.shell.fencer import Fencer, FencerOptions
@@ -125,7 +126,8 @@ def assemble_fencer(
     power_step = PowerStep(policy, inventory, records, reporter)
     commit = Commit(records, executor, power_step, approvals)
     early = EarlyPower(policy, inventory, metrics)
-    loop = Loop(reader, commit, records, reporter, inventory, early=early)
+    dry_run = DryRunPower(policy, inventory, metrics)
+    loop = Loop(reader, commit, records, reporter, inventory, early=early, dry_run=dry_run)
     return Fencer(
         kube=kube,
         policy=policy,

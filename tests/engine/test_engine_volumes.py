@@ -36,9 +36,10 @@ from nodefence.engine.model import (
     ReleaseVolumeAttachmentAction,
     Verdict,
     VolumeAttachmentFacts,
+    VolumesTurn,
 )
 from nodefence.engine.readiness import node_is_ready
-from nodefence.engine.volumes import GUARD, settled
+from nodefence.engine.volumes import GUARD, seen
 from nodefence.policy import Policy
 
 OLD = "v1.24.8"
@@ -184,30 +185,37 @@ def reasoned(message: str, *, passed: bool = False, deleting: bool = False) -> D
     return Decision(Verdict.NOOP, NODE, (Reason(GUARD, passed, message),), actions)
 
 
-FENCE = Decision(
-    Verdict.FENCE,
-    NODE,
-    (Reason("verdict", True, "all guards passed"), Reason(GUARD, False, "at fence time")),
-)
+QUIET = Decision(Verdict.NOOP, NODE, (Reason("verdict", True, "nothing left"),))
+# A fresh fence whose volumes stay attached: its own volumes reason says so.
+AT_FENCE = on(OLD, facts(), MINE)
+
+
+def reported(turns: list[Decision]) -> Decision:
+    """The fence decided again once the loop settled, with what ``turns`` decided of volumes."""
+    settled = replace(AT_FENCE, settled_volumes=tuple(seen(turn) for turn in turns))
+    return decide(event(), settled, policy(), NOW)
 
 
 def test_the_report_ends_with_what_the_last_turn_found() -> None:
-    quiet = Decision(Verdict.NOOP, NODE, (Reason("verdict", True, "nothing left"),))
-    report = settled(FENCE, [reasoned("while purging"), reasoned("settled"), quiet])
-    assert [r.message for r in report.reasons] == ["all guards passed", "settled"]
+    fence = decide(event(), AT_FENCE, policy(), NOW)
+    report = reported([reasoned("while purging"), reasoned("settled"), QUIET])
+    assert [r.message for r in report.reasons] == [
+        *(r.message for r in fence.reasons[:-1]),
+        "settled",
+    ]
     assert report.verdict is Verdict.FENCE
-    assert report.actions == FENCE.actions
+    assert report.actions == fence.actions
 
 
 def test_the_turn_that_deleted_outranks_the_turns_that_find_them_gone() -> None:
     turns = [reasoned("deleting 2", passed=True, deleting=True), reasoned("none", passed=True)]
-    assert settled(FENCE, turns).reasons[-1].message == "deleting 2"
+    assert reported(turns).reasons[-1].message == "deleting 2"
 
 
 def test_without_turns_the_fence_reports_its_own_volumes_reason() -> None:
-    assert settled(FENCE, []) == FENCE
-    quiet = Decision(Verdict.NOOP, NODE, (Reason("verdict", True, "nothing left"),))
-    assert settled(FENCE, [quiet]) == FENCE
+    fence = decide(event(), AT_FENCE, policy(), NOW)
+    assert reported([]) == fence
+    assert reported([QUIET]) == fence
 
 
 # ---------------------------------------------------------------------------- properties
@@ -369,3 +377,69 @@ def test_only_a_decision_on_a_node_found_down_asks_for_the_attachments(
             assert not decision.dry_run
             assert version != NEW
             assert said(decision) is None
+
+
+# What the settle turns may have decided of the volumes: a reason or none, a delete or none.
+volume_turns = st.lists(
+    st.builds(
+        VolumesTurn,
+        st.one_of(
+            st.none(),
+            st.builds(
+                Reason,
+                st.just(GUARD),
+                st.booleans(),
+                st.sampled_from(["deleting 2", "none attached", "2 stay attached"]),
+            ),
+        ),
+        st.booleans(),
+    ),
+    max_size=4,
+).map(tuple)
+
+
+@st.composite
+def fresh_fences(draw: st.DrawFn) -> tuple[Facts, Policy, str]:
+    """A node nodefence has not fenced, dead, with pods (with and without claims) and
+    VolumeAttachments on it: a fence decision that says what becomes of them."""
+    pods = tuple(
+        pod(f"p-{i}", has_pvc=draw(st.sampled_from([False, False, True])))
+        for i in range(draw(st.integers(0, 2)))
+    )
+    version = draw(st.sampled_from([OLD, OLD, "", NEW]))
+    the = on(version, facts(pods=pods), draw(st.sampled_from([MINE, (*MINE, ELSEWHERE), ()])))
+    rule = {**CLEANUP} if draw(st.sampled_from([True, True, False])) else {}
+    return the, policy(rule=rule), CLAIM_TOKEN
+
+
+@PROFILE
+@given(case=st.one_of(fresh_fences(), fenced_cases()), turns=volume_turns)
+def test_decided_again_with_the_settle_turns_a_decision_reports_what_they_found_of_its_volumes(
+    case: tuple[Facts, Policy, str], turns: tuple[VolumesTurn, ...]
+) -> None:
+    """The engine decides from the turns' findings (``Facts.settled_volumes``) what a rewrite of
+    the finished decision used to say: the same decision, its volumes reason last and replaced
+    by the last turn's that deleted VolumeAttachments, else the last turn's that said anything,
+    else its own; a decision that says nothing of volumes is not changed by them."""
+    the, the_policy, own_claim = case
+    decision = decide(event(), the, the_policy, NOW, own_claim=own_claim)
+    settled_facts = replace(the, settled_volumes=turns)
+    report = decide(event(), settled_facts, the_policy, NOW, own_claim=own_claim)
+    own = said(decision)
+    if own is None:
+        assert report == decision
+        return
+    candidates = [(own, bool(deletes(decision)))]
+    candidates += [(t.reason, t.deleted) for t in turns if t.reason is not None]
+    chosen = ([r for r, gone in candidates if gone] or [r for r, _ in candidates])[-1]
+    kept = tuple(r for r in decision.reasons if r.guard != GUARD)
+    assert report == replace(decision, reasons=(*kept, chosen))
+
+
+def test_a_settle_turn_is_seen_as_its_last_volumes_reason_and_whether_it_deleted() -> None:
+    assert seen(QUIET) == VolumesTurn(None, False)
+    assert seen(reasoned("deleting 2", passed=True, deleting=True)) == VolumesTurn(
+        Reason(GUARD, True, "deleting 2"), True
+    )
+    decision = decide_reconcile(fenced(), policy(rule=CLEANUP), NOW, NODE)
+    assert seen(decision) == VolumesTurn(said(decision), True)

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from nodefence.engine import (
     audit,
+    dry_run,
     escalation,
     fence_path,
     guards,
@@ -239,9 +240,12 @@ def decide(
         return prepared
     node, entry = prepared
     if event.status == AlertStatus.RESOLVED:
-        return machine.noted(_resolved(draft, event, facts, node, entry), facts, policy)
-    decided = _firing(draft, event, facts, node, entry, approval=approval, own_claim=own_claim)
-    return with_question(machine.noted(decided, facts, policy), facts, asking_at)
+        decided = machine.noted(_resolved(draft, event, facts, node, entry), facts, policy)
+    else:
+        decided = _firing(draft, event, facts, node, entry, approval=approval, own_claim=own_claim)
+        decided = with_question(machine.noted(decided, facts, policy), facts, asking_at)
+    # S8: a dry run that would ask the node's BMC says what a read-only look at it found.
+    return dry_run.noted(decided, facts)
 
 
 def decide_reconcile(facts: Facts, policy: Policy, now: datetime, node_name: str) -> Decision:

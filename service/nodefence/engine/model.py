@@ -176,6 +176,30 @@ class VolumeAttachmentFacts:
 
 
 @dataclass(frozen=True)
+class DryRunRead:
+    """A dry run's read-only look at the node's machine through its BMC (``shell.dry_run_power``):
+    the power step's own driver lookup and identity check, then a status read in place of the
+    power action, which is never sent (S8). ``engine.dry_run`` says what it found."""
+
+    # What the BMC reported (None: nothing was read, for want of a driver or of an identity).
+    reading: PowerEvidence | None = None
+    # The identity check's words on the BMC's target ("": it had none to say).
+    identity: str = ""
+    # Why no driver could ask the BMC (None: one could, and the identity check ran).
+    no_driver: str | None = None
+
+
+@dataclass(frozen=True)
+class VolumesTurn:
+    """What one turn of the loop after a fence (``Loop.settle``) decided of the node's volumes:
+    its volumes reason (None: it said nothing of them) and whether it deleted VolumeAttachments
+    (``engine.volumes.seen``)."""
+
+    reason: Reason | None
+    deleted: bool
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything read from the cluster for one decision, at one moment."""
 
@@ -206,6 +230,13 @@ class Facts:
     # a wait the machine's state can end (``engine.power_waits``; None: not read). Never proof:
     # the power step still reads Off back before any taint.
     early_power: PowerEvidence | None = None
+    # A dry run's read-only look at the node's machine, taken for a plan that would ask its BMC
+    # (``Decision.dry_run_read``; None: not read).
+    dry_run_power: DryRunRead | None = None
+    # What the loop's turns after this request's fence decided of the node's volumes, in order
+    # (None: the fence is being decided, not reported once the loop settled): the pods the fence
+    # purged are gone only after it was decided (``engine.volumes.decided``).
+    settled_volumes: tuple[VolumesTurn, ...] | None = None
 
 
 class ApprovalDecision(StrEnum):
@@ -523,6 +554,10 @@ class Decision:
     # the fallback's wait for an alert), the rule lets a reading of Off end it, and the BMC was
     # not read (``Facts.early_power``; ``engine.power_waits``).
     power_may_end_wait: bool = False
+    # A dry run whose plan would send this power action (it never does) and whose read-only
+    # look at the node's machine is not in the facts (``Facts.dry_run_power``): the shell reads
+    # the BMC, read-only, and decides again (``engine.dry_run``).
+    dry_run_read: PowerAction | None = None
     # What the shell's writes did (action, target, outcome, detail), filled in after the
     # commit so the webhook reply and the log carry the outcome, not only the plan.
     results: tuple[dict[str, str], ...] = ()

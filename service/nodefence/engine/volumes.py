@@ -11,14 +11,15 @@ nodefence holds fenced and has just found down by S1 and S2 (``decided``), from 
 VolumeAttachments read live for them (``Facts.attachments``; on a server that detaches them
 itself nothing is read), as a reason and the deletes (``ReleaseVolumeAttachmentAction``). A
 fence request reports its fence decision with what became of the volumes by the time the loop
-settled (``settled``): the pods it purged are gone only after the fence decision was made.
+settled: the pods it purged are gone only after the fence decision was made, so the shell
+decides the fence again on its own facts and what each turn after it decided of the volumes
+(``seen``, ``Facts.settled_volumes``), and that reason stands in the plan's place.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodefence.engine.guard_kinds import VOLUMES as GUARD
@@ -29,6 +30,7 @@ from nodefence.engine.model import (
     Reason,
     ReleaseVolumeAttachmentAction,
     VolumeAttachmentFacts,
+    VolumesTurn,
 )
 
 AUTOMATIC_DETACH_FROM = (1, 26)
@@ -111,33 +113,32 @@ def decided(decision: Decision, facts: Facts, *, cleanup_allowed: bool) -> Decis
         for a in plan.delete
         if not a.deleting
     )
+    reason = settled(plan.reason, bool(deletes), facts.settled_volumes or ())
     return dataclasses.replace(
         decision,
-        reasons=(*decision.reasons, plan.reason),
+        reasons=(*decision.reasons, reason),
         actions=(*decision.actions, *deletes),
         needs_attachments=False,
     )
 
 
-def _reason(decision: Decision) -> Reason | None:
-    return next((r for r in reversed(decision.reasons) if r.guard == GUARD), None)
+def seen(decision: Decision) -> VolumesTurn:
+    """What ``decision``, a turn of the loop after a fence, decided of the node's volumes: its
+    last volumes reason, and whether it deletes VolumeAttachments (``Facts.settled_volumes``)."""
+    reason = next((r for r in reversed(decision.reasons) if r.guard == GUARD), None)
+    deletes = any(isinstance(a, ReleaseVolumeAttachmentAction) for a in decision.actions)
+    return VolumesTurn(reason, deletes)
 
 
-def settled(fence: Decision, turns: Sequence[Decision]) -> Decision:
-    """The decision a fence request reports: ``fence``, ending with what became of the node's
-    volumes as the loop's turns after it (``turns``, in order) found them. That is the volumes
-    reason of the last turn that deleted VolumeAttachments (the turns after it only find them
-    gone), else of the last turn that said anything of volumes, else the fence's own."""
-    said = [d for d in (fence, *turns) if _reason(d) is not None]
-    if not said:
-        return fence
-    deleted = [
-        d for d in said if any(isinstance(a, ReleaseVolumeAttachmentAction) for a in d.actions)
-    ]
-    reason = _reason((deleted or said)[-1])
-    assert reason is not None
-    kept = tuple(r for r in fence.reasons if r.guard != GUARD)
-    return dataclasses.replace(fence, reasons=(*kept, reason))
+def settled(own: Reason, deletes: bool, turns: tuple[VolumesTurn, ...]) -> Reason:
+    """The volumes reason of a decision whose own is ``own`` (``deletes``: it deletes
+    VolumeAttachments), once the loop's turns after it (``turns``, in order) found what became of
+    the node's volumes: the reason of the last turn that deleted VolumeAttachments (the turns
+    after it only find them gone), else of the last turn that said anything of volumes, else its
+    own."""
+    said = [(own, deletes), *((t.reason, t.deleted) for t in turns if t.reason is not None)]
+    deleted = [reason for reason, deleting in said if deleting]
+    return (deleted or [reason for reason, _ in said])[-1]
 
 
 def plan_volume_release(

@@ -5,7 +5,8 @@ Both go through the one loop of ``nodefence.shell`` (read a snapshot, decide, co
 failed precondition read again); this module only says in which order a request takes its
 steps: the external proof before deciding (the approval question is decided by the engine and
 asked by the commit), the loop's settle after a fence (purges, a reboot's power-on, the
-VolumeAttachments, as the engine decides them), and the report last. Events for different
+VolumeAttachments, as the engine decides them), the fence decided again with what the settle
+found of its volumes, and the report last. Events for different
 nodes run concurrently, events for one node in order. The parts are built by
 ``nodefence.runtime``.
 """
@@ -31,7 +32,7 @@ from nodefence.alertmanager.client import (
 from nodefence.alertmanager.config import AlertmanagerConfig
 from nodefence.alertmanager.reachability import Reachability
 from nodefence.alertmanager.silence_store import NOTHING, Known, SilenceStore, relevant
-from nodefence.engine import fallback, recovery, silences, volumes
+from nodefence.engine import fallback, recovery, silences
 from nodefence.engine import record as fence_record
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.model import (
@@ -52,9 +53,8 @@ from nodefence.observability.metrics import Metrics
 from nodefence.policy import Policy
 from nodefence.shell.active_alerts import judge_active, one_per_node
 from nodefence.shell.approval_requester import ApprovalRequester, report_waiting
-from nodefence.shell.dry_run_power import read_power
 from nodefence.shell.external_proof import ExternalProof
-from nodefence.shell.loop import Loop
+from nodefence.shell.loop import Loop, with_settled
 from nodefence.shell.report import Reporter
 
 log = structlog.get_logger(__name__)
@@ -251,15 +251,8 @@ class Fencer:
         if self.waits is not None:
             self.waits.after(decision)
         if decision.dry_run:
-            # S8: no write; the BMC is only asked, so a dry run shows whether proof would work.
-            return await read_power(
-                decision,
-                first.snapshot.facts,
-                policy=self.policy,
-                inventory=self.loop.inventory,
-                metrics=self.metrics,
-                deadline=deadline,
-            )
+            # S8: no write; the loop had the BMC only asked (``shell.dry_run_power``).
+            return decision
         if approvals is not None:
             report_waiting(self.metrics, decision, first.snapshot.facts, approvals.now())
         if decision.verdict is Verdict.FENCE and fenced:
@@ -268,8 +261,9 @@ class Fencer:
             for turn in turns:
                 results.extend(turn.results)
                 fenced = fenced or turn.fenced
-            # The fence is reported with what became of the node's volumes once it settled.
-            decision = volumes.settled(decision, [turn.decision for turn in turns])
+            # The fence is reported with what became of the node's volumes once it settled:
+            # decided again on its own facts and what the turns after it found of them.
+            decision = decider(with_settled(first.snapshot, turns))
         return await self.reporter.report(
             decision, results, first.node_uid, deadline, fenced=fenced
         )

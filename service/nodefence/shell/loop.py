@@ -9,14 +9,17 @@ slow either is. What only some decisions rest on is read for them alone, and
 the engine decides again with it: the machine's power state, read-only, for a decision only
 waits its state may end hold back (``shell.early_power``), the Nodes sharing the machine's
 systemUUID before a power action, the node's VolumeAttachments for a decision that says what
-becomes of them.
+becomes of them, and in a dry run the BMC its power action would have asked, read-only
+(``shell.dry_run_power``).
 
 After a fence the same loop turns again (``Loop.settle``): the taint manager evicts the node's
 remaining pods, which on a dead node hang Terminating too, and each turn commits whatever the
 engine decides next on fresh facts: purging them, then, for a rule that reboots, the power-on
 (the engine decides it once nothing it may purge is left, and the fence record keeps it to one
 send), and the VolumeAttachments the rule lets nodefence delete once no pod uses a claim.
-Whatever the request has no time left for is the reconcile pass's to finish.
+Whatever the request has no time left for is the reconcile pass's to finish. The fence is
+reported as the engine decides it again on its own snapshot with what those turns decided of the
+node's volumes (``with_settled``).
 
 The same loop commits what people ask for: an operator's release (``engine.release``) and a
 person's answer to an approval question (``engine.answer``) are decisions like the others, so
@@ -27,11 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from nodefence.actions.executor import ActionResult
 from nodefence.actions.fence_record_writer import FenceRecordWriter
-from nodefence.engine import power_reading
+from nodefence.engine import power_reading, volumes
 from nodefence.engine.model import Decision, VolumeAttachmentFacts
 from nodefence.errors import ClusterUnavailableError
 from nodefence.fencing.inventory import Inventory
@@ -41,6 +44,7 @@ from nodefence.kube.facts import FactsReader, Snapshot
 from nodefence.kube.ratelimit import Priority, reads_at
 from nodefence.shell.cached_refusal import CachedRefusal
 from nodefence.shell.commit import Commit
+from nodefence.shell.dry_run_power import DryRunPower
 from nodefence.shell.early_power import EarlyPower
 from nodefence.shell.machine_binding import bind_machine, live_twins, twins_to_list, with_twins
 from nodefence.shell.report import Reporter
@@ -85,9 +89,11 @@ class Loop:
         inventory: Inventory | None,
         *,
         early: EarlyPower | None = None,
+        dry_run: DryRunPower | None = None,
     ) -> None:
         self.reader = reader
         self.early = early
+        self.dry_run = dry_run
         self.commit = commit
         self.records = records
         self.reporter = reporter
@@ -152,9 +158,20 @@ class Loop:
                 facts = dataclasses.replace(snapshot.facts, attachments=attached)
                 snapshot = dataclasses.replace(snapshot, facts=facts)
                 decision = decider(snapshot)
-            if decision.dry_run or not decision.actions:
-                if decision.dry_run:
-                    self.reporter.log_decision(decision)
+            if decision.dry_run:
+                # S8: nothing is committed. The line logged is the decision on what the cluster
+                # showed; a plan that would ask the node's BMC then has it asked, read-only, and
+                # is decided again with what it said (``shell.dry_run_power``).
+                self.reporter.log_decision(decision)
+                if decision.dry_run_read is not None and self.dry_run is not None:
+                    read = await self.dry_run.read(
+                        decision.dry_run_read, decision, snapshot.facts, deadline
+                    )
+                    facts = dataclasses.replace(snapshot.facts, dry_run_power=read)
+                    snapshot = dataclasses.replace(snapshot, facts=facts)
+                    decision = decider(snapshot)
+                return Pass(decision, results, snapshot, fenced)
+            if not decision.actions:
                 return Pass(decision, results, snapshot, fenced)
             committed = await self.commit(decision, snapshot, token, deadline)
             results.extend(committed.results)
@@ -179,6 +196,15 @@ class Loop:
                 break
             await asyncio.sleep(SETTLE_POLL_SECONDS)
         return turns
+
+
+def with_settled(snapshot: Snapshot, turns: Sequence[Pass]) -> Snapshot:
+    """The fence's ``snapshot`` with what the loop's turns after it (``turns``, in order)
+    decided of the node's volumes (``Facts.settled_volumes``): deciding the fence again on it
+    gives the decision the request reports."""
+    seen = tuple(volumes.seen(turn.decision) for turn in turns)
+    facts = dataclasses.replace(snapshot.facts, settled_volumes=seen)
+    return dataclasses.replace(snapshot, facts=facts)
 
 
 async def node_attachments(
