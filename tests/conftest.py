@@ -1,4 +1,5 @@
-"""What every suite shares: the run's summary of skipped suites, and logging left as found.
+"""What every suite shares: the seed cluster, the run's summary of skipped suites, and logging
+left as found.
 
 The run's summary says which suites were skipped and for want of what, and what tests reported.
 
@@ -21,13 +22,17 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from bench.processes import PORT_CLAIMS
 from hypothesis import HealthCheck, settings
 
 from nodefence.observability.logging import reset_logging
+
+if TYPE_CHECKING:
+    from nodefence_sim.testing import SimulatorHandle
 
 pytest_plugins = ["tests.real_backend", "tests.tiers"]
 
@@ -52,6 +57,20 @@ def port_claims(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(PORT_CLAIMS, str(claims))
         yield
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[SimulatorHandle]:
+    """The seed cluster in the simulator, on loopback in the test's process: Kubernetes 1.24.8
+    without the NodeOutOfServiceVolumeDetach gate, so nothing but nodefence deletes the stuck
+    pods. ``tests/seeded_cluster.py`` has the receiver and the reads that go with it. A folder
+    or file whose tests need another cluster defines its own ``cluster``."""
+    # Imported when a test asks for the cluster: the unit tier's workers start without it.
+    from nodefence_sim.simulation import Simulation
+    from nodefence_sim.testing import running_simulator
+
+    async with running_simulator(Simulation.from_scenario("seed")) as handle:
+        yield handle
 
 
 @pytest.fixture

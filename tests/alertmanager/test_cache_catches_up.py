@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.seeded_cluster import firing, inference, oos_taints, start_receiver
 
 from nodefence.engine.cached import CACHED
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
 from pipeline.cache_support import following, freeze, writes_since
-from pipeline.harness import firing, inference, oos_taints, start_receiver
 
 from .conftest import Starter, alert, poll
 

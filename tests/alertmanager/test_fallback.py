@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.processes import Processes, free_port
+from tests.seeded_cluster import Receiver, node_events, oos_taints, start_receiver
 
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import Receiver, node_events, oos_taints, start_receiver
 
 from .conftest import Starter, alert
 

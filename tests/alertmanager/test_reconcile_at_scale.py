@@ -12,12 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from tests.seeded_cluster import inference, oos_taints, start_receiver
 
 from nodefence.engine.cached import CACHED
 from nodefence_sim.scale import node_name, simulation
 from nodefence_sim.testing import running_simulator
 from pipeline.cache_support import following
-from pipeline.harness import inference, oos_taints, start_receiver
 
 from .conftest import Served, Starter, alert
 

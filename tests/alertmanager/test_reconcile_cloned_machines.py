@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.seeded_cluster import node_events, oos_taints
 
 from fencing.identity_support import NODE, OTHER, POLICY, inventory, kill, record_entries
 from nodefence_sim.controllers.kubelet import system_uuid
@@ -21,7 +22,6 @@ from nodefence_sim.redfish import SYSTEMS, bmcs_of
 from nodefence_sim.resources import NODES
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import node_events, oos_taints
 
 from .conftest import Starter, alert
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.seeded_cluster import inference, oos_taints, start_receiver
+
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
-from pipeline.harness import inference, oos_taints, start_receiver
 
 from .conftest import Starter, alert, poll
 

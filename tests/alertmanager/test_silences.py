@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from bench.processes import Processes
+from tests.seeded_cluster import node_events, oos_taints, start_receiver
 
 from nodefence.engine.matchers import Matcher
 from nodefence.engine.silences import Silence
@@ -27,7 +28,6 @@ from nodefence_sim.redfish import write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
-from pipeline.harness import node_events, oos_taints, start_receiver
 
 from .conftest import Starter, alert
 from .test_fallback import DOWN_SECONDS, NODE, force_offs, reconcile, redfish_policy

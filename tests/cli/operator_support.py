@@ -12,12 +12,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from bench.processes import Processes, eventually, free_port, get_json, http, tail
+from bench.processes import Processes, eventually, free_port, get_json, http, processes, tail
 
 from nodefence_sim.demo.payloads import node_alert, webhook
 
@@ -206,3 +208,12 @@ def start_cluster(procs: Processes, workdir: Path, *, within: float = 60.0) -> C
     url = eventually(listening, within=within, what="simulator listening")
     procs.wait_ready(process, f"{url}/api/v1/nodes", within=within)
     return Cluster(url, kubeconfig, workdir, procs, inventory)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """The seed cluster in a process of its own (``nodefence simulate``) with a Redfish BMC per
+    node, on loopback, as an operator's commands and kubectl reach a cluster; every process
+    stopped however the test ends. The CLI tests' ``cluster`` (their conftest) and the image's."""
+    with processes(tmp_path) as procs:
+        yield start_cluster(procs, tmp_path)

@@ -8,22 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from bench.processes import free_port, processes
+from bench.processes import free_port
 
 from nodefence.cli import CLUSTER_COMMANDS, _parser
 
-from .operator_support import Cluster, start_cluster
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
+from .operator_support import Cluster
 
 
 def run(

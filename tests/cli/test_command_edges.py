@@ -11,24 +11,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bench.processes import free_port, processes
+from bench.processes import free_port
 
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.kubeconfig import write_kubeconfig
 
-from .operator_support import Cluster, start_cluster
+from .operator_support import Cluster
 
 UNREACHABLE = "cannot reach the Kubernetes API"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 # A home without ~/.kube/config, so "no cluster" means none whatever this machine's user has.

@@ -9,24 +9,16 @@ simulator's request log, ``GET /sim/v1/requests``, holds every request it was se
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.processes import eventually, free_port, processes
+from bench.processes import eventually, free_port
 
-from .operator_support import INFERENCE_POLICY, TOKEN, Cluster, start_cluster
+from .operator_support import INFERENCE_POLICY, TOKEN, Cluster
 
 pytestmark = pytest.mark.invariant("S8")
 
 READS = frozenset({"GET", "HEAD"})
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 def dry_run_env(cluster: Cluster) -> dict[str, str]:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import yaml
-from bench.processes import eventually, free_port, get_json, http, processes
+from bench.processes import eventually, free_port, get_json, http
 
-from .operator_support import INFERENCE_POLICY, KUBECTL, Cluster, start_cluster
+from .operator_support import INFERENCE_POLICY, KUBECTL, Cluster
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -22,12 +20,6 @@ pytestmark = [
 ]
 
 READS = {"get", "list", "watch"}
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 def _only_reads(cluster: Cluster, since: int) -> list[dict[str, object]]:

@@ -6,15 +6,13 @@ Checked with the real kubectl against the simulated cluster."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.processes import http, processes
+from bench.processes import http
 
-from .operator_support import INFERENCE_POLICY, KUBECTL, NAMESPACE, Cluster, start_cluster
+from .operator_support import INFERENCE_POLICY, KUBECTL, NAMESPACE, Cluster
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -27,12 +25,6 @@ READS = {"get", "list", "watch"}
 # nothing: not a write.
 WHO_AM_I = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 ENV = {"NODEFENCE_AUTH_DISABLED": "true"}
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 def _ok(cluster: Cluster, *args: str, env: dict[str, str] | None = None) -> str:

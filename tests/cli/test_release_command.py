@@ -6,13 +6,11 @@ nodefence did not apply is refused (S4) and left on; a node still NotReady needs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from bench.processes import http, processes
+from bench.processes import http
 
-from .operator_support import INFERENCE_POLICY, KUBECTL, NAMESPACE, OOS, Cluster, start_cluster
+from .operator_support import INFERENCE_POLICY, KUBECTL, NAMESPACE, OOS, Cluster
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -25,12 +23,6 @@ READS = {"get", "list", "watch"}
 # Asking the API server who the operator is (a SelfSubjectReview) is a POST that persists
 # nothing: not a write.
 WHO_AM_I = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 @pytest.fixture

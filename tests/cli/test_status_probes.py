@@ -7,16 +7,13 @@ kubectl, as any writer's would be read."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from bench.processes import processes
 
-from .operator_support import KUBECTL, NAMESPACE, Cluster, start_cluster
+from .operator_support import KUBECTL, NAMESPACE, Cluster
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -25,12 +22,6 @@ pytestmark = [
 
 PROBES = "nodefence-fencing-probes"
 REDFISH_POLICY = "rules:\n  - name: default\n    fencing:\n      driver: redfish\n"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 def _env(cluster: Cluster) -> dict[str, str]:

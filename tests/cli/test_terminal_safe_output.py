@@ -7,13 +7,10 @@ the hostile text into the simulated cluster, as a node's kubelet credentials cou
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from bench.processes import processes
 
-from .operator_support import KUBECTL, Cluster, start_cluster
+from .operator_support import KUBECTL, Cluster
 
 pytestmark = [
     pytest.mark.kubectl,
@@ -27,12 +24,6 @@ HOSTILE = f"\x1b]52;c;ZWNobyBwd25lZCA+Pn4vLmJhc2hyYw==\x07\r{FORGED}\n{FORGED}\x
 # None of these may reach a terminal as they are.
 RAW = ("\x1b", "\x07", "\r", "\x9b", "\u202e", "\x7f")
 ENV = {"NODEFENCE_AUTH_DISABLED": "true"}
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 def _write_ready_condition(cluster: Cluster, node: str, reason: str, message: str) -> None:

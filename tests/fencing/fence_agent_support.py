@@ -11,18 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 from pydantic import SecretStr
+from tests.seeded_cluster import Receiver, eventually, served
 
 from nodefence.http.app import run
 from nodefence.observability.metrics import Metrics
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_fencer, build_service
 from nodefence.settings import Settings
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import Receiver, eventually, served
+from nodefence_sim.testing import SimulatorHandle
 
 from .peers import free_port
 
@@ -44,12 +42,6 @@ def policy(timeout: float) -> dict[str, Any]:
             "min_ready_fraction": 0.5,
         },
     }
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 def write_inventory(tmp_path: Path, fence_agent: dict[str, Any], nodes: list[str]) -> Path:

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import yaml
 from pydantic import SecretStr
+from tests.seeded_cluster import Receiver, eventually, served
 
 from nodefence.engine import record as fence_record
 from nodefence.observability.metrics import Metrics
@@ -23,7 +24,6 @@ from nodefence.settings import Settings
 from nodefence_sim.redfish import write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import Receiver, eventually, served
 
 NODE = "compute01"
 OTHER = "compute02"

@@ -13,20 +13,20 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.seeded_cluster import firing, node_events, oos_taints
 
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import SYSTEMS, bmcs_of
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import firing, node_events, oos_taints
 
 from .agents import require_agent
-from .fence_agent_support import cluster, kill, receiver, text_of
+from .fence_agent_support import kill, receiver, text_of
 from .identity_support import record_entries
 from .listing_agent import LIST_PASSWORD, listing_agent
 from .peers import USER, start_ipmi_bmc
 from .tls_front import sim_bmc_parameters, tls_bmc
 
-__all__ = ["cluster", "tls_bmc"]
+__all__ = ["tls_bmc"]
 
 NODE = "compute01"
 OTHER = "compute02"

@@ -9,28 +9,19 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.testing import SimulatorHandle
 
 from .agents import AGENT_PASSWORD, gone_wrapper, scripted_agent
 
 REDFISH_RULE: dict[str, Any] = {
     "rules": [{"name": "default", "fencing": {"driver": "redfish", "action": "off"}}]
 }
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 def sim_inventory(tmp_path: Path, cluster: SimulatorHandle) -> dict[str, Any]:

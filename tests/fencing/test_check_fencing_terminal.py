@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.testing import SimulatorHandle
 
 from .test_check_fencing import nodefence, sim_inventory
 
@@ -21,12 +20,6 @@ FORGED = "compute01 redfish on 0.01 ok"
 HOSTILE_UUID = f"\x1b]52;c;ZWNobyBwd25lZA==\x07\r{FORGED}\n{FORGED}\x9b2J\u202e"
 RAW = ("\x1b", "\x07", "\r", "\x9b", "\u202e")
 SYSTEM = "/redfish/v1/Systems/compute01"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 @pytest.fixture

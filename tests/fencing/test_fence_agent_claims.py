@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.seeded_cluster import firing, oos_taints
+
 from nodefence.engine import record as fence_record
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import firing, oos_taints
 
 from .agents import scripted_agent
-from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
-
-__all__ = ["cluster"]
+from .fence_agent_support import NODE, kill, receiver, text_of, write_inventory
 
 
 def entries(handle: SimulatorHandle) -> tuple[fence_record.FenceEntry, ...]:

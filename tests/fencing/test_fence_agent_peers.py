@@ -18,11 +18,10 @@ from nodefence_sim.testing import SimulatorHandle
 
 from .agents import require_agent
 from .conftest import WORKER_UUID
-from .fence_agent_support import cluster
 from .peers import PASSWORD, USER, Sushy, start_ipmi_bmc
 from .tls_front import sim_bmc_parameters, tls_bmc
 
-__all__ = ["cluster", "tls_bmc"]
+__all__ = ["tls_bmc"]
 
 # sushy's fake driver applies a power change 1-11 s after the action.
 POWER_TIMEOUT = 40.0

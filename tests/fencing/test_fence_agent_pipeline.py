@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.seeded_cluster import firing, node_events, oos_taints
 
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import firing, node_events, oos_taints
 
 from .agents import AGENT_PASSWORD, gone_wrapper, scripted_agent, wait_until
-from .fence_agent_support import NODE, cluster, kill, receiver, text_of, write_inventory
+from .fence_agent_support import NODE, kill, receiver, text_of, write_inventory
 from .tls_front import sim_bmc_parameters, tls_bmc
 
 pytestmark = pytest.mark.invariant("S10")
 
-__all__ = ["cluster", "tls_bmc"]
+__all__ = ["tls_bmc"]
 
 
 def redfish_defaults(cluster: SimulatorHandle, port: int) -> dict[str, Any]:

@@ -7,16 +7,14 @@ from pathlib import Path
 
 import aiohttp
 from prometheus_client import CollectorRegistry
+from tests.seeded_cluster import eventually
 
 from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import eventually
 
 from .agents import AGENT_PASSWORD, two_agents
-from .fence_agent_support import cluster, serving_probes
-
-__all__ = ["cluster"]
+from .fence_agent_support import serving_probes
 
 
 def sample(text: str, name: str, **labels: str) -> float | None:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
+from tests.seeded_cluster import eventually
 
 from nodefence.background.fencing_probe import FencingProbe, ProbeMetrics
 from nodefence.fencing import probe_record
@@ -34,7 +35,6 @@ from nodefence.runtime import background_for, build_fencer
 from nodefence.settings import Settings
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import eventually
 
 from .agents import AGENT_PASSWORD, two_agents
 from .fence_agent_support import serving_probes

@@ -13,20 +13,18 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.seeded_cluster import eventually, firing, node_events, oos_taints
 
 from nodefence.fencing.binding import NodeIdentity, identity_problems
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import SYSTEMS, bmcs_of
 from nodefence_sim.resources import NODES
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import eventually, firing, node_events, oos_taints
+from nodefence_sim.testing import SimulatorHandle
 
 from .identity_support import (
     NODE,
@@ -41,12 +39,6 @@ from .identity_support import (
 )
 
 pytestmark = pytest.mark.invariant("S10")
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 # ----------------------------------------------------------------------------- the attacks

@@ -6,11 +6,10 @@ entry, however convincing, is no proof, and the machine is asked again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
+from tests.seeded_cluster import firing, oos_taints
 
 from nodefence.commands import status
 from nodefence.engine import record as fence_record
@@ -20,9 +19,7 @@ from nodefence.engine.wording import instant
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.resources import CONFIGMAPS, NODES
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import firing, oos_taints
+from nodefence_sim.testing import SimulatorHandle
 
 from .identity_support import NODE, POLICY, inventory, kill, reasons, receiver, record_entries
 
@@ -33,12 +30,6 @@ VERIFY = {
     ],
 }
 OTHER_REQUEST = "another-replica-0001"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 async def test_the_fence_stands_on_the_reading_its_entry_holds(

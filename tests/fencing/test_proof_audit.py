@@ -9,18 +9,15 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+from tests.seeded_cluster import eventually, firing, node_events, oos_taints, resolved
 
 from nodefence_sim.redfish import bmcs_of
 from nodefence_sim.resources import NODES
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import eventually, firing, node_events, oos_taints, resolved
+from nodefence_sim.testing import SimulatorHandle
 
 from .identity_support import NODE, POLICY, inventory, kill, reasons, receiver, record_entries
 
@@ -30,12 +27,6 @@ AUDITED: dict[str, Any] = {
     **POLICY,
     "rules": [{**POLICY["rules"][0], "healthy_delay_seconds": 0, "require_new_boot_id": False}],
 }
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 def contradicted_total(exposition: str) -> float:

@@ -51,6 +51,7 @@ class Cluster:
         return self.handle.sim
 
 
+# Its own: the seed cluster on a fake clock, with its BMC inventory and BMCs beside it.
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     clock = FakeClock()

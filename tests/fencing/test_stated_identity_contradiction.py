@@ -15,13 +15,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.seeded_cluster import firing, oos_taints
 
 from nodefence.engine.identity import (
     PLUG,
@@ -35,21 +35,13 @@ from nodefence.fencing.binding import NodeIdentity, identity_problems
 from nodefence.fencing.inventory import load_inventory
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import SYSTEMS, bmcs_of
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import firing, oos_taints
+from nodefence_sim.testing import SimulatorHandle
 
 from .identity_support import NODE, OTHER, POLICY, inventory, kill, reasons, receiver
 
 pytestmark = pytest.mark.invariant("S10")
 
 CONTRADICTS = "contradicts the Node"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 def swapped(tmp_path: Path, cluster: SimulatorHandle) -> Path:

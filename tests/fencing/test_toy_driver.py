@@ -6,12 +6,12 @@ path, its proof a read-back after the power-off and its machine shown to be the 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from tests.seeded_cluster import firing, oos_taints
 
 from nodefence.engine import drivers
 from nodefence.engine.record import Phase
@@ -20,9 +20,7 @@ from nodefence.fencing.check import check_fencing
 from nodefence.fencing.inventory import InventoryError, load_inventory
 from nodefence.policy import parse_policy
 from nodefence_sim.controllers.kubelet import system_uuid
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import firing, oos_taints
+from nodefence_sim.testing import SimulatorHandle
 
 from . import toy_driver
 from .identity_support import NODE, POLICY, kill, reasons, receiver, record_entries
@@ -41,12 +39,6 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(drivers.DRIVERS, "toy", toy_driver.KIND)
     monkeypatch.setattr(toy_driver, "MACHINES", {NODE: ("on", system_uuid(NODE))})
     monkeypatch.setattr(toy_driver, "SENT", [])
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 def toy_inventory(tmp_path: Path, **entry: Any) -> Path:

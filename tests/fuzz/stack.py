@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pydantic import SecretStr
+from tests.seeded_cluster import served
 
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_fencer
@@ -22,7 +23,6 @@ from nodefence.settings import Settings
 from nodefence_sim.faults import WRITE_VERBS, RequestRecord
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import served
 
 MAX_BODY_BYTES = 64 * 1024
 BASIC_USER = "alertmanager"

@@ -8,19 +8,21 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from bench.processes import eventually, free_port, http, processes
-from tests.cli.operator_support import Cluster, start_cluster
+from bench.processes import eventually, free_port, http
+from tests.cli.operator_support import Cluster, cluster
 from tests.fencing.tls_front import tls_front
 
 import nodefence
 
 from .conftest import SETUP_TIMEOUT, Docker
+
+# The CLI tests' seed cluster, on the host's loopback: the containers share the host's network.
+__all__ = ["cluster"]
 
 TOKEN = "image-test-token-0123456789abcdefghij"
 UID = 10001
@@ -47,14 +49,6 @@ for top, dirs, files in os.walk("/"):
             found.append((path, stat.S_IMODE(mode), os.lstat(path).st_uid))
 print(__import__("json").dumps(found))
 """
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """The simulated seed cluster with a Redfish BMC per node, on the host's loopback (the
-    containers share the host's network)."""
-    with processes(tmp_path) as procs:
-        yield start_cluster(procs, tmp_path)
 
 
 @pytest.fixture

@@ -45,12 +45,6 @@ async def eventually(probe: Callable[[], Awaitable[T]], within: float = WITHIN) 
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
-
-
-@pytest.fixture
 async def kube(cluster: SimulatorHandle) -> AsyncIterator[KubeClient]:
     client = KubeClient(await load_api_client(str(cluster.kubeconfig)))
     yield client

@@ -12,24 +12,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.seeded_cluster import start_receiver
 
 from nodefence.background.runner import Runner
 from nodefence.kube.client import KubeClient, load_api_client
 from nodefence.kube.facts import FactsReader
 from nodefence.kube.pause_watch import CONTROL_CONFIGMAP, PAUSED_AT
 from nodefence.runtime import serving_reader
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
+from nodefence_sim.testing import SimulatorHandle
 from pipeline.api_calls_support import PATH, granted, named
-from pipeline.harness import start_receiver
 
 SWITCH = f"/api/v1/namespaces/nodefence/configmaps/{CONTROL_CONFIGMAP}"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 @pytest.fixture

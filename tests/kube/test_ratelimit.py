@@ -7,7 +7,6 @@ request log, ``GET /sim/v1/requests``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -25,14 +24,7 @@ from nodefence.kube.ratelimit import (
 )
 from nodefence.settings import Settings
 from nodefence.shell.machine_binding import live_twins
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
+from nodefence_sim.testing import SimulatorHandle
 
 
 async def wire_requests(cluster: SimulatorHandle, since: int) -> list[dict[str, Any]]:

@@ -3,13 +3,13 @@ shared by the tests of refusals on cached facts, so none imports another test mo
 
 from __future__ import annotations
 
+from tests.seeded_cluster import Receiver, eventually
+
 from nodefence.engine import record as fence_record
 from nodefence.kube.client import CONFIGMAP
 from nodefence.kube.node_index import NodeIndex
 from nodefence_sim.faults import WRITE_VERBS, FaultRule
 from nodefence_sim.testing import SimulatorHandle
-
-from .harness import Receiver, eventually
 
 # The path of every Node watch; the index is the only one in the receiver that watches it.
 NODES = "/api/v1/nodes"

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tests.seeded_cluster import eventually, inference, start_receiver, terminating_on
+
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.testing import SimulatorHandle
 
 from .api_calls_support import PATH, granted, named
-from .harness import eventually, inference, start_receiver, terminating_on
 
 
 async def test_every_request_of_the_story_is_granted(cluster: SimulatorHandle) -> None:

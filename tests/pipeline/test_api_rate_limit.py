@@ -6,11 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.seeded_cluster import start_receiver
 
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.testing import SimulatorHandle
-
-from .harness import start_receiver
 
 
 # Which 503 answers depends on the request being served within its 3 s deadline: not beside

@@ -15,6 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.seeded_cluster import (
+    Receiver,
+    eventually,
+    firing,
+    inference,
+    node,
+    oos_taints,
+    start_receiver,
+)
 
 from nodefence.engine.cached import CACHED
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
@@ -22,7 +31,6 @@ from nodefence_sim.scale import node_name, simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 from .cache_support import following, freeze, sent_since, writes_since
-from .harness import Receiver, eventually, firing, inference, node, oos_taints, start_receiver
 
 NODE = "compute01"
 REDFISH_OFF: dict[str, Any] = {

@@ -7,10 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from aiohttp import web
-
-from nodefence_sim.testing import SimulatorHandle
-
-from .harness import (
+from tests.seeded_cluster import (
     NODE,
     eventually,
     firing,
@@ -21,6 +18,8 @@ from .harness import (
     start_receiver,
     writes_since,
 )
+
+from nodefence_sim.testing import SimulatorHandle
 
 
 async def test_pause_configmap_stops_everything_and_says_why(cluster: SimulatorHandle) -> None:

@@ -12,13 +12,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.seeded_cluster import Receiver, eventually, oos_taints, pause, start_receiver
+
 from nodefence.engine.guard_kinds import ALERT_WAIT, NOT_READY_DURATION
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.testing import SimulatorHandle
 from sim_conformance.support import kubectl
 
 from .cache_support import following
-from .harness import Receiver, eventually, oos_taints, pause, start_receiver
 
 NODE = "compute01"
 # The shipped waits: 5 minutes NotReady, 5 minutes for an alert, a 2-minute Lease window.

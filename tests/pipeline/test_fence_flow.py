@@ -7,13 +7,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
-from nodefence.engine import mirror
-from nodefence_sim.demo.payloads import node_alert, webhook
-from nodefence_sim.resources import PODS
-from nodefence_sim.testing import SimulatorHandle
-
-from .harness import (
+from tests.seeded_cluster import (
     NO_HEALTHY_DELAY,
     NODE,
     SHORT_HEALTHY_DELAY,
@@ -29,6 +23,11 @@ from .harness import (
     terminating_on,
     writes_since,
 )
+
+from nodefence.engine import mirror
+from nodefence_sim.demo.payloads import node_alert, webhook
+from nodefence_sim.resources import PODS
+from nodefence_sim.testing import SimulatorHandle
 
 
 async def kill(cluster: SimulatorHandle, name: str = NODE, since: int = 1200) -> None:

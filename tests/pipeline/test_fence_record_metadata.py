@@ -9,11 +9,11 @@ import json
 import os
 from typing import Any
 
+from tests.seeded_cluster import NODE, eventually, firing, start_receiver, terminating_on
+
 from nodefence.engine import record as fence_record
 from nodefence_sim.resources import CONFIGMAPS
 from nodefence_sim.testing import SimulatorHandle
-
-from .harness import NODE, eventually, firing, start_receiver, terminating_on
 
 LABELS = {"backup.example.com/keep": "true", "team": "platform"}
 ANNOTATIONS = {"argocd.argoproj.io/compare-options": "IgnoreExtraneous"}

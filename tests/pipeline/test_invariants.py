@@ -15,15 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from nodefence.actions.executor import Executor, Outcome
-from nodefence.engine import mirror
-from nodefence.engine.model import PurgePodAction
-from nodefence.kube.client import Deadline, KubeClient, load_api_client
-from nodefence_sim.resources import NODES, PODS
-from nodefence_sim.testing import SimulatorHandle
-
-from .harness import (
+from tests.seeded_cluster import (
     NO_HEALTHY_DELAY,
     NODE,
     OOS,
@@ -38,6 +30,13 @@ from .harness import (
     terminating_on,
     writes_since,
 )
+
+from nodefence.actions.executor import Executor, Outcome
+from nodefence.engine import mirror
+from nodefence.engine.model import PurgePodAction
+from nodefence.kube.client import Deadline, KubeClient, load_api_client
+from nodefence_sim.resources import NODES, PODS
+from nodefence_sim.testing import SimulatorHandle
 
 INFERENCE_POLICY = Path(__file__).parents[1] / "reliability" / "inference-policy.yaml"
 

@@ -3,10 +3,10 @@ failed power action after a restart is an increase ``NodefencePowerActionFailed`
 
 from __future__ import annotations
 
+from tests.seeded_cluster import start_receiver
+
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import running_simulator
-
-from .harness import start_receiver
 
 OUTCOMES = ("off", "on", "unknown", "not-sent")
 

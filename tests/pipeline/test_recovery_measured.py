@@ -15,6 +15,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from tests.seeded_cluster import (
+    NODE,
+    Receiver,
+    eventually,
+    firing,
+    inference,
+    node_events,
+    start_receiver,
+    writes_since,
+)
 
 from nodefence.engine import record as fence_record
 from nodefence.engine.held_pods import DEPLOYMENT, STATEFULSET
@@ -25,17 +35,6 @@ from nodefence.kube.convert import pod_facts, server_stamped
 from nodefence_sim.resources import CONFIGMAPS, LEASES, PODS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-
-from .harness import (
-    NODE,
-    Receiver,
-    eventually,
-    firing,
-    inference,
-    node_events,
-    start_receiver,
-    writes_since,
-)
 
 
 class MovableClock:

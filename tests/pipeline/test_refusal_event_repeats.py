@@ -3,9 +3,9 @@ other nodes are refused in between (an alert storm refuses hundreds)."""
 
 from __future__ import annotations
 
-from nodefence_sim.testing import SimulatorHandle
+from tests.seeded_cluster import firing, inference, node_events, start_receiver
 
-from .harness import firing, inference, node_events, start_receiver
+from nodefence_sim.testing import SimulatorHandle
 
 
 def ready_nodes(cluster: SimulatorHandle) -> list[str]:

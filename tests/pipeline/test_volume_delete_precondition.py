@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.seeded_cluster import start_receiver
 
 from nodefence.actions.executor import Executor, Outcome
 from nodefence.kube.client import Deadline
@@ -14,8 +15,6 @@ from nodefence.kube.convert import volume_attachment_facts
 from nodefence_sim.resources import VOLUME_ATTACHMENTS
 from nodefence_sim.store import DeleteOptions
 from nodefence_sim.testing import SimulatorHandle
-
-from .harness import start_receiver
 
 pytestmark = pytest.mark.invariant("S9")
 

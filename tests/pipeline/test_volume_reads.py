@@ -4,14 +4,14 @@ and neither does a fence on a server that detaches them itself (from Kubernetes 
 
 from __future__ import annotations
 
+from tests.seeded_cluster import firing, inference, node_events, start_receiver
+
 from nodefence.engine.model import AlertEvent, AlertStatus, Decision, Verdict
 from nodefence.engine.volumes import GUARD
 from nodefence.kube.client import Deadline
 from nodefence_sim.resources import VOLUME_ATTACHMENTS
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-
-from .harness import firing, inference, node_events, start_receiver
 
 NODE = "control02"
 

@@ -15,13 +15,13 @@ import aiohttp
 from bench.processes import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
+from tests.seeded_cluster import NO_HEALTHY_DELAY, inference
 
 from nodefence.http.app import run
 from nodefence.policy import parse_policy
 from nodefence.runtime import build_service
 from nodefence.settings import Settings
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import NO_HEALTHY_DELAY, inference
 
 from .support import until
 

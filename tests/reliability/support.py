@@ -20,13 +20,13 @@ from typing import Any
 
 import aiohttp
 from bench.processes import free_port
+from tests.seeded_cluster import OOS, eventually, oos_taints, pods_on, terminating_on
 
 from nodefence.engine import mirror
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.resources import NODES, PODS
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import OOS, eventually, oos_taints, pods_on, terminating_on
 
 NODE_PATH = "/api/v1/nodes/{}"
 

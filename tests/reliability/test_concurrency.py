@@ -15,12 +15,12 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
+from tests.seeded_cluster import Receiver, inference, node_events, start_receiver
 
 from nodefence.policy import parse_policy
 from nodefence_sim.resources import NODES
 from nodefence_sim.simulation import Simulation
 from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import Receiver, inference, node_events, start_receiver
 
 from .support import NODE_PATH, NodeWriteWatch, firing, orphans, ours, resolved, successful
 

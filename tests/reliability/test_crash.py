@@ -12,13 +12,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.seeded_cluster import OOS, oos_taints, start_receiver
 
 from nodefence.engine import mirror
 from nodefence.engine import record as fence_record
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
 from nodefence_sim.resources import CONFIGMAPS, NODES
 from nodefence_sim.testing import SimulatorHandle, SimulatorProcess
-from pipeline.harness import OOS, oos_taints, start_receiver
 
 from .support import (
     NODE_PATH,

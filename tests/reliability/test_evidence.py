@@ -20,14 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-
-from nodefence.engine import mirror
-from nodefence.engine import record as fence_record
-from nodefence.kube.convert import server_stamped
-from nodefence_sim.resources import CONFIGMAPS, LEASES, VOLUME_ATTACHMENTS
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import (
+from tests.seeded_cluster import (
     NO_HEALTHY_DELAY,
     OOS,
     eventually,
@@ -37,6 +30,13 @@ from pipeline.harness import (
     oos_taints,
     start_receiver,
 )
+
+from nodefence.engine import mirror
+from nodefence.engine import record as fence_record
+from nodefence.kube.convert import server_stamped
+from nodefence_sim.resources import CONFIGMAPS, LEASES, VOLUME_ATTACHMENTS
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 from .support import ServeProcess, firing, resolved
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.seeded_cluster import eventually, oos_taints, start_receiver, terminating_on
 
 from nodefence_sim.faults import FaultRule
 from nodefence_sim.resources import NODES, PODS
 from nodefence_sim.store import WatchEvent
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import eventually, oos_taints, start_receiver, terminating_on
 
 from .support import (
     NODE_PATH,

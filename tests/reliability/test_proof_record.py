@@ -15,23 +15,21 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 from bench.processes import free_port
+from tests.seeded_cluster import OOS, oos_taints
 
 from nodefence.engine import record as fence_record
 from nodefence.engine.record import FenceEntry, Phase
 from nodefence_sim.controllers.kubelet import system_uuid
 from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
 from nodefence_sim.resources import CONFIGMAPS
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import OOS, oos_taints
+from nodefence_sim.testing import SimulatorHandle
 
 from .support import firing, until
 
@@ -50,12 +48,6 @@ POLICY: dict[str, Any] = {
         }
     ]
 }
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[SimulatorHandle]:
-    async with running_simulator(Simulation.from_scenario("seed")) as handle:
-        yield handle
 
 
 class Serve:

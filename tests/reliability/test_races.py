@@ -20,15 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nodefence.engine import record as fence_record
-from nodefence.fencing.inventory import load_inventory
-from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
-from nodefence_sim.resources import CONFIGMAPS, EVENTS, NODES
-from nodefence_sim.simulation import Simulation
-from nodefence_sim.store import WatchEvent
-from nodefence_sim.testing import SimulatorHandle, running_simulator
-from pipeline.harness import (
+from tests.seeded_cluster import (
     NO_HEALTHY_DELAY,
     Receiver,
     eventually,
@@ -38,6 +30,14 @@ from pipeline.harness import (
     start_receiver,
     terminating_on,
 )
+
+from nodefence.engine import record as fence_record
+from nodefence.fencing.inventory import load_inventory
+from nodefence_sim.redfish import bmcs_of, write_bmc_inventory
+from nodefence_sim.resources import CONFIGMAPS, EVENTS, NODES
+from nodefence_sim.simulation import Simulation
+from nodefence_sim.store import WatchEvent
+from nodefence_sim.testing import SimulatorHandle, running_simulator
 
 from .holding_proxy import holding_proxy
 from .support import INFERENCE_POLICY, firing, kill_node, until

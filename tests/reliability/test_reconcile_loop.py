@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tests.seeded_cluster import OOS, oos_taints, terminating_on
+
 from nodefence.engine import record as fence_record
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase
 from nodefence_sim.resources import CONFIGMAPS, NODES
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import OOS, oos_taints, terminating_on
 
 from .serving import INTERVAL, Serving, holds, serving
 from .support import assert_fenced, firing, kill_node, names_on, pod_uids_off, until

@@ -11,9 +11,10 @@ import os
 import sys
 from typing import Any
 
+from tests.seeded_cluster import node_events
+
 from nodefence_sim.resources import VOLUME_ATTACHMENTS
 from nodefence_sim.testing import SimulatorHandle
-from pipeline.harness import node_events
 
 from .serving import Serving, holds, serving
 from .support import firing, kill_node, until

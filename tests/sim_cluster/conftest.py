@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from nodefence_sim.control import add_control_routes
 from nodefence_sim.simulation import Simulation
 
-from .support import FakeClock, add_node, node_sim
+from .support import FakeClock, add_node, node_sim, node_with_pods
 
 
 @pytest.fixture
@@ -28,12 +28,19 @@ def sim(clock: FakeClock) -> Simulation:
     return simulation
 
 
+@pytest.fixture
+def cluster(clock: FakeClock) -> Simulation:
+    """control02 running mariadb-server-1 and a DaemonSet pod, settled: what ``client``
+    serves unless the test module makes its own."""
+    return node_with_pods(clock)
+
+
 Client = TestClient[web.Request, web.Application]
 
 
 @pytest.fixture
 async def client(cluster: Simulation) -> AsyncIterator[Client]:
-    """The control API (``/sim/v1``) over the test module's own ``cluster``."""
+    """The control API (``/sim/v1``) over ``cluster``."""
     app = web.Application()
     add_control_routes(app, cluster)
     async with TestClient(TestServer(app)) as test_client:

@@ -20,17 +20,11 @@ from .support import (
     entry,
     lease,
     node,
-    node_with_pods,
     pod,
     renew_time,
 )
 
 GRACE = 40
-
-
-@pytest.fixture
-def cluster(clock: FakeClock) -> Simulation:
-    return node_with_pods(clock)
 
 
 def run_for(sim: Simulation, clock: FakeClock, seconds: int, step: int = 2) -> None:

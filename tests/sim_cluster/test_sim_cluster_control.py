@@ -14,6 +14,7 @@ from nodefence_sim.store import rfc3339
 from .support import FakeClock, add_node, add_pod, node_sim, pod
 
 
+# Its own: the listings and actions need a second node (control03) and no DaemonSet pod.
 @pytest.fixture
 def cluster(clock: FakeClock) -> Simulation:
     sim = node_sim(clock)

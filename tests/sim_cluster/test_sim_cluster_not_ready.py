@@ -20,17 +20,11 @@ from .support import (
     entry,
     lease,
     node,
-    node_with_pods,
     pod,
     renew_time,
 )
 
 Client = TestClient[web.Request, web.Application]
-
-
-@pytest.fixture
-def cluster(clock: FakeClock) -> Simulation:
-    return node_with_pods(clock)
 
 
 def taints(sim: Simulation) -> dict[tuple[str, str], str]:

@@ -1,4 +1,12 @@
-"""Both real servers on loopback: the simulated cluster and nodefence's receiver."""
+"""The simulated seed cluster and nodefence's receiver, both real servers on loopback in the
+test's own process, and what a test reads back from the cluster.
+
+The ``cluster`` fixture (``tests/conftest.py``, one for every folder) is the seed scenario
+running in the simulator; ``start_receiver`` builds a receiver on it as ``serve`` does;
+``firing`` and ``resolved`` are the alerts Alertmanager posts; ``node``, ``oos_taints``,
+``pods_on``, ``terminating_on``, ``node_events`` and ``writes_since`` read the simulator's
+store and request log; ``eventually`` polls with a deadline.
+"""
 
 from __future__ import annotations
 
