@@ -39,10 +39,12 @@ test: venv controlplane helm
 
 # The unit tier (tests/tiers.py): the engine, the shell and the HTTP receiver, in under a minute
 # with one of two cores busy, without the control plane or Helm; its folders named so that nothing
-# else is collected, and without the schemathesis plugin only the fuzz tests use.
+# else is collected, and without the schemathesis plugin only the fuzz tests use. Its property
+# tests run a third of their examples (the Hypothesis profile unit, tests/conftest.py); make test
+# runs them all.
 UNIT_TESTS := tests/engine tests/shell tests/http
 test-unit: venv
-	$(TEST_PATH) $(BIN)/pytest -q -n 2 -p no:schemathesis -m unit $(UNIT_TESTS)
+	$(TEST_PATH) $(BIN)/pytest -q -n 2 -p no:schemathesis --hypothesis-profile=unit -m unit $(UNIT_TESTS)
 
 lint: venv
 	$(BIN)/ruff check service tests bench

@@ -40,7 +40,13 @@ INSTALL_HINT = "as root, bash .ci/run installs every tool these suites need"
 
 # What a property checks is the answer, never the time an example took: a deadline or a slow
 # generation would fail a correct test on a machine busy with other workers.
-settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "suite", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+# make test-unit (--hypothesis-profile=unit): every property on a third of its examples, for an
+# answer in under a minute; make test runs them all. A count a test sets itself scales with the
+# profile's (engine_strategies.examples).
+settings.register_profile("unit", settings.get_profile("suite"), max_examples=33)
 settings.load_profile("suite")
 
 

@@ -42,13 +42,28 @@ from nodefence.engine.model import (
 from nodefence.engine.record import FenceEntry, FenceRecord, Phase, Release
 from nodefence.policy import Policy, Rule, parse_policy
 
+
+def examples(full: int) -> int:
+    """``full`` examples under ``make test``; under ``make test-unit`` the share its Hypothesis
+    profile (``unit``, tests/conftest.py) takes of Hypothesis' default 100."""
+    return max(1, full * settings.default.max_examples // 100)
+
+
 PROFILE = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
 )
 UIDS = ("uid-a", "uid-b")
 OTHER_NODES = ("worker-2", "worker-3", "cp-2")
 
 seconds = st.integers(min_value=-120, max_value=8000)
+# Strategies are built once, here, and drawn from in the composites below: one built inside a
+# draw is built and validated again on every example, which cost the unit tier most of its time.
+moments = seconds.map(ago)
+maybe_moments = st.one_of(moments, moments, st.none())
+booleans = st.booleans()
 # How far a kubelet's clock is off: ten minutes and more, either way.
 skews = st.one_of(st.integers(-3600, 3600), st.sampled_from([-600, 600]))
 
@@ -121,26 +136,35 @@ taints = st.builds(
 )
 
 
+ready_statuses = st.sampled_from(["True", "False", "Unknown", None])
+tiers = mostly("compute", "storage")
+rarely = mostly(False, True)
+uids = st.sampled_from(UIDS)
+resource_versions = st.integers(1, 99)
+maybe_forged_annotations = st.one_of(st.just({}), forged_annotations)
+boot_ids = st.sampled_from(["boot-1", "boot-2", ""])
+
+
 @st.composite
 def nodes(draw: st.DrawFn) -> NodeFacts:
-    status = draw(st.sampled_from(["True", "False", "Unknown", None]))
-    transition = draw(st.one_of(seconds.map(ago), seconds.map(ago), st.none()))
+    status = draw(ready_statuses)
+    transition = draw(maybe_moments)
     condition = None if status is None else Condition("Ready", status, transition)
-    labels: dict[str, str] = {"tier": draw(mostly("compute", "storage"))}
-    if draw(st.booleans()):
+    labels: dict[str, str] = {"tier": draw(tiers)}
+    if draw(booleans):
         labels[CONTROL_PLANE_LABELS[0]] = ""
-    if draw(mostly(False, True)):
+    if draw(rarely):
         labels[EXCLUDE_LABEL] = draw(exclusion_values)
     return NodeFacts(
         name=NODE,
-        uid=draw(st.sampled_from(UIDS)),
-        resource_version=str(draw(st.integers(1, 99))),
+        uid=draw(uids),
+        resource_version=str(draw(resource_versions)),
         labels=labels,
-        annotations=draw(st.one_of(st.just({}), forged_annotations)),
-        taints=(draw(taints),) if draw(st.booleans()) else (),
+        annotations=draw(maybe_forged_annotations),
+        taints=(draw(taints),) if draw(booleans) else (),
         ready=condition,
-        boot_id=draw(st.sampled_from(["boot-1", "boot-2", ""])),
-        unschedulable=draw(mostly(False, True)),
+        boot_id=draw(boot_ids),
+        unschedulable=draw(rarely),
     )
 
 
@@ -148,9 +172,9 @@ def nodes(draw: st.DrawFn) -> NodeFacts:
 def leases(draw: st.DrawFn) -> LeaseFacts | None:
     """A Lease the API server last saw renewed at ``server_renewed``; its ``renewTime`` from a
     kubelet clock that may be far off."""
-    if draw(mostly(False, True)):
+    if draw(rarely):
         return None
-    server = draw(st.one_of(seconds.map(ago), seconds.map(ago), st.none()))
+    server = draw(maybe_moments)
     kubelet = shifted(server or ago(draw(seconds)), draw(skews))
     return LeaseFacts(renew_time=kubelet, holder=NODE, server_renewed=server)
 
@@ -194,33 +218,39 @@ def other_entry(name: str) -> FenceEntry:
     )
 
 
+entry_uids = {uid: mostly(uid, *UIDS) for uid in UIDS}
+phases = st.sampled_from(list(Phase))
+effects = mostly("NoExecute", "NoSchedule")
+rule_names = mostly("default", "gone")
+moments_or_none = st.one_of(st.none(), moments)
+other_names = st.lists(st.sampled_from(OTHER_NODES), max_size=2, unique=True)
+releases = st.lists(st.builds(Release, st.just(NODE), uids, moments), max_size=1)
+unreadables = st.sampled_from([(), (), ("fence.worker-4",)])
+record_versions = st.integers(1, 9)
+
+
 @st.composite
 def records(draw: st.DrawFn, node: NodeFacts | None) -> FenceRecord:
     entries: list[FenceEntry] = []
-    if draw(st.booleans()):
+    if draw(booleans):
         transition = node.ready.last_transition if node and node.ready else None
         entries.append(
             own_entry(
-                draw(mostly(node.uid if node else "uid-a", *UIDS)),
-                phase=draw(st.sampled_from(list(Phase))),
+                draw(entry_uids[node.uid if node else "uid-a"]),
+                phase=draw(phases),
                 claimed_at=ago(draw(seconds)),
-                effect=draw(mostly("NoExecute", "NoSchedule")),
-                rule=draw(mostly("default", "gone")),
-                boot_id=draw(st.sampled_from(["boot-1", "boot-2", ""])),
-                seen=draw(st.one_of(st.none(), seconds.map(ago))),
+                effect=draw(effects),
+                rule=draw(rule_names),
+                boot_id=draw(boot_ids),
+                seen=draw(moments_or_none),
                 transition=draw(st.sampled_from([transition, None, ago(50)])),
             )
         )
-    others = draw(st.lists(st.sampled_from(OTHER_NODES), max_size=2, unique=True))
+    others = draw(other_names)
     entries.extend(other_entry(name) for name in others)
-    released = draw(
-        st.lists(
-            st.builds(Release, st.just(NODE), st.sampled_from(UIDS), seconds.map(ago)),
-            max_size=1,
-        )
-    )
-    unreadable = draw(st.sampled_from([(), (), ("fence.worker-4",)]))
-    return FenceRecord(tuple(entries), tuple(released), unreadable, str(draw(st.integers(1, 9))))
+    released = draw(releases)
+    unreadable = draw(unreadables)
+    return FenceRecord(tuple(entries), tuple(released), unreadable, str(draw(record_versions)))
 
 
 pods = st.builds(
@@ -236,32 +266,58 @@ pods = st.builds(
 )
 
 
+totals = mostly(10, 0, 2, 5)
+not_ready_counts = mostly(1, 0, 2, 3, 6)
+# Every count a draw below may bound another by: the strategies for 0..n, built once.
+up_to = [st.integers(0, n) for n in range(11)]
+maybe_up_to = [st.one_of(st.none(), up_to[n]) for n in range(11)]
+ready_sinces = st.lists(moments, max_size=3)
+
+
 @st.composite
 def clusters(draw: st.DrawFn) -> ClusterFacts:
-    total = draw(mostly(10, 0, 2, 5))
-    ready = max(0, total - draw(mostly(1, 0, 2, 3, 6)))
-    cp_total = draw(st.integers(0, 5))
+    total = draw(totals)
+    ready = max(0, total - draw(not_ready_counts))
+    cp_total = draw(up_to[5])
     return ClusterFacts(
         total_nodes=total,
         ready_nodes=ready,
         control_plane_total=cp_total,
-        control_plane_ready=draw(st.integers(0, cp_total)),
-        schedulable_ready=draw(st.one_of(st.none(), st.integers(0, ready))),
-        ready_since=tuple(draw(st.lists(seconds.map(ago), max_size=3))),
+        control_plane_ready=draw(up_to[cp_total]),
+        schedulable_ready=draw(maybe_up_to[ready]),
+        ready_since=tuple(draw(ready_sinces)),
     )
+
+
+usually = mostly(True, False)
+node_facts, lease_facts, cluster_facts = nodes(), leases(), clusters()
+pod_lists = st.lists(pods, max_size=4)
+clocks = mostly(API_SERVER_CLOCK, LOCAL_CLOCK)
 
 
 @st.composite
 def all_facts(draw: st.DrawFn) -> Facts:
-    node = draw(nodes()) if draw(mostly(True, False)) else None
+    node = draw(node_facts) if draw(usually) else None
     return Facts(
         node=node,
-        lease=draw(leases()),
-        pods=tuple(draw(st.lists(pods, max_size=4))),
-        cluster=draw(clusters()),
+        lease=draw(lease_facts),
+        pods=tuple(draw(pod_lists)),
+        cluster=draw(cluster_facts),
         record=draw(records(node)),
-        clock=draw(mostly(API_SERVER_CLOCK, LOCAL_CLOCK)),
+        clock=draw(clocks),
     )
+
+
+approval_modes = mostly("none", "slack")
+selectors = mostly("", "tier=compute", "!tier")
+finalizer_lists = st.lists(st.sampled_from(["f/a", "f/b"]), unique=True)
+budgets = {False: st.integers(0, 3), True: st.integers(1, 3)}
+ready_fractions = {
+    room: st.sampled_from([0.0, 0.3, 0.51, 0.8, 0.95][: 4 if room else 5]) for room in (False, True)
+}
+storm_fractions = st.sampled_from([0.1, 0.3, 0.5, 0.9, 1.0])
+storm_cooldowns = st.sampled_from([0, 600])
+claim_timeouts = st.sampled_from([30, 300, 900])
 
 
 @st.composite
@@ -273,32 +329,30 @@ def policies(draw: st.DrawFn, *, room: bool = False) -> Policy:
         "min_not_ready_seconds": draw(st.integers(0, 3000)),
         "lease_staleness_seconds": draw(st.integers(1, 3000)),
         "healthy_delay_seconds": draw(st.integers(0, 3000)),
-        "require_new_boot_id": draw(st.booleans()),
-        "fence_without_lease": draw(st.booleans()),
-        "taint_effect": draw(mostly("NoExecute", "NoSchedule")),
-        "approval": draw(mostly("none", "slack")),
+        "require_new_boot_id": draw(booleans),
+        "fence_without_lease": draw(booleans),
+        "taint_effect": draw(effects),
+        "approval": draw(approval_modes),
         "flap_window_seconds": draw(st.integers(0, 5000)),
         "fencing": {"driver": "none"},
         "purge": {
-            "terminating": draw(mostly(True, False)),
-            "non_terminating": draw(st.booleans()),
-            "strip_finalizers": draw(st.lists(st.sampled_from(["f/a", "f/b"]), unique=True)),
+            "terminating": draw(usually),
+            "non_terminating": draw(booleans),
+            "strip_finalizers": draw(finalizer_lists),
         },
-        "match": {"node_selector": draw(mostly("", "tier=compute", "!tier"))},
+        "match": {"node_selector": draw(selectors)},
     }
     data = {
-        "dry_run": draw(st.booleans()),
-        "paused": draw(mostly(False, True)),
+        "dry_run": draw(booleans),
+        "paused": draw(rarely),
         "rules": [rule],
         "cluster": {
-            "max_fenced_nodes": draw(st.integers(1 if room else 0, 3)),
-            "min_ready_fraction": draw(
-                st.sampled_from([0.0, 0.3, 0.51, 0.8, 0.95][: 4 if room else 5])
-            ),
-            "control_plane_quorum": draw(mostly(True, False)),
-            "storm_not_ready_fraction": draw(st.sampled_from([0.1, 0.3, 0.5, 0.9, 1.0])),
-            "storm_cooldown_seconds": draw(st.sampled_from([0, 600])),
-            "claim_timeout_seconds": draw(st.sampled_from([30, 300, 900])),
+            "max_fenced_nodes": draw(budgets[room]),
+            "min_ready_fraction": draw(ready_fractions[room]),
+            "control_plane_quorum": draw(usually),
+            "storm_not_ready_fraction": draw(storm_fractions),
+            "storm_cooldown_seconds": draw(storm_cooldowns),
+            "claim_timeout_seconds": draw(claim_timeouts),
         },
     }
     return parse_policy(data, "<generated>")
@@ -377,6 +431,12 @@ def rule_of(policy: Policy) -> Rule:
     return policy.rules[0]
 
 
+broken_dimensions = st.sets(st.sampled_from(DIMENSIONS), max_size=3)
+down_statuses = st.sampled_from(["Unknown", "False"])
+record_kinds = st.sampled_from(["none", "claim", "claim", "fenced", "recreated"])
+spent_slots = st.lists(st.sampled_from([*OTHER_NODES, "?"]), min_size=1, unique=True)
+
+
 @st.composite
 def near_cases(draw: st.DrawFn) -> Case:
     """Facts placed just either side of the policy's thresholds: a state where every guard
@@ -385,8 +445,8 @@ def near_cases(draw: st.DrawFn) -> Case:
     never matter. Uniformly random facts almost never reach an action."""
     policy = draw(policies(room=True))
     rule = rule_of(policy)
-    firing = draw(st.booleans())
-    broken = draw(st.sets(st.sampled_from(DIMENSIONS), max_size=3))
+    firing = draw(booleans)
+    broken = draw(broken_dimensions)
     near = st.integers(-30, 900)
     skew = draw(skews)
 
@@ -394,7 +454,7 @@ def near_cases(draw: st.DrawFn) -> Case:
         return ago(threshold + draw(near))
 
     uid = "uid-a"
-    down = draw(st.sampled_from(["Unknown", "False"]))
+    down = draw(down_statuses)
     status = ("True" if firing else down) if "ready" in broken else (down if firing else "True")
     window = rule.lease_staleness_seconds
     fresh = ago(draw(st.integers(-60, window - 1)))
@@ -414,7 +474,7 @@ def near_cases(draw: st.DrawFn) -> Case:
         server = after(window + 1) if "lease" in broken else fresh
     lease = LeaseFacts(renew_time=shifted(server, skew), holder=NODE, server_renewed=server)
     labels = {"tier": "compute"}
-    if "control-plane" in broken or draw(st.booleans()):
+    if "control-plane" in broken or draw(booleans):
         labels[CONTROL_PLANE_LABELS[0]] = ""
 
     seen, seen_transition = after(rule.healthy_delay_seconds), transition
@@ -436,7 +496,7 @@ def near_cases(draw: st.DrawFn) -> Case:
     taint: Taint | None = None if firing else our_taint(rule.taint_effect)
     if "record" in broken:
         claimed = ago(draw(st.integers(0, 2 * policy.cluster.claim_timeout_seconds)))
-        kind = draw(st.sampled_from(["none", "claim", "claim", "fenced", "recreated"]))
+        kind = draw(record_kinds)
         entries = {
             "none": [],
             # A claim whose taint never came (completed or rolled back), or whose taint is on.
@@ -444,7 +504,7 @@ def near_cases(draw: st.DrawFn) -> Case:
             "fenced": [fenced],
             "recreated": [replace(fenced, uid="uid-b")],
         }[kind]
-        if firing and kind != "none" and draw(st.booleans()):
+        if firing and kind != "none" and draw(booleans):
             # Already fenced: the repeated alert may only purge what is left.
             taint = our_taint(rule.taint_effect)
     if "taint" in broken:
@@ -472,7 +532,7 @@ def near_cases(draw: st.DrawFn) -> Case:
     )
     unreadable: tuple[str, ...] = ()
     if "budget" in broken:
-        spent = draw(st.lists(st.sampled_from([*OTHER_NODES, "?"]), min_size=1, unique=True))
+        spent = draw(spent_slots)
         entries.extend(other_entry(name) for name in spent if name != "?")
         # "?": a slot held by an entry nobody can read.
         unreadable = ("fence.worker-4",) if "?" in spent else ()
@@ -480,10 +540,10 @@ def near_cases(draw: st.DrawFn) -> Case:
         entries.append(other_entry("cp-2"))
     flap = rule.flap_window_seconds
     last = ago(draw(st.integers(0, flap)) if "flap" in broken else flap + draw(near) + 31)
-    released = (Release(NODE, uid, last, "unfenced"),) if draw(st.booleans()) else ()
+    released = (Release(NODE, uid, last, "unfenced"),) if draw(booleans) else ()
     record = FenceRecord(tuple(entries), released, unreadable, "5")
 
-    pod_list = tuple(draw(st.lists(pods, max_size=4)))
+    pod_list = tuple(draw(pod_lists))
     if "pods" not in broken and not firing:
         pod_list = tuple(p for p in pod_list if not p.terminating)
     total = 10

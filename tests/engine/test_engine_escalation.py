@@ -24,6 +24,7 @@ from engine_factories import (
     node,
     record,
 )
+from engine_strategies import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
@@ -57,7 +58,9 @@ MACHINE = "4c4c4544-0042-3010-8050-b7c04f4e3332"
 OTHER = "4c4c4544-0042-3010-8050-b7c04f4e9999"
 SOURCE = "redfish https://bmc-1.example/redfish/v1/Systems/1"
 UNAUTHORISED = "HTTP 401 from the BMC: invalid user name or password"
-PROFILE = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def redfish(on_failure: str = "approval", action: str = "off", **rule: Any) -> Policy:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from engine_factories import CLAIM_TOKEN, NODE, NOW, ago, entry, event, facts, node, record
+from engine_strategies import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,9 @@ from nodefence.policy import Policy, parse_policy
 pytestmark = pytest.mark.invariant("S10")
 
 SOURCE = "fence-agent fence_openstack plug=5f0c"
-PROFILE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def fence_agent_policy(action: str, timeout: float = 30) -> Policy:

@@ -5,6 +5,7 @@ one of the names listed beside it, never on an empty read, and says which names 
 from __future__ import annotations
 
 import pytest
+from engine_strategies import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ NODE = "compute01"
 NAMES = st.sampled_from(["vm-a", "VM-A ", "vm-b", "compute01", "compute02", "", " "])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     expected=NAMES.filter(lambda n: n.strip() != ""),
     value=NAMES,

@@ -28,6 +28,7 @@ from engine_factories import (
     policy,
     record,
 )
+from engine_strategies import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -326,7 +327,7 @@ def foreign_or_own_taint(draw: st.DrawFn) -> tuple[NodeFacts, FenceEntry]:
 
 
 @pytest.mark.invariant("S4")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=foreign_or_own_taint(), lease_age=st.sampled_from([5, 900]))
 def test_s4_a_taint_not_shown_to_be_nodefences_is_never_confirmed_purged_under_or_removed(
     case: tuple[NodeFacts, FenceEntry], lease_age: int
@@ -363,7 +364,7 @@ def cluster_with_taints(draw: st.DrawFn) -> tuple[tuple[str, ...], tuple[FenceEn
 
 
 @pytest.mark.invariant("S3")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=cluster_with_taints())
 def test_s3_no_claim_beyond_the_budget_counting_taints_outside_the_record(
     case: tuple[tuple[str, ...], tuple[FenceEntry, ...], int],
@@ -395,7 +396,7 @@ def entry_at_any_step(draw: st.DrawFn) -> FenceEntry:
 
 
 @pytest.mark.invariant("S7")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     held=entry_at_any_step(),
     tainted=st.booleans(),
