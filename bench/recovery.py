@@ -65,6 +65,15 @@ CRONJOB = REPO / "deploy" / "components" / "reconcile-cronjob" / "cronjob.yaml"
 TRIGGER = "NodefenceNodeNotReady"
 NODE = "control02"
 NAMESPACE = "openstack"
+# With real kubelets (``simulate --real-nodes 2``): the machine that dies, the one its pod moves
+# to, and the benchmark's own StatefulSet there (the seed's pods stay on kwok nodes).
+REAL_NODE, REAL_OTHER = "real01", "real02"
+REAL_NAMESPACE = "default"
+REAL_STATEFULSET = "db"
+# Every real node runs this image from its own containerd; no kubelet pulls.
+REAL_IMAGE = "nodefence-sim/busybox:1"
+# The real nodes' machines boot after the seed is loaded, under the same busy machine.
+REAL_NODES_START_SECONDS = 300.0
 OOS = "node.kubernetes.io/out-of-service"
 TOKEN = "bench-recovery-token"  # noqa: S105 - a loopback-only receiver started by the benchmark
 # The first release with NodeOutOfServiceVolumeDetach locked on: the out-of-service taint then
@@ -324,6 +333,19 @@ class Case:
     # "receiver", the receiver itself every period, with its Node watch and wake-ups, and no
     # CronJob (the Deployment overlay and the Helm chart's default).
     passes: str = "cronjob"
+    # Whose node dies: "kwok", the seed's control02, a kwok kubelet whose StatefulSet pods are
+    # the seed's; "real", real01, a real kubelet with containerd and runc (``simulate
+    # --real-nodes 2``, the real backend only) running the benchmark's own StatefulSet, whose
+    # pod must run again, ready, on real02.
+    nodes: str = "kwok"
+
+    @property
+    def node(self) -> str:
+        return REAL_NODE if self.nodes == "real" else NODE
+
+    @property
+    def namespace(self) -> str:
+        return REAL_NAMESPACE if self.nodes == "real" else NAMESPACE
 
 
 CASES = (
@@ -508,6 +530,21 @@ class Api:
                 return None
             raise RuntimeError(f"GET {path} -> {exc.code}: {exc.read()[:300]!r}") from exc
 
+    def send(self, method: str, path: str, body: Mapping[str, Any]) -> None:
+        """Create (POST) or merge-patch (PATCH) at ``path``; any error answer raises."""
+        kind = "merge-patch+json" if method == "PATCH" else "json"
+        request = urllib.request.Request(  # noqa: S310 - loopback
+            self.server + path,
+            data=json.dumps(body).encode(),
+            method=method,
+            headers={**self._headers, "Content-Type": f"application/{kind}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self._tls):  # noqa: S310
+                return
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{method} {path} -> {exc.code}: {exc.read()[:300]!r}") from exc
+
 
 class Stack:
     """The cluster (the simulator, or the real control plane behind the same control surface),
@@ -521,6 +558,8 @@ class Stack:
         self.kubeconfig, self.inventory = work / "kubeconfig", work / "bmc-inventory.yaml"
         self.control_url = self._cluster(backend)
         self.api = Api(self.kubeconfig)
+        if case.nodes == "real":
+            self._place_statefulset()
         policy = work / "policy.yaml"
         policy.write_text(yaml.safe_dump(case_policy(case, delays), sort_keys=False), "utf-8")
         self.env = {
@@ -568,6 +607,11 @@ class Stack:
             grace = format_duration(self.delays.node_monitor_grace)
             argv += ["--scenario", "seed", "--node-monitor-grace-period", grace]
             within = REAL_START_SECONDS
+            if self.case.nodes == "real":
+                argv += ["--real-nodes", "2"]
+                within += REAL_NODES_START_SECONDS
+        elif self.case.nodes == "real":
+            raise ValueError("real kubelets run on the real backend only")
         else:
             scenario = work / "scenario.yaml"
             text = yaml.safe_dump(seed_scenario(self.delays, self.factor), sort_keys=False)
@@ -588,6 +632,23 @@ class Stack:
 
         eventually(loaded, within=within, interval=1.0, what=f"simulate --backend {backend}")
         return url
+
+    def _place_statefulset(self) -> None:
+        """The benchmark's StatefulSet of one busybox pod on the real nodes, placed on the one
+        that dies: the other is cordoned until the pod runs and is ready."""
+        other = f"/api/v1/nodes/{REAL_OTHER}"
+        self.api.send("PATCH", other, {"spec": {"unschedulable": True}})
+        self.api.send(
+            "POST",
+            f"/apis/apps/v1/namespaces/{REAL_NAMESPACE}/statefulsets",
+            real_statefulset(),
+        )
+        eventually(
+            lambda: bool(_healthy(self)),
+            within=REAL_NODES_START_SECONDS,
+            what=f"{REAL_STATEFULSET}-0 Running and ready on {REAL_NODE}",
+        )
+        self.api.send("PATCH", other, {"spec": {"unschedulable": False}})
 
     def _alertmanager(self, port: int) -> None:
         work = self.procs.workdir / "alertmanager"
@@ -643,51 +704,63 @@ class Stack:
         """The kubelet stops now (no backdating), and with ``case.failure`` "off" the machine's
         power with it; returns that moment and the Lease's last renewal before it, from which
         the node lifecycle controller counts its grace."""
+        node = self.case.node
         death = time.time()
         if self.case.failure == "off":
             self._lose_power()
         else:
-            status, body = http("POST", f"{self.control_url}/sim/v1/nodes/{NODE}/down", {})
+            status, body = http("POST", f"{self.control_url}/sim/v1/nodes/{node}/down", {})
             if status != 200:
-                raise RuntimeError(f"down {NODE} -> {status}: {body!r}")
+                raise RuntimeError(f"down {node} -> {status}: {body!r}")
         lease = self.api.get(
-            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
+            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
         )
         renewed = _iso(((lease or {}).get("spec") or {}).get("renewTime")) or death
         return death, min(renewed, death)
+
+    def leased(self) -> bool:
+        """Whether the node's kubelet has renewed its Lease: a real kubelet writes its first
+        one up to 10 s after its Node registered, and a node that dies before that has no Lease
+        to prove its death by (nodefence then refuses, as ``fence_without_lease`` is off)."""
+        lease = self.api.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.case.node}"
+        )
+        return bool(((lease or {}).get("spec") or {}).get("renewTime"))
 
     def _lose_power(self) -> None:
         """The machine loses power: a ForceOff sent by the benchmark itself (not by nodefence)
         to the node's BMC at the inventory's address, which stops its kubelet as ``down`` does
         and leaves the BMC reading Off, as a machine whose power failed reads."""
-        entry = yaml.safe_load(self.inventory.read_text(encoding="utf-8"))["nodes"][NODE]
+        node = self.case.node
+        entry = yaml.safe_load(self.inventory.read_text(encoding="utf-8"))["nodes"][node]
         login = base64.b64encode(f"{entry['username']}:{entry['password']}".encode()).decode()
         headers = {"Authorization": f"Basic {login}"}
         system = f"{entry['address']}{entry['system']}"
         reset = f"{system}/Actions/ComputerSystem.Reset"
         status, body = http("POST", reset, {"ResetType": "ForceOff"}, headers=headers)
         if status != 204:
-            raise RuntimeError(f"ForceOff {NODE} -> {status}: {body[:300]!r}")
+            raise RuntimeError(f"ForceOff {node} -> {status}: {body[:300]!r}")
         status, body = http("GET", system, headers=headers)
         state = json.loads(body).get("PowerState") if status == 200 else None
         if state != "Off":
-            raise RuntimeError(f"{NODE}'s BMC reads {state!r} after ForceOff ({status})")
+            raise RuntimeError(f"{node}'s BMC reads {state!r} after ForceOff ({status})")
 
     # ------------------------------------------------------------------ what the run watches
     def node(self) -> dict[str, Any]:
-        found = self.api.get(f"/api/v1/nodes/{NODE}")
+        found = self.api.get(f"/api/v1/nodes/{self.case.node}")
         if found is None:
-            raise RuntimeError(f"node {NODE} is gone")
+            raise RuntimeError(f"node {self.case.node} is gone")
         return found
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        return self.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+        return self.api.get(f"/api/v1/namespaces/{self.case.namespace}/pods/{name}")
 
     def stateful_pods(self) -> list[dict[str, Any]]:
         """The StatefulSet pods on the node that dies: placed by the simulator's seed, or by
         the real scheduler, so read rather than named."""
         found = self.api.get(
-            f"/api/v1/namespaces/{NAMESPACE}/pods?fieldSelector=spec.nodeName%3D{NODE}"
+            f"/api/v1/namespaces/{self.case.namespace}/pods"
+            f"?fieldSelector=spec.nodeName%3D{self.case.node}"
         )
         return [
             pod
@@ -708,7 +781,7 @@ class Stack:
         alerts = get_json(f"{self.prom_url}/api/v1/alerts")["data"]["alerts"]
         return any(
             a["labels"].get("alertname") == TRIGGER
-            and a["labels"].get("node") == NODE
+            and a["labels"].get("node") == self.case.node
             and a["state"] == "firing"
             for a in alerts
         )
@@ -719,7 +792,7 @@ class Stack:
             return None
         for alert in get_json(f"{self.am_url}/api/v2/alerts"):
             labels = alert["labels"]
-            if labels.get("alertname") == TRIGGER and labels.get("node") == NODE:
+            if labels.get("alertname") == TRIGGER and labels.get("node") == self.case.node:
                 return _iso(alert.get("startsAt"))
         return None
 
@@ -736,7 +809,7 @@ class Stack:
         """The receiver's last decisions on the node (``GET /decisions``), newest first."""
         status, body = http(
             "GET",
-            f"{self.nodefence_url}/decisions?node={NODE}&limit=200",
+            f"{self.nodefence_url}/decisions?node={self.case.node}&limit=200",
             headers={"Authorization": f"Bearer {TOKEN}"},
         )
         if status != 200:
@@ -749,23 +822,23 @@ class Stack:
         return value
 
 
-def taint_written(records: Sequence[Mapping[str, Any]]) -> float | None:
+def taint_written(records: Sequence[Mapping[str, Any]], node: str) -> float | None:
     """The arrival of the first successful write of the node: nodefence writes the node for
     the taint first (the claim before it is in its own ConfigMap)."""
     for record in records:
         if (
             record["method"] in ("PUT", "PATCH")
-            and record["path"] == f"/api/v1/nodes/{NODE}"
+            and record["path"] == f"/api/v1/nodes/{node}"
             and 200 <= record["status"] < 300
         ):
             return float(record["at"])
     return None
 
 
-def pods_deleted(records: Sequence[Mapping[str, Any]], names: Iterable[str]) -> int:
+def pods_deleted(records: Sequence[Mapping[str, Any]], names: Iterable[str], namespace: str) -> int:
     """How many of the pods a client (nodefence's purge) deleted; the rest went by the
     controllers' own hand (the taint's eviction, then the pod garbage collector)."""
-    paths = {f"/api/v1/namespaces/{NAMESPACE}/pods/{name}" for name in names}
+    paths = {f"/api/v1/namespaces/{namespace}/pods/{name}" for name in names}
     return len(
         {
             r["path"]
@@ -775,9 +848,46 @@ def pods_deleted(records: Sequence[Mapping[str, Any]], names: Iterable[str]) -> 
     )
 
 
+def running_ready(pod: dict[str, Any]) -> bool:
+    """Running with every container ready: a real kubelet reports Running before its
+    containers' readiness, kwok and the simulator both at once."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return pod_status(pod) == "Running" and bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+def real_statefulset() -> dict[str, Any]:
+    """One pod on the real nodes (``sim.nodefence.io/kubelet: real``) from the image every
+    real node holds, with no volume: no real CSI driver runs there yet."""
+    labels = {"app": REAL_STATEFULSET}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": REAL_STATEFULSET},
+        "spec": {
+            "replicas": 1,
+            "serviceName": REAL_STATEFULSET,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"sim.nodefence.io/kubelet": "real"},
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": REAL_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", "while true; do sleep 1; done"],
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
 def _healthy(stack: Stack) -> dict[str, str]:
     pods = stack.stateful_pods()
-    if not pods or any(pod_status(pod) != "Running" for pod in pods):
+    if not pods or not all(running_ready(pod) for pod in pods):
         return {}
     return {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in pods}
 
@@ -813,8 +923,8 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
                 name not in running
                 and pod is not None
                 and pod["metadata"]["uid"] != uid
-                and pod_status(pod) == "Running"
-                and pod["spec"].get("nodeName") not in ("", NODE)
+                and running_ready(pod)
+                and pod["spec"].get("nodeName") not in ("", run.case.node)
             ):
                 running[name] = seen
         # From the previous round's end: the sleep and this round, how late a sighting can be.
@@ -826,7 +936,7 @@ def _watch(stack: Stack, run: Measured, uids: Mapping[str, str], within: float) 
     run.pods_running = max(running.values())
 
 
-def delivery_spans(records: Iterable[Mapping[str, Any]]) -> list[tuple[float, float]]:
+def delivery_spans(records: Iterable[Mapping[str, Any]], node: str) -> list[tuple[float, float]]:
     """When each webhook for the node arrived and when its answer went out: its request line
     is written at the answer, ``duration_ms`` after the arrival."""
     return sorted(
@@ -834,14 +944,14 @@ def delivery_spans(records: Iterable[Mapping[str, Any]]) -> list[tuple[float, fl
         for r in records
         if r.get("event") == "http_request"
         and r.get("path") == "/alerts"
-        and NODE in str(r.get("group_key"))
+        and node in str(r.get("group_key"))
         and (moment := _iso(r.get("timestamp"))) is not None
     )
 
 
-def deliveries(records: Iterable[Mapping[str, Any]]) -> list[float]:
+def deliveries(records: Iterable[Mapping[str, Any]], node: str) -> list[float]:
     """When each webhook for the node arrived."""
-    return [arrived for arrived, _ in delivery_spans(records)]
+    return [arrived for arrived, _ in delivery_spans(records, node)]
 
 
 # A decision's line is written before its webhook's answer; this much later still counts.
@@ -869,7 +979,7 @@ SOURCES = {
 }
 
 
-def receiver_source(entries: Sequence[Mapping[str, Any]]) -> tuple[str, float | None]:
+def receiver_source(entries: Sequence[Mapping[str, Any]], node: str) -> tuple[str, float | None]:
     """Who made the receiver's first decision on the node that fenced, from its ``GET
     /decisions`` (newest first), and when it decided (the API server's clock, to the second)."""
     for entry in reversed(entries):
@@ -877,7 +987,7 @@ def receiver_source(entries: Sequence[Mapping[str, Any]]) -> tuple[str, float | 
             r.get("action") == "fence" and r.get("outcome") == "done"
             for r in entry.get("results") or []
         )
-        if entry.get("node") == NODE and done:
+        if entry.get("node") == node and done:
             source = str(entry.get("source"))
             return SOURCES.get(source, source), _iso(entry.get("decided_at"))
     return WATCH, None
@@ -892,12 +1002,13 @@ def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
         for r in log_records(stack.serve.output())
         if (_iso(r.get("timestamp")) or 0.0) >= run.death
     ]
-    spans = delivery_spans(records)
+    node = run.case.node
+    spans = delivery_spans(records, node)
     run.first_delivery = spans[0][0] if spans else None
     first = spans[0] if spans else None
     for record in records:
         moment = _iso(record.get("timestamp")) or 0.0
-        if record.get("event") == "decision" and record.get("node") == NODE:
+        if record.get("event") == "decision" and record.get("node") == node:
             blocked = record.get("blocked_by")
             verdict = str(record.get("verdict")) + (f" ({blocked})" if blocked else "")
             if run.first_decision is None:
@@ -908,45 +1019,45 @@ def _read_logs(stack: Stack, run: Measured, cron: ReconcileCron) -> None:
                 and first[0] <= moment <= first[1] + ANSWER_SLACK_SECONDS
             ):
                 run.first_delivery_verdict = verdict
-            if fenced(record, NODE) and not run.fenced_by:
+            if fenced(record, node) and not run.fenced_by:
                 run.fenced_by, run.trigger = fenced_by_receiver(spans, moment)
                 if run.fenced_by == WATCH:
-                    run.fenced_by, run.decided = receiver_source(stack.decisions())
-        elif powered_off(record):
+                    run.fenced_by, run.decided = receiver_source(stack.decisions(), node)
+        elif powered_off(record, node):
             run.power_off = run.power_off or moment
-        elif power_read(record) and run.power_read is None:
+        elif power_read(record, node) and run.power_read is None:
             run.power_read, run.power_read_state = moment, str(record.get("state"))
     after = [p for p in cron.passes if p.started >= run.death]
     run.passes = len(after)
     for done in after:
         records = list(log_records(done.process.output()))
-        if not run.fenced_by and any(fenced(r, NODE) for r in records):
+        if not run.fenced_by and any(fenced(r, node) for r in records):
             run.fenced_by, run.trigger = done.process.name, done.slot
             stamps = [_iso(r.get("timestamp")) for r in records]
             last = max((s for s in stamps if s is not None), default=None)
             run.pass_seconds = None if last is None else last - done.started
         for record in records:
-            if powered_off(record):
+            if powered_off(record, node):
                 run.power_off = run.power_off or _iso(record.get("timestamp"))
-            elif power_read(record) and run.power_read is None:
+            elif power_read(record, node) and run.power_read is None:
                 run.power_read = _iso(record.get("timestamp"))
                 run.power_read_state = str(record.get("state"))
 
 
-def power_read(record: Mapping[str, Any]) -> bool:
+def power_read(record: Mapping[str, Any], node: str) -> bool:
     """A read-only reading of the node's machine: the one a decision held back by waits asks
     for (``early_power_read``), or a power step that sent nothing."""
-    if record.get("node") != NODE:
+    if record.get("node") != node:
         return False
     event = record.get("event")
     return event == "early_power_read" or (event == "power_action" and not record.get("sent"))
 
 
-def powered_off(record: Mapping[str, Any]) -> bool:
+def powered_off(record: Mapping[str, Any], node: str) -> bool:
     """The BMC read back Off after nodefence's power-off (not a mere status read)."""
     return (
         record.get("event") == "power_action"
-        and record.get("node") == NODE
+        and record.get("node") == node
         and bool(record.get("sent"))
         and record.get("state") == "off"
     )
@@ -972,8 +1083,9 @@ def measure(
         try:
             stack = Stack(procs, case, delays, factor, backend)
             uids = eventually(
-                lambda: _healthy(stack), within=120, what=f"StatefulSet pods Running on {NODE}"
+                lambda: _healthy(stack), within=120, what=f"StatefulSet pods Running on {case.node}"
             )
+            eventually(stack.leased, within=120, what=f"{case.node}'s kubelet Lease")
             if case.alertmanager:
                 eventually(stack.scraped, within=120, what="Prometheus scraping the cluster")
                 time.sleep(delays.evaluation_interval)
@@ -986,8 +1098,8 @@ def measure(
                 _watch(stack, run, uids, within=watch_budget(case, delays))
                 run.firing = stack.starts_at() or run.firing
                 requests = stack.requests(cursor)
-                run.taint = taint_written(requests) or run.taint
-                run.pods_deleted = pods_deleted(requests, uids)
+                run.taint = taint_written(requests, case.node) or run.taint
+                run.pods_deleted = pods_deleted(requests, uids, case.namespace)
                 # The replacements can run before nodefence has logged the decision that
                 # fenced: its line is written once the purge is done.
                 deadline = time.monotonic() + LOG_WAIT_SECONDS
@@ -1240,6 +1352,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --backend real: reachable, unreachable (no alert is ever delivered), or both",
     )
     parser.add_argument(
+        "--nodes",
+        choices=("kwok", "real"),
+        default="kwok",
+        help="with --backend real: whose node dies: kwok, the seed's control02; real, real01 of "
+        "simulate --real-nodes 2 (real kubelets, containerd, runc; needs root), whose "
+        "StatefulSet pod runs again on real02 (the simulator, which has no real kubelet, not "
+        "beside it)",
+    )
+    parser.add_argument(
         "--runs", type=int, default=1, help="with --backend real: runs of each, median reported"
     )
     parser.add_argument(
@@ -1261,11 +1382,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             alertmanager=tuple(args.alertmanager.split(",")),
             runs=args.runs,
             simulator=args.simulator,
+            nodes=args.nodes,
         )
         ended = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         command = (
             f"python -m bench.recovery --backend real --settings {args.settings} --failure "
             f"{args.failure} --alertmanager {args.alertmanager} --runs {args.runs}"
+            + ("" if args.nodes == "kwok" else f" --nodes {args.nodes}")
             + ("" if args.simulator else " --no-simulator")
         )
         print()

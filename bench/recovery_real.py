@@ -62,6 +62,8 @@ FRESH_CLUSTER = {"storm_cooldown_seconds": 0}
 BACKENDS = ("real", "sim")
 FAILURES = ("hung", "off")
 ALERTMANAGER = ("reachable", "unreachable")
+NODES = ("kwok", "real")
+KUBELETS = {"kwok": "", "real": ", real kubelets (real01 -> real02, no volume)"}
 # The goal at the shipped defaults: a machine that lost power, its StatefulSet pods Running
 # elsewhere within 90 s of the death (median of the runs); a hung one within the controller's
 # grace period, the NotReady minimum and 30 s.
@@ -78,12 +80,14 @@ class Setting:
 MACHINE = {"hung": "machine hung (BMC reads On)", "off": "machine lost power (BMC reads Off)"}
 
 
-def settings(failure: str = "hung", alertmanager: str = "reachable") -> tuple[Setting, ...]:
-    """Both settings for one failure and one Alertmanager, derived from the shipped files so
-    that a change there moves the figures; a Case fences on the first delivery exactly when its
-    waits are over by then."""
-    if failure not in FAILURES or alertmanager not in ALERTMANAGER:
-        raise ValueError(f"failure {failure!r}, Alertmanager {alertmanager!r}")
+def settings(
+    failure: str = "hung", alertmanager: str = "reachable", nodes: str = "kwok"
+) -> tuple[Setting, ...]:
+    """Both settings for one failure, one Alertmanager and one kind of node, derived from the
+    shipped files so that a change there moves the figures; a Case fences on the first delivery
+    exactly when its waits are over by then."""
+    if failure not in FAILURES or alertmanager not in ALERTMANAGER or nodes not in NODES:
+        raise ValueError(f"failure {failure!r}, Alertmanager {alertmanager!r}, nodes {nodes!r}")
     shipped = replace(shipped_delays(), node_monitor_grace=parse_duration(DEFAULT_GRACE))
     fastest = replace(
         shipped,
@@ -92,7 +96,7 @@ def settings(failure: str = "hung", alertmanager: str = "reachable") -> tuple[Se
         min_not_ready=0.0,
         lease_staleness=FASTEST_GRACE_SECONDS,
     )
-    how = f", {MACHINE[failure]}, Alertmanager {alertmanager}"
+    how = f", {MACHINE[failure]}, Alertmanager {alertmanager}{KUBELETS[nodes]}"
     reachable = alertmanager == "reachable"
 
     def case(key: str, title: str, first_delivery_fences: bool) -> Case:
@@ -105,6 +109,7 @@ def settings(failure: str = "hung", alertmanager: str = "reachable") -> tuple[Se
             failure=failure,
             alertmanager=reachable,
             passes="receiver",
+            nodes=nodes,
         )
 
     return (
@@ -405,17 +410,20 @@ def run(
     alertmanager: Sequence[str] = ("reachable",),
     runs: int = 1,
     simulator: bool = True,
+    nodes: str = "kwok",
 ) -> list[Measured]:
     """Each chosen setting, failure and Alertmanager, ``runs`` times on the real control plane,
-    each followed by the simulator; one backend at a time."""
+    each followed by the simulator (not with real kubelets, which it has none of); one backend
+    at a time."""
     out = []
+    backends = BACKENDS if simulator and nodes == "kwok" else ("real",)
     for failure in failures:
         for reachable in alertmanager:
-            for setting in settings(failure, reachable):
+            for setting in settings(failure, reachable, nodes):
                 if setting.case.key not in keys:
                     continue
                 for number in range(1, runs + 1):
-                    for backend in BACKENDS if simulator else ("real",):
+                    for backend in backends:
                         stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
                         print(
                             f"{stamp} time to recovery: {setting.case.title} on {backend}, "

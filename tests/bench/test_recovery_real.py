@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 from bench.recovery import (
+    NAMESPACE,
+    NODE,
     POLICY,
     TRIGGER,
     WATCH,
@@ -16,7 +18,9 @@ from bench.recovery import (
     fenced_by_receiver,
     parse_duration,
     pods_deleted,
+    real_statefulset,
     receiver_source,
+    running_ready,
     scaled_rules,
     shipped_delays,
     watch_budget,
@@ -123,7 +127,7 @@ def test_deliveries_are_dated_by_their_arrival() -> None:
         },
         {"event": "http_request", "path": "/readyz", "timestamp": "2026-01-01T00:00:11Z"},
     ]
-    (arrived,) = deliveries(records)
+    (arrived,) = deliveries(records, NODE)
     assert arrived % 60 == pytest.approx(9.5)
 
 
@@ -135,7 +139,7 @@ def test_pods_deleted_counts_each_pod_once_and_only_successes() -> None:
         {"method": "DELETE", "path": path + "b", "status": 404},
         {"method": "GET", "path": path + "c", "status": 200},
     ]
-    assert pods_deleted(records, ["a", "b", "c"]) == 1
+    assert pods_deleted(records, ["a", "b", "c"], NAMESPACE) == 1
 
 
 @pytest.mark.parametrize("alertmanager", ["reachable", "unreachable"])
@@ -219,8 +223,34 @@ def test_the_receivers_own_fence_is_named_by_its_decision_log() -> None:
         },
         {"node": "control02", "source": "wake-up", "results": []},
     ]
-    source, decided = receiver_source(entries)
+    source, decided = receiver_source(entries, NODE)
     assert source.startswith("receiver's wake-up")
     assert decided is not None
     assert decided % 60 == 10
-    assert receiver_source(entries[2:]) == (WATCH, None)
+    assert receiver_source(entries[2:], NODE) == (WATCH, None)
+
+
+def test_real_kubelets_move_the_benchmarks_statefulset_from_real01_to_real02() -> None:
+    """With real kubelets the dying node is real01 and the pod counted is the benchmark's own
+    StatefulSet's, placed on the real nodes from the image each of them holds."""
+    (shipped, _) = settings("off", "unreachable", "real")
+    assert (shipped.case.node, shipped.case.namespace) == ("real01", "default")
+    assert "real kubelets" in shipped.case.title
+    assert (SETTING["shipped"].case.node, SETTING["shipped"].case.namespace) == (NODE, NAMESPACE)
+    template = real_statefulset()["spec"]["template"]["spec"]
+    assert template["nodeSelector"] == {"sim.nodefence.io/kubelet": "real"}
+    assert template["containers"][0]["imagePullPolicy"] == "Never"
+    with pytest.raises(ValueError, match="nodes"):
+        settings("off", "reachable", "metal")
+
+
+def test_a_replacement_counts_once_every_container_is_ready() -> None:
+    """A real kubelet reports Running before its containers are ready; the run counts ready."""
+    pod = {
+        "metadata": {"name": "db-0"},
+        "status": {"phase": "Running", "containerStatuses": [{"ready": False, "state": {}}]},
+    }
+    assert not running_ready(pod)
+    pod["status"]["containerStatuses"][0]["ready"] = True
+    assert running_ready(pod)
+    assert not running_ready({"metadata": {}, "status": {"phase": "Running"}})
