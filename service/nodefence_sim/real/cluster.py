@@ -9,8 +9,9 @@ simulator's ``Simulation``, carried out on real processes and real objects.
 - ``recreate_node``: delete the Node and register it again from the scenario (a new UID).
 
 A large cluster's nodes share one kwok (``shared``, ``loader.load_shared``): there a node's
-kubelet dies when the node loses that kwok's label (kwok lets go of it and writes nothing more)
-and comes back when the label does.
+kubelet dies when the node loses that kwok's label (kwok lets go of it: its Lease is no longer
+renewed; a status report kwok had queued for it on a busy machine may still go out once) and
+comes back when the label does.
 
 On a node run by a real kubelet (``--real-nodes``), ``node_down`` SIGKILLs the kubelet alone: the
 machine, containerd and every container run on, writing to their volumes, which is what a
