@@ -17,6 +17,11 @@ node's BMC, which stops its kwok and leaves the BMC reading Off), each with Aler
 ``unreachable`` (no Prometheus or Alertmanager; nodefence's ``NODEFENCE_ALERTMANAGER_URL``
 names a closed port, no alert is ever delivered, and the Node watch or the fallback decides).
 
+With ``nodes`` "real" the node that dies is ``real01`` of ``simulate --real-nodes 2``, a real
+kubelet with containerd and runc whose ForceOff kills every container, running the benchmark's
+own StatefulSet (no volume), whose pod must run again, ready, on ``real02``; the simulator, which
+has no real kubelet, does not run beside it.
+
 Each runs beside the simulator with the same settings, in the same invocation, so the ratio
 is against a baseline measured under the same load. The dead node's waits are then listed one
 by one (:func:`waits`), from what the run saw: who set the fence off (a delivery, the
