@@ -161,6 +161,7 @@ def with_fencing(the: Policy, fencing: dict[str, str], dry_run: bool) -> Policy:
     return the.model_copy(update={"rules": rules, "dry_run": dry_run})
 
 
+@pytest.mark.invariant("S8")
 @PROFILE
 @given(case=cases, fencing=fencings, dry_run=dry_runs, read=reads)
 def test_the_look_is_asked_for_exactly_where_a_dry_run_would_touch_a_bmc_and_only_adds_its_reason(
