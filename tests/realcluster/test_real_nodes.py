@@ -257,7 +257,6 @@ def test_the_chart_runs_the_product_image_on_real_nodes(
     """``helm install --wait`` of the chart with the built image, on the two real nodes: both
     replicas Ready (their /readyz reached the API server with the in-cluster account), one on
     each node, each container running as 10001 on a read-only root filesystem."""
-    repository, tag = product_image[0].rsplit(":", 1)
     namespace, release = "nodefence-real", "real"
     cluster.core.create_namespace(
         {
@@ -271,28 +270,7 @@ def test_the_chart_runs_the_product_image_on_real_nodes(
         namespace,
         {"metadata": {"name": "nodefence-secrets"}, "stringData": {"NODEFENCE_ALERT_TOKEN": "t"}},
     )
-    install = helm(
-        "install",
-        release,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--set",
-        f"image.repository={repository}",
-        "--set",
-        f"image.tag={tag}",
-        "--set",
-        "image.pullPolicy=Never",
-        "--set-string",
-        "nodeSelector.sim\\.nodefence\\.io/kubelet=real",
-        "--wait",
-        "--timeout",
-        "5m",
-        home=tmp_path / "helm",
-        timeout=420,
-        check=False,
-        KUBECONFIG=str(cluster.kubeconfig),
-    )
+    install = install_on_real_nodes(cluster, product_image[0], release, namespace, tmp_path)
     assert install.returncode == 0, f"{install.stderr}\n{placement(cluster.core, namespace)}"
     pods = cluster.core.list_namespaced_pod(namespace).items
     assert sorted(p.spec.node_name for p in pods) == list(REAL)
@@ -344,7 +322,6 @@ def test_receivers_on_real_nodes_fence_the_node_one_of_them_ran_on(
     cluster: the machine is off (the receiver and the pod's container on it die), the node
     tainted, and the pod runs again on real01; powered on, the node is unfenced."""
     victim, survivor, marker = "real02", "real01", f"nodefence-test-{secrets.token_hex(6)}"
-    repository, tag = product_image[0].rsplit(":", 1)
     namespace, release = "nodefence-story", "story"
     bmcs = _inside(cluster)
     inventory = yaml.safe_load(Path(cluster.inventory).read_text())
@@ -367,20 +344,12 @@ def test_receivers_on_real_nodes_fence_the_node_one_of_them_ran_on(
     )
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(STORY_POLICY))
-    install = helm(
-        "install",
+    install = install_on_real_nodes(
+        cluster,
+        product_image[0],
         release,
-        str(CHART),
-        "--namespace",
         namespace,
-        "--set",
-        f"image.repository={repository}",
-        "--set",
-        f"image.tag={tag}",
-        "--set",
-        "image.pullPolicy=Never",
-        "--set-string",
-        "nodeSelector.sim\\.nodefence\\.io/kubelet=real",
+        tmp_path,
         "--set",
         "bmcInventory.enabled=true",
         "--set-json",
@@ -394,13 +363,6 @@ def test_receivers_on_real_nodes_fence_the_node_one_of_them_ran_on(
         "alertmanager.url=http://alertmanager.invalid:9093",
         "--set-file",
         f"policy={policy}",
-        "--wait",
-        "--timeout",
-        "5m",
-        home=tmp_path / "helm",
-        timeout=420,
-        check=False,
-        KUBECONFIG=str(cluster.kubeconfig),
     )
     assert install.returncode == 0, f"{install.stderr}\n{placement(cluster.core, namespace)}"
     receivers = cluster.core.list_namespaced_pod(namespace).items
@@ -504,6 +466,36 @@ def _statefulset(name: str, marker: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def install_on_real_nodes(
+    cluster: Any, image: str, release: str, namespace: str, tmp_path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``helm install --wait`` of the chart with the built ``image`` on the real nodes only."""
+    repository, tag = image.rsplit(":", 1)
+    return helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-string",
+        "nodeSelector.sim\\.nodefence\\.io/kubelet=real",
+        *extra,
+        "--wait",
+        "--timeout",
+        "5m",
+        home=tmp_path / "helm",
+        timeout=420,
+        check=False,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
 
 
 def _status(pid: int) -> dict[str, str]:
