@@ -36,6 +36,7 @@ from nodefence.engine import record as fence_record
 from nodefence.engine.authorship import FIELD_MANAGER, taint_authorship
 from nodefence.engine.decide import decide, decide_reconcile
 from nodefence.engine.evidence import PowerEvidence
+from nodefence.engine.identity import MachineBinding
 from nodefence.engine.mirror import FENCED_AT, FENCED_BY, FENCED_BY_VALUE, NODE_UID, RULE
 from nodefence.engine.model import (
     ClaimAction,
@@ -209,14 +210,19 @@ def test_pause_mid_fence_rolls_the_claim_back_but_never_a_written_fence() -> Non
 
 
 def rebooting(
-    *, sent: float | None, count: int = 0, pods: tuple = (), power: PowerEvidence | None = None
+    *,
+    sent: float | None,
+    count: int = 0,
+    pods: tuple = (),
+    power: PowerEvidence | None = None,
+    binding: MachineBinding | None = None,
 ) -> Decision:
     held = replace(
         entry(),
         power_on_sent_at=None if sent is None else ago(sent),
         power_on_count=count,
     )
-    f = facts(fenced_node(), held=held, pods=pods, power=power)
+    f = replace(facts(fenced_node(), held=held, pods=pods, power=power), machine=binding)
     return decide_reconcile(f, policy(rule=REDFISH_REBOOT), NOW, NODE)
 
 
@@ -255,6 +261,27 @@ def test_the_power_ons_are_bounded_and_the_decision_says_a_person_must_look() ->
     [stop] = [r for r in d.reasons if r.guard == "reboot"]
     assert not stop.passed
     assert "does not power it on again" in stop.message
+
+
+def test_no_power_on_through_a_target_the_inventory_gives_two_nodes() -> None:
+    """The inventory changed since the fence: the target may now be another node's machine,
+    so neither its power state is read nor a power-on sent there (S10)."""
+    shared = MachineBinding(NODE, "redfish https://bmc/1", "redfish", shared_with=("worker-2",))
+    off = PowerEvidence("off", "redfish bmc", at=NOW)
+    for d in (
+        rebooting(sent=None, binding=shared),
+        rebooting(sent=60, binding=shared),
+        rebooting(sent=60, count=1, power=off, binding=shared),
+    ):
+        assert d.actions == (), d
+        [stop] = [r for r in d.reasons if r.guard == "reboot"]
+        assert not stop.passed
+        assert "power the machine on by hand" in stop.message
+        [identity] = [r for r in d.reasons if r.guard == "machine-identity"]
+        assert "worker-2" in identity.message
+    own = MachineBinding(NODE, "redfish https://bmc/1", "redfish")
+    [power_on] = rebooting(sent=None, binding=own).actions
+    assert isinstance(power_on, PowerAction)
 
 
 # ------------------------------------------------------------------ S7 and the record

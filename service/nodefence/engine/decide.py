@@ -441,6 +441,13 @@ def _leftovers(
     fencing = rule.fencing
     reboots = fencing is not None and fencing.action == "reboot" and fencing.powers
     if reboots and fencing is not None and entry.phase is Phase.FENCED and stays == purges:
+        shared = machine.binding_reason(node, facts)
+        if shared is not None and not shared.passed:
+            # A target the inventory gives two nodes may be the other node's machine: neither
+            # its power state nor a power-on there is this node's.
+            draft.add(shared.guard, False, shared.message)
+            draft.add(REBOOT, False, reboot.NOT_SHARED)
+            return draft.finish(Verdict.NOOP, confirm, confirmed_down=True)
         step = reboot.next_step(
             node,
             entry,

@@ -8,7 +8,8 @@ A power-on can be lost: a BMC that drops the action, or a power-off that arrives
 step another replica started before the machine came back. So a fenced node that is still down
 well after its power-on was sent has its machine's power state read; if it reads Off, it is
 powered on once more, and after ``MAX_POWER_ONS`` the decision says a person must look, rather
-than power-cycling a machine without bound.
+than power-cycling a machine without bound. Nor is a machine powered on through a target the BMC
+inventory gives to two nodes (an inventory changed since the fence): it may be the other node's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from nodefence.engine.wording import duration, instant
 from nodefence.policy import Fencing
 
 MAX_POWER_ONS = 2
+NOT_SHARED = (
+    "nodefence powers on no target that the BMC inventory gives to more than one node: "
+    "power the machine on by hand, or correct the inventory"
+)
 _MAX_LISTED = 5
 
 
