@@ -389,7 +389,8 @@ async def test_a_silence_in_force_when_read_holds_from_that_reading_once_alertma
     """Alertmanager stamps a new silence's start on its own clock, to the millisecond; the API
     server's ``Date`` has whole seconds, so a pass a moment later can read a ``now`` before that
     start. A silence Alertmanager said was in force when read had started by then: recalled
-    during the outage, it holds from that reading."""
+    during the outage, it holds from that reading, also for a replica whose estimate of the
+    clock reads a moment before it."""
     async with (
         running_simulator(Simulation.from_scenario("seed")) as cluster,
         start_receiver(
@@ -413,6 +414,11 @@ async def test_a_silence_in_force_when_read_holds_from_that_reading_once_alertma
         [held] = recalled.silences
         assert held.active(now)
         assert held.starts_at == read_at
+        # Another replica's estimate of the API server's clock, from whole-second Dates, may
+        # read a moment before this reading, though it recalls after it.
+        behind = read_at - timedelta(milliseconds=400)
+        [also_held] = (await store.recalled(behind, deadline)).silences
+        assert also_held.active(behind)
         # Not in force when read (pending): its own start stands.
         pending = dataclasses.replace(just_set, id="pending", in_force=False)
         await store.keep((pending,), read_at, deadline)

@@ -132,7 +132,7 @@ class SilenceStore:
         )
         self.last = Known(newest.silences, newest.read_at, live=False)
         # Judged on their times alone now: Alertmanager's word that one was in force is old.
-        recalled = (_on_times(s, newest.read_at) for s in newest.silences)
+        recalled = (_on_times(s, newest.read_at, now) for s in newest.silences)
         return Known(tuple(s for s in recalled if s.ends_at > now), newest.read_at, live=False)
 
     async def _read(self, deadline: Deadline) -> dict[str, Any] | None:
@@ -144,14 +144,16 @@ class SilenceStore:
             raise
 
 
-def _on_times(silence: Silence, read_at: datetime | None) -> Silence:
+def _on_times(silence: Silence, read_at: datetime | None, now: datetime) -> Silence:
     """A silence as recalled, judged on its times alone. One Alertmanager said was in force when
-    read had started by that reading: its start is taken no later than ``read_at``, since
-    Alertmanager stamps a silence's start on its own clock (to the millisecond) and nodefence's
-    ``now`` is the API server's, whose ``Date`` has whole seconds and may read a moment earlier."""
+    read had started by that reading, so by any moment after it: its start is taken no later
+    than ``read_at`` nor than ``now``. Alertmanager stamps a silence's start on its own clock (to
+    the millisecond), and nodefence's clock is the API server's as each replica estimates it from
+    whole-second ``Date`` headers: the replica recalling may read a ``now`` up to a second before
+    the reading time another replica recorded, though the reading came first."""
     start = silence.starts_at
     if silence.in_force and read_at is not None:
-        start = min(start, read_at)
+        start = min(start, read_at, now)
     return dataclasses.replace(silence, in_force=False, starts_at=start)
 
 
