@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 from bench.processes import free_port
-from tests.seeded_cluster import OOS, eventually, oos_taints, pods_on, terminating_on
+from tests.seeded_cluster import OOS, Receiver, eventually, oos_taints, pods_on, terminating_on
 
 from nodefence.engine import mirror
 from nodefence_sim.demo.payloads import node_alert, webhook
@@ -183,6 +183,22 @@ def retried_problem(status: int, body: dict[str, Any]) -> bool:
     """The answer is a 503 that Alertmanager (or the next reconcile pass) would retry."""
     kind = str(body.get("type", "")).rsplit(":", 1)[-1]
     return status == 503 and kind in RETRIED_PROBLEMS
+
+
+async def redelivered(receiver: Receiver, payload: Any) -> tuple[list[dict[str, Any]], int]:
+    """Alertmanager's redelivery once the API is back: the same webhook again until it is
+    answered 200, each other answer a 503 it would retry (a pass that ran out of its short
+    deadline on a busy machine carries on in the next). The decisions, and how many deliveries
+    were answered 503 first."""
+    retried = 0
+    deadline = time.monotonic() + 60
+    while True:
+        status, body = await receiver.post("/alerts", payload)
+        if status == 200:
+            return list(body["decisions"]), retried
+        assert retried_problem(status, body), (status, body)
+        assert time.monotonic() < deadline, f"no delivery answered 200 within 60s: {body}"
+        retried += 1
 
 
 # The simulated machines have no BMC in these tests: the rule fences on inference alone.

@@ -25,6 +25,7 @@ from .support import (
     names_on,
     orphans,
     pod_uids_off,
+    redelivered,
     retried_problem,
     successful,
     until,
@@ -127,8 +128,11 @@ async def test_endless_conflicts_answer_503_and_redelivery_fences(
         assert oos_taints(cluster, NODE) == []
         assert terminating_on(cluster, NODE), "nothing may be purged without the fence"
         cluster.faults.clear()
-        [decision] = await receiver.alert(firing(NODE))
-    assert decision["verdict"] == "fence", decision
+        [decision], retried = await redelivered(receiver, firing(NODE))
+    # A delivery cut short by the deadline may have fenced already: the next finishes the purge
+    # or finds it done.
+    finished = retried and decision["verdict"] in {"purge", "noop"}
+    assert decision["verdict"] == "fence" or finished, decision
     dead.check(cluster)
 
 
@@ -251,8 +255,11 @@ async def test_api_down_past_the_deadline_answers_503_then_redelivery_fences(
         assert oos_taints(cluster, NODE) == []
         assert orphans(cluster.sim.store.items(NODES)) == []
         cluster.faults.clear()
-        [decision] = await receiver.alert(firing(NODE))
-    assert decision["verdict"] == "fence", decision
+        [decision], retried = await redelivered(receiver, firing(NODE))
+    # A delivery cut short by the deadline may have fenced already: the next finishes the purge
+    # or finds it done.
+    finished = retried and decision["verdict"] in {"purge", "noop"}
+    assert decision["verdict"] == "fence" or finished, decision
     dead.check(cluster)
 
 
@@ -312,7 +319,8 @@ async def test_api_down_midway_through_the_purge_then_redelivery_finishes(
         assert 0 < len(left) <= len(stuck) - 3, "the purge must have stopped partway"
         assert len(oos_taints(cluster, NODE)) == 1
         cluster.faults.clear()
-        [again] = await receiver.alert(firing(NODE))
-        assert again["verdict"] == "purge", again
+        [again], retried = await redelivered(receiver, firing(NODE))
+        # A delivery cut short by the deadline may have purged the rest already.
+        assert again["verdict"] == "purge" or (retried and again["verdict"] == "noop"), again
     await eventually(lambda: not terminating_on(cluster, NODE))
     dead.check(cluster)
