@@ -3,6 +3,7 @@ the unit folders, and ``make test`` keeps the real control plane's tier out of t
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,10 @@ TESTS = REPO / "tests"
 MAKEFILE = (REPO / "Makefile").read_text()
 
 
+@functools.cache
 def _collected(*args: str) -> list[str]:
-    """The test ids ``pytest --collect-only`` selects, in a process of its own."""
+    """The test ids ``pytest --collect-only`` selects, in a process of its own (each selection
+    collected once: a collection imports every test module it names)."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
         cwd=REPO,
@@ -50,10 +53,13 @@ def test_make_test_runs_the_real_control_planes_tier_apart_and_alone() -> None:
     assert " -n " not in serial
 
 
+# The folders whose tests are split between the real control plane's tier and another.
+SPLIT = ("tests/realcluster", "tests/reliability/test_dry_run.py", "tests/sim_conformance")
+
+
 def test_the_real_control_planes_tests_run_last() -> None:
-    folders = ("tests/realcluster", "tests/reliability/test_dry_run.py", "tests/sim_conformance")
-    on_real = set(_collected("-m", "realcluster", *folders))
-    real = [test in on_real for test in _collected(*folders)]
+    on_real = set(_collected("-m", "realcluster", *SPLIT))
+    real = [test in on_real for test in _collected(*SPLIT)]
     assert True in real
     assert False in real
     assert real == sorted(real), "a test without the control plane after one with it"
@@ -64,7 +70,8 @@ def _on_real(test: str) -> bool:
 
 
 def test_the_real_backend_of_the_conformance_tests_is_in_the_realcluster_tier() -> None:
-    real = _collected("-m", "realcluster", "tests/sim_conformance")
+    conformance = "tests/sim_conformance/"
+    real = [t for t in _collected("-m", "realcluster", *SPLIT) if t.startswith(conformance)]
     assert real, "the conformance tests run on the real control plane too"
     assert all(_on_real(test) for test in real), real
     simulated = _collected("-m", "simulator", "tests/sim_conformance")

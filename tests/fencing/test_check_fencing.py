@@ -173,8 +173,16 @@ async def test_check_config_and_serve_refuse_a_rule_driver_the_entry_does_not_us
         assert code == 2, out + err
         assert "node compute01 is driver ipmi but no rule fences with it" in err
         assert "ipmi-secret-1" not in out + err
+    # No BMC answers at 192.0.2.1: the conflict is the point, not a 30 s wait for the reading.
     code, out, _ = await nodefence(
-        tmp_path, "check-fencing", "-o", "json", inventory=inventory, kubeconfig=cluster.kubeconfig
+        tmp_path,
+        "check-fencing",
+        "-o",
+        "json",
+        "--timeout",
+        "2",
+        inventory=inventory,
+        kubeconfig=cluster.kubeconfig,
     )
     assert code == 1
     (conflict,) = json.loads(out)["conflicts"]
