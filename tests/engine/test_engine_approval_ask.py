@@ -134,15 +134,31 @@ def test_expiry_is_judged_on_the_requesters_clock() -> None:
     assert len(questions(decide(event(), the, slack(), NOW, asking_at=ASKING_AT))) == 1
 
 
-def test_a_question_about_another_incident_is_asked_afresh() -> None:
+def test_a_question_about_another_node_object_or_outage_is_asked_afresh() -> None:
     for other in (
         dataclasses.replace(this_incident(), node_uid="uid-old"),
-        dataclasses.replace(this_incident(), fingerprint="fp-other"),
         dataclasses.replace(this_incident(), not_ready_since="2020-01-01T00:00:00Z"),
     ):
         the = holding(facts(), asked(incident=other))
         decision = decide(event(), the, slack(), NOW, asking_at=ASKING_AT)
         assert len(questions(decision)) == 1, other
+
+
+def test_the_alert_after_the_fallback_asked_finds_the_outages_question() -> None:
+    """The fallback asked while no alert had come; the alert fires minutes later for the same
+    outage: nobody is asked twice, the wait says when it was asked, and a "no" holds for it."""
+    fallback = dataclasses.replace(this_incident(), fingerprint="fallback/worker-1/1796100000")
+    pending = decide(
+        event(), holding(facts(), asked(incident=fallback)), slack(), NOW, asking_at=ASKING_AT
+    )
+    assert pending.verdict is Verdict.AWAIT_APPROVAL
+    assert questions(pending) == []
+    assert "asked in Slack at" in pending.summary
+    rejected = asked(incident=fallback, rejection="rejected by bob at 2026-11-30T08:00:00Z")
+    held = decide(event(), holding(facts(), rejected), slack(), NOW, asking_at=ASKING_AT)
+    assert held.verdict is Verdict.NOOP
+    assert held.actions == ()
+    assert "rejected by bob" in held.summary
 
 
 def test_a_rejection_for_this_incident_is_never_asked_again() -> None:

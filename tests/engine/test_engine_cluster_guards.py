@@ -70,8 +70,9 @@ def test_http_proof_needs_a_url() -> None:
         policy(rule={"fencing": {"driver": "http"}})
 
 
-def test_recorded_rejection_holds_for_the_incident_only() -> None:
-    """The rejection the fence record holds, for this node object, alert and outage."""
+def test_recorded_rejection_holds_for_the_outage_only() -> None:
+    """The rejection the fence record holds, for this node object and outage, whichever alert
+    (or the fallback) asked."""
     incident = Incident.of(node(), "fp-1")
     answer = "rejected by U123 at 2026-11-30T08:00:00Z"
     held = FenceRecord(
@@ -81,8 +82,9 @@ def test_recorded_rejection_holds_for_the_incident_only() -> None:
     rejected = decide(event(), facts(record_=held), slack, NOW)
     assert rejected.verdict is Verdict.NOOP
     assert "rejected by U123" in rejected.summary
-    new_incident = decide(event(fingerprint="fp-2"), facts(record_=held), slack, NOW)
-    assert new_incident.verdict is Verdict.AWAIT_APPROVAL
+    another_alert = decide(event(fingerprint="fp-2"), facts(record_=held), slack, NOW)
+    assert another_alert.verdict is Verdict.NOOP
+    assert "rejected by U123" in another_alert.summary
     new_node = decide(event(), facts(node(uid="other"), record_=held), slack, NOW)
     assert new_node.verdict is Verdict.AWAIT_APPROVAL
     new_outage = decide(event(), facts(node(since=600), record_=held), slack, NOW)

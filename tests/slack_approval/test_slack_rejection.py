@@ -1,7 +1,9 @@
-"""Attack 6: a rejection holds for its incident whatever button is pressed next, and a new
-incident is asked again."""
+"""Attack 6: a rejection holds for its outage whatever button is pressed next (and whichever alert,
+or the fallback, asked), and a new outage is asked again."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from nodefence.engine import mirror
 from nodefence.slack.messages import REJECT_ACTION_ID
@@ -72,3 +74,37 @@ async def test_a_new_outage_after_a_rejection_is_asked_again(world: World) -> No
     assert status == 200
     assert body["decisions"][0]["verdict"] == "await-approval", body
     assert len(world.slack.posted()) == 2
+
+
+async def reconcile(world: World) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {world.token}"}
+    async with world.session.post(f"{world.url}/reconcile", json={}, headers=headers) as r:
+        assert r.status == 200, await r.text()
+        return list((await r.json())["decisions"])
+
+
+async def test_the_alert_after_the_fallback_asked_is_the_same_question(world: World) -> None:
+    """No alert came for the dead node, so nodefence's own pass (the fallback) asked; the alert
+    fires minutes later for the same outage. The on-call person gets one question, and their
+    "no" on it holds the alert too."""
+    await kill(world)
+    [asked] = [d for d in await reconcile(world) if d["node"] == NODE]
+    assert asked["verdict"] == "await-approval", asked
+    assert asked["alertname"] == "no alert (fallback)", asked
+    await eventually(lambda: len(world.slack.posted()) == 1)
+    status, body = await world.alert()
+    assert status == 200
+    [waiting] = body["decisions"]
+    assert waiting["verdict"] == "await-approval", waiting
+    assert "asked in Slack at" in waiting["summary"], waiting
+    assert len(world.slack.posted()) == 1, "the alert asked the same outage again"
+    assert await world.click(REJECT_ACTION_ID) == 200
+    await world.settle()
+    assert rejection(world).startswith("rejected")
+    status, body = await world.alert()
+    assert status == 200
+    [held] = body["decisions"]
+    assert held["verdict"] == "noop", held
+    assert "rejected by" in held["summary"], held
+    assert not world.oos()
+    assert len(world.slack.posted()) == 1

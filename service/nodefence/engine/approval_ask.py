@@ -2,11 +2,12 @@
 
 A decision that waits for a person (``await-approval``: a rule with ``approval: slack``, or a
 ``fencing.on_failure: approval`` escalation whose power step gave no proof) asks only when the
-fence record holds no open question about this incident. A question is open while it is
+fence record holds no open question about this outage. A question is open while it is
 pending (posted and not expired, or claimed by a replica that may still be posting it, within
-the claim grace) or once a person rejected it: a rejection holds for its incident. A question
-about another incident (another node object, alert or outage), an expired one, or a claim whose
-message never came is asked again. A dry run asks nobody (S8).
+the claim grace) or once a person rejected it: a rejection holds for its outage. The alert that
+fires after the fallback asked (or a second alert) is the same outage and is not asked again. A
+question about another node object or outage, an expired one, or a claim whose message never
+came is asked again. A dry run asks nobody (S8).
 
 The request's stamps (``requested_at``, ``expires_at``) are written on the requester's clock,
 the one that signs the buttons' expiry and checks them when pressed; so they are judged on a
@@ -29,8 +30,8 @@ from nodefence.engine.model import AskApprovalAction, Decision, Facts, Verdict
 def question_open(
     request: ApprovalRequest | None, incident: Incident, now: datetime, subject: str = ""
 ) -> bool:
-    """The record already holds this incident's question about ``subject``: pending, or
-    answered "no" (a rejection holds for the incident, whatever failure it was asked about). A
+    """The record already holds this outage's question about ``subject``: pending, or
+    answered "no" (a rejection holds for the outage, whatever failure it was asked about). A
     pending question about another failure is not this one: the new fact is asked anew."""
     if request is None:
         return False

@@ -8,8 +8,10 @@ a record of a question never asked. The node keeps only ``nodefence.io/approval`
 people, never read back.
 
 An incident is the NotReady period of one node object for one alert: node UID, alert
-fingerprint and the Ready condition's last transition. A rejection holds for its incident; a
-request is asked again only once it expired, or when its claim never got a message posted.
+fingerprint and the Ready condition's last transition. A rejection holds for its outage (the
+node object's NotReady period, whichever alert or the fallback asked); a request is asked again
+only once it expired, or when its claim never got a message posted, never for a second alert of
+the same outage. An approval answers its own incident's question alone.
 This module is pure: it turns ConfigMap values into these and back.
 
 One answer wins: a person's answer is written here, on the record version it was judged on,
@@ -78,6 +80,15 @@ class Incident:
         """``not_ready_since`` from the whole seconds a button carries (0: none)."""
         return instant(datetime.fromtimestamp(since_unix, UTC)) if since_unix else ""
 
+    def same_outage(self, other: Incident) -> bool:
+        """The same NotReady period of the same node object, whichever alert brought each (or
+        the fallback, standing in for an alert that had not come): what a person's "no" and a
+        question still out hold for, so the alert that fires minutes after the fallback asked
+        neither asks again nor undoes the answer. An approval answers its own alert's question
+        only (``approving``, ``escalation.unanswered``): the question it answered said what
+        would be done."""
+        return (self.node_uid, self.not_ready_since) == (other.node_uid, other.not_ready_since)
+
     @property
     def since_unix(self) -> int:
         parsed = parse_instant(self.not_ready_since) if self.not_ready_since else None
@@ -117,7 +128,7 @@ class ApprovalRequest:
             object.__setattr__(self, name, field(f"approval.{name}", getattr(self, name)))
 
     def rejected(self, incident: Incident) -> bool:
-        return self.incident == incident and bool(self.rejection)
+        return self.incident.same_outage(incident) and bool(self.rejection)
 
     def approving(self, incident: Incident, now: datetime) -> str | None:
         """The approval being acted on for ``incident`` at ``now`` (the API server's clock),
@@ -135,9 +146,9 @@ class ApprovalRequest:
         return self.requested_at is not None
 
     def pending(self, incident: Incident, now: datetime, subject: str | None = None) -> bool:
-        """A question about ``incident`` is out and still open (or being posted right now);
-        with ``subject``, only a question asking about that very failure."""
-        if self.incident != incident or self.rejection:
+        """A question about ``incident``'s outage is out and still open (or being posted right
+        now); with ``subject``, only a question asking about that very failure."""
+        if not self.incident.same_outage(incident) or self.rejection:
             return False
         if subject is not None and subject != self.subject:
             return False
@@ -153,8 +164,9 @@ class ApprovalRequest:
 def rejection_of(
     request: ApprovalRequest | None, node: IncidentNode, fingerprint: str
 ) -> str | None:
-    """The recorded "rejected by ..." if a person rejected fencing this very node object for
-    this alert in its current outage; a new node object or a new outage is asked again."""
+    """The recorded "rejected by ..." if a person rejected fencing this very node object in
+    its current outage, whichever alert (or the fallback) asked; a new node object or a new
+    outage is asked again."""
     if request is None or not request.rejected(Incident.of(node, fingerprint)):
         return None
     return request.rejection

@@ -433,9 +433,9 @@ def _answer_does_not_stand(s: Screen, approval: Approval, asked: str) -> str | N
 def _asked_when(
     requested: approval_request.ApprovalRequest | None, node: NodeFacts, draft: Draft
 ) -> str:
-    """When the fence record says this incident's question went out, for the waiting reason."""
+    """When the fence record says this outage's question went out, for the waiting reason."""
     incident = approval_request.Incident.of(node, draft.fingerprint)
-    if requested is None or not requested.posted or requested.incident != incident:
+    if requested is None or not requested.posted or not requested.incident.same_outage(incident):
         return ""
     if requested.requested_at is None:
         return ""
