@@ -347,7 +347,7 @@ def serving(
         "NODEFENCE_REQUEST_DEADLINE_SECONDS": "10",
         "NODEFENCE_BMC_INVENTORY": str(inventory),
         # The alert alone asks: no pass or watch of a replica's own judges the long-dead node
-        # (as the fallback, another incident) before the test's alert comes.
+        # before the test's alert comes (the fallback would ask first, its own question).
         "NODEFENCE_RECONCILE_INTERVAL": "0",
     }
     with ServeProcess(cluster.kubeconfig, token, identity, policy=policy, env=env) as replica:
