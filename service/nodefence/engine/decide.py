@@ -445,8 +445,8 @@ def _leftovers(
         if shared is not None and not shared.passed:
             # A target the inventory gives two nodes may be the other node's machine: neither
             # its power state nor a power-on there is this node's.
-            draft.add(shared.guard, False, shared.message)
-            draft.add(REBOOT, False, reboot.NOT_SHARED)
+            draft.extend(shared)
+            draft.add(REBOOT, False, reboot.SHARED_TARGET)
             return draft.finish(Verdict.NOOP, confirm, confirmed_down=True)
         step = reboot.next_step(
             node,

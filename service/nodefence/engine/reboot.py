@@ -24,7 +24,7 @@ from nodefence.engine.wording import duration, instant
 from nodefence.policy import Fencing
 
 MAX_POWER_ONS = 2
-NOT_SHARED = (
+SHARED_TARGET = (
     "nodefence powers on no target that the BMC inventory gives to more than one node: "
     "power the machine on by hand, or correct the inventory"
 )
