@@ -222,5 +222,27 @@ def test_a_silence_holds_the_fallback_on_real_controllers_through_alertmanager_o
         assert entry_of(real_backend, NODE) is None
         assert not oos_taints(real_backend.core.read_node(NODE))
         assert power_state(real_backend, NODE) == "On"
+        eventually(
+            lambda: _pods_ready(real_backend, NODE) is False,
+            within=STEP_WITHIN,
+            what="the node lifecycle controller marking the node's pods not ready",
+        )
     finally:
         restore(real_backend, NODE, nodefence)
+    # Its kubelet back, the node's pods (its DaemonSets') are reported Ready again, as a real
+    # kubelet does: the simulator's kwok stage pod-ready-again.
+    eventually(
+        lambda: _pods_ready(real_backend, NODE), within=STEP_WITHIN, what="the pods Ready again"
+    )
+
+
+def _pods_ready(backend: RealBackend, node: str) -> bool | None:
+    """Whether every live pod on ``node`` is Ready; None while one is still to be marked."""
+    pods = backend.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    live = [p for p in pods if p.metadata.deletion_timestamp is None]
+    if not live:
+        return None
+    ready = [
+        {c.type: c.status for c in p.status.conditions or []}.get("Ready") == "True" for p in live
+    ]
+    return all(ready) if all(ready) or not any(ready) else None

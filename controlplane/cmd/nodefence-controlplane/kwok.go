@@ -22,16 +22,59 @@ func kwokVersion() string { return consts.Version }
 // defaultStages are the stages kwokctl gives its kwok by default, with the node stages'
 // condition times made a kubelet's: a node comes up Ready and keeps its Lease renewed; a pod
 // becomes Running, completes when its containers would, and is deleted once it has a
-// deletionTimestamp (as a kubelet confirms a graceful delete).
+// deletionTimestamp (as a kubelet confirms a graceful delete). One stage is the project's own:
+// podReadyAgain.
 func defaultStages() []string {
 	return []string{
 		kubeletTimes(nodefast.DefaultNodeInit, initTransition),
 		kubeletTimes(nodeheartbeatwithlease.DefaultNodeHeartbeatWithLease, keptTransition),
 		podfast.DefaultPodReady,
+		podReadyAgain,
 		podfast.DefaultPodComplete,
 		podfast.DefaultPodDelete,
 	}
 }
+
+// podReadyAgain reports a running pod Ready again once its node's kwok runs. The node lifecycle
+// controller sets Ready=False on every pod of a node whose Lease lapsed; a kubelet that comes
+// back reports its containers' readiness again, while kwok's stock pod-ready stage matches
+// Pending pods only, so without this a pod stays not ready for ever after a short lapse (and a
+// Deployment on kwok nodes stays unavailable). Pods of Jobs are left to pod-complete.
+const podReadyAgain = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready-again
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.metadata.ownerReferences.[].kind'
+      operator: 'NotIn'
+      values:
+      - 'Job'
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values:
+      - 'True'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+`
 
 // kwok's stock node stages stamp every condition's lastTransitionTime with the Node's
 // creationTimestamp, so a node that comes back would read "Ready since it was registered". A
