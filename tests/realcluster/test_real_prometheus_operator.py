@@ -19,6 +19,7 @@ That needs root (``unshare``, port 80), as the real nodes' tests do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -115,34 +116,24 @@ def need_operator() -> Path:
         pytest.skip(str(exc))
 
 
-@pytest.fixture(scope="module")
-def stack(real_backend: RealBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The operator on the real control plane, watching monitoring and nodefence's namespace;
-    kube-prometheus-stack's Alertmanager and Prometheus there, selecting by its release label;
-    the chart installed beside them with the stack's example values. Everything, the CRDs
-    included, is removed again."""
+@contextlib.contextmanager
+def monitoring_stack(
+    backend: RealBackend, workdir: Path, namespace: str, token: str
+) -> Iterator[tuple[Rest, po.PrometheusOperator]]:
+    """The operator on the real control plane, watching monitoring and ``namespace`` (where a
+    test installs the chart); kube-prometheus-stack's Alertmanager and Prometheus there,
+    selecting by its release label, with the stack's base configuration and the alert token's
+    Secret the chart's AlertmanagerConfig names. Everything, the CRDs included, is removed
+    again (``namespace`` too)."""
     binary = need_operator()
-    if os.geteuid() != 0:
-        pytest.skip("Alertmanager's mount namespace and port 80 need root")
-    workdir = tmp_path_factory.mktemp("prometheus-operator")
-    rest = po.rest_from_kubeconfig(real_backend.kubeconfig, workdir)
-    core, custom = real_backend.core, client.CustomObjectsApi(real_backend.api)
-    token = secrets.token_urlsafe(24)
-    helm_home = workdir / "helm"
+    rest = po.rest_from_kubeconfig(backend.kubeconfig, workdir)
+    core, custom = backend.core, client.CustomObjectsApi(backend.api)
     crds = po.apply_crds(rest, po.crd_files(binary))
-    installed = False
     try:
-        for namespace in (MONITORING, NAMESPACE):
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        # The token twice, as deploy/README.md asks: the receivers' Secret and the one the
-        # AlertmanagerConfig names in the monitoring namespace.
-        core.create_namespaced_secret(
-            NAMESPACE,
-            client.V1Secret(
-                metadata=client.V1ObjectMeta(name="nodefence-secrets"),
-                string_data={"NODEFENCE_ALERT_TOKEN": token},
-            ),
-        )
+        for name in (MONITORING, namespace):
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        # The token the AlertmanagerConfig names, in the monitoring namespace (deploy/README.md:
+        # the same token as the receivers' Secret).
         core.create_namespaced_secret(
             MONITORING,
             client.V1Secret(
@@ -197,26 +188,101 @@ def stack(real_backend: RealBackend, tmp_path_factory: pytest.TempPathFactory) -
             },
         )
         with po.running_operator(
-            binary, real_backend.kubeconfig, workdir, [MONITORING, NAMESPACE]
+            binary, backend.kubeconfig, workdir, [MONITORING, namespace]
         ) as operator:
-            install = helm(
-                "install",
-                RELEASE,
-                str(CHART),
-                "--namespace",
-                NAMESPACE,
-                "-f",
-                str(VALUES),
-                home=helm_home,
-                timeout=300,
-                check=False,
-                KUBECONFIG=str(real_backend.kubeconfig),
-            )
-            assert install.returncode == 0, install.stderr
-            installed = True
-            yield Stack(real_backend, rest, operator, token, helm_home)
+            yield rest, operator
     finally:
-        if installed:
+        for name in (namespace, MONITORING):
+            try:
+                core.delete_namespace(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        po.delete_crds(rest, crds)
+
+
+def run_alertmanager(
+    procs: Processes,
+    workdir: Path,
+    config: str,
+    hosts: dict[str, str],
+    *,
+    listen: str,
+    netns: str | None = None,
+) -> str:
+    """Debian's Alertmanager with ``config`` as it is, in a mount namespace of its own whose
+    ``/etc/hosts`` adds ``hosts`` (name -> address), the stand-in for cluster DNS; in the
+    network namespace ``netns`` when given (the real nodes' cluster, where kube-proxy answers
+    for the Services). Its URL once ready (reachable from where it listens)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / "alertmanager.yaml"
+    config_file.write_text(config)
+    hosts_file = workdir / "hosts"
+    added = "".join(f"{address} {name}\n" for name, address in hosts.items())
+    hosts_file.write_text(f"{Path('/etc/hosts').read_text()}\n{added}")
+    enter = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
+    alertmanager = procs.start(
+        "alertmanager",
+        [
+            *enter,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"',
+            str(hosts_file),
+            "prometheus-alertmanager",
+            f"--config.file={config_file}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address={listen}",
+            "--cluster.listen-address=",
+        ],
+        cwd=workdir,
+    )
+    url = f"http://{listen}"
+    if netns is None:
+        procs.wait_ready(alertmanager, f"{url}/-/ready")
+    return url
+
+
+@pytest.fixture(scope="module")
+def stack(real_backend: RealBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The monitoring stack, and the chart installed beside it with the stack's example
+    values; the release is uninstalled again."""
+    need_operator()
+    if os.geteuid() != 0:
+        pytest.skip("Alertmanager's mount namespace and port 80 need root")
+    workdir = tmp_path_factory.mktemp("prometheus-operator")
+    token = secrets.token_urlsafe(24)
+    helm_home = workdir / "helm"
+    with monitoring_stack(real_backend, workdir, NAMESPACE, token) as (rest, operator):
+        real_backend.core.create_namespaced_secret(
+            NAMESPACE,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name="nodefence-secrets"),
+                string_data={"NODEFENCE_ALERT_TOKEN": token},
+            ),
+        )
+        install = helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "-f",
+            str(VALUES),
+            home=helm_home,
+            timeout=300,
+            check=False,
+            KUBECONFIG=str(real_backend.kubeconfig),
+        )
+        assert install.returncode == 0, install.stderr
+        try:
+            yield Stack(real_backend, rest, operator, token, helm_home)
+        finally:
             helm(
                 "uninstall",
                 RELEASE,
@@ -227,13 +293,6 @@ def stack(real_backend: RealBackend, tmp_path_factory: pytest.TempPathFactory) -
                 check=False,
                 KUBECONFIG=str(real_backend.kubeconfig),
             )
-        for namespace in (NAMESPACE, MONITORING):
-            try:
-                core.delete_namespace(namespace)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        po.delete_crds(rest, crds)
 
 
 def nodefence_route(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -359,15 +418,8 @@ def test_debian_s_alertmanager_delivers_with_the_generated_configuration_to_node
         until=lambda t: nodefence_route(yaml.safe_load(t)) is not None,
         within=WITHIN,
     )
-    workdir = procs.workdir / "alertmanager"
-    workdir.mkdir()
-    config_file = workdir / "alertmanager.yaml"
-    config_file.write_text(text)
-
     # The Service's name on a loopback address of this test's, for Alertmanager only.
     address = "127." + ".".join(str(random.randint(2, 254)) for _ in range(3))
-    hosts = workdir / "hosts"
-    hosts.write_text(f"{Path('/etc/hosts').read_text()}\n{address} {SERVICE_HOST}\n")
 
     core = stack.backend.core
     node = next(
@@ -394,28 +446,13 @@ def test_debian_s_alertmanager_delivers_with_the_generated_configuration_to_node
     )
     procs.wait_ready(nodefence, f"{nodefence_url}/readyz")
 
-    am_url = f"http://127.0.0.1:{free_port()}"
-    alertmanager = procs.start(
-        "alertmanager",
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            'mount --bind "$0" /etc/hosts && exec "$@"',
-            str(hosts),
-            "prometheus-alertmanager",
-            f"--config.file={config_file}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address={am_url.removeprefix('http://')}",
-            "--cluster.listen-address=",
-        ],
-        cwd=workdir,
+    am_url = run_alertmanager(
+        procs,
+        procs.workdir / "alertmanager",
+        text,
+        {SERVICE_HOST: address},
+        listen=f"127.0.0.1:{free_port()}",
     )
-    procs.wait_ready(alertmanager, f"{am_url}/-/ready")
 
     now = datetime.now(UTC)
     alert = node_alert(node)

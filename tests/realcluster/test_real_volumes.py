@@ -1,13 +1,14 @@
-"""The volume path on the real attach-detach controller: nodefence's unfence gate reads the
-VolumeAttachments it really creates, and the out-of-service taint really makes it detach.
+"""The volume path on the real attach-detach controller and the real external-attacher:
+nodefence's unfence gate reads the VolumeAttachments they really make, and the out-of-service
+taint really makes them detach.
 
-A CSIDriver with ``attachRequired: true`` makes the attach-detach controller create a
-VolumeAttachment for a pod's CSI volume; no external-attacher runs here, so the test plays its
-part and marks it attached (the status subresource, as the attacher writes it). Then:
+The claim is provisioned by the real external-provisioner for the run's CSI driver
+(``hostdir``, attach required); the attach-detach controller creates a VolumeAttachment for the
+pod's node and the real external-attacher attaches it through the driver. Then:
 - with the node fenced and back, but the pod that uses the volume still on it, the volume stays
   attached and the resolved alert must not unfence (the attachment is from before the fence);
-- once the pod is gone the controller detaches (deletes the VolumeAttachment) and the resolved
-  alert unfences.
+- once the pod is gone the controller detaches (the attacher detaches through the driver and
+  the VolumeAttachment goes) and the resolved alert unfences.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import pytest
 from bench.processes import Processes, eventually
 from kubernetes import client
 
+from nodefence_sim.real.storage import DRIVER, STORAGE_CLASS
+
 from .conftest import RealBackend
 from .test_real_admin_taint import MIRROR, POLICY, actions
 from .test_seed_story import NOT_READY_WITHIN, STEP_WITHIN, oos_taints, post_alert, serve
@@ -27,37 +30,25 @@ pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
 
 NODE = "compute01"
 NAMESPACE = "nodefence-volumes"
-DRIVER = "attach.volumes.nodefence.io"
-PV = "nodefence-volumes-data"
 CLAIM = "data"
 POD = "user"
 GUARD = "volume-attachments"
 
 
 def attachments(backend: RealBackend) -> list[client.V1VolumeAttachment]:
+    """The VolumeAttachments of the claim's volume (none before it is provisioned)."""
+    claim = backend.core.read_namespaced_persistent_volume_claim(CLAIM, NAMESPACE)
     listed = client.StorageV1Api(backend.api).list_volume_attachment().items
-    return [a for a in listed if a.spec.source.persistent_volume_name == PV]
+    return [
+        a
+        for a in listed
+        if claim.spec.volume_name and a.spec.source.persistent_volume_name == claim.spec.volume_name
+    ]
 
 
 def create_volume_user(backend: RealBackend) -> None:
-    storage, core = client.StorageV1Api(backend.api), backend.core
-    storage.create_csi_driver(
-        {"metadata": {"name": DRIVER}, "spec": {"attachRequired": True, "podInfoOnMount": False}}
-    )
+    core = backend.core
     core.create_namespace({"metadata": {"name": NAMESPACE}})
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": PV},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "capacity": {"storage": "1Gi"},
-                "csi": {"driver": DRIVER, "volumeHandle": PV},
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "claimRef": {"namespace": NAMESPACE, "name": CLAIM},
-            },
-        }
-    )
     core.create_namespaced_persistent_volume_claim(
         NAMESPACE,
         {
@@ -65,17 +56,17 @@ def create_volume_user(backend: RealBackend) -> None:
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "1Gi"}},
-                "storageClassName": "",
-                "volumeName": PV,
+                "storageClassName": STORAGE_CLASS,
             },
         },
     )
+    # Placed by the scheduler, which tells the provisioner the node (WaitForFirstConsumer).
     core.create_namespaced_pod(
         NAMESPACE,
         {
             "metadata": {"name": POD},
             "spec": {
-                "nodeName": NODE,
+                "nodeSelector": {"kubernetes.io/hostname": NODE},
                 "containers": [{"name": "c", "image": "busybox"}],
                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": CLAIM}}],
             },
@@ -84,14 +75,10 @@ def create_volume_user(backend: RealBackend) -> None:
 
 
 def remove_volume_user(backend: RealBackend) -> None:
-    storage, core = client.StorageV1Api(backend.api), backend.core
-    for remove in (
-        lambda: core.delete_namespace(NAMESPACE),
-        lambda: core.delete_persistent_volume(PV),
-        lambda: storage.delete_csi_driver(DRIVER),
-    ):
-        with contextlib.suppress(client.ApiException):
-            remove()
+    """The namespace goes, its claim with it; the provisioner deletes the volume once the
+    attacher has detached it."""
+    with contextlib.suppress(client.ApiException):
+        backend.core.delete_namespace(NAMESPACE)
 
 
 def blocked_by_attachments(decision: dict[str, Any]) -> bool:
@@ -101,18 +88,17 @@ def blocked_by_attachments(decision: dict[str, Any]) -> bool:
 def test_unfence_waits_for_the_real_attach_detach_controller(
     procs: Processes, real_backend: RealBackend
 ) -> None:
-    core, storage = real_backend.core, client.StorageV1Api(real_backend.api)
+    core = real_backend.core
     nodefence = serve(procs, real_backend, POLICY)
     create_volume_user(real_backend)
     try:
         [attachment] = eventually(
-            lambda: attachments(real_backend), within=STEP_WITHIN, what="VolumeAttachment created"
+            lambda: [a for a in attachments(real_backend) if a.status and a.status.attached],
+            within=STEP_WITHIN,
+            what="the volume attached by the external-attacher",
         )
         assert attachment.spec.node_name == NODE
         assert attachment.spec.attacher == DRIVER
-        storage.patch_volume_attachment_status(
-            attachment.metadata.name, {"status": {"attached": True}}
-        )
 
         real_backend.control(NODE, "down")
         eventually(

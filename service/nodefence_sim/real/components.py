@@ -6,7 +6,9 @@ die (its kwok killed) while the others keep their heartbeats.
 Every component has its own user in the static tokens file, so the API server tells their
 requests apart (its logs, and any audit policy, name the user); all of them are in
 ``system:masters`` because this cluster exists only for the run and RBAC bootstrapping is not
-what it is for. Each process writes to its
+what it is for. The exceptions are what runs on the real nodes: their kubelets
+(``system:node:<name>``) and kube-proxy (``system:kube-proxy``) have the permissions the
+bootstrap RBAC gives them, as on a real cluster. Each process writes to its
 own log file in the run's directory (a full pipe would block it), and every process started is
 killed when the run ends, also when the parent dies first (``PR_SET_PDEATHSIG``).
 """
@@ -48,6 +50,11 @@ ADMIN = "admin"
 HARNESS = "nodefence-sim:harness"
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 SCHEDULER = "system:kube-scheduler"
+# The real nodes' kube-proxy: the user the bootstrap ClusterRoleBinding system:node-proxier binds,
+# in the quiet group only (the audit log leaves its watches out), not in system:masters.
+KUBE_PROXY = "system:kube-proxy"
+# The CSI sidecars (external-provisioner and external-attacher), when the run has a CSI driver.
+CSI_SIDECARS = "nodefence-sim:csi-sidecars"
 # Sends the audit log's barrier requests; authenticated, in no group with any permission.
 AUDIT_BARRIER = "nodefence-sim:audit-barrier"
 # kwok renews a Lease every quarter of its duration; 40s is the kubelet's default.
@@ -150,6 +157,10 @@ class ControlPlane:
     node_monitor_grace_period: str = "50s"
     # Nodes run by real kubelets: their identities are in system:nodes, not the components'.
     real_node_names: Iterable[str] = ()
+    # The kubernetes Service's endpoint. The API server listens on this machine's loopback
+    # only, but a loopback address is not a valid endpoint: with real nodes, the address where
+    # their network reaches this machine.
+    advertise_address: str = "127.0.0.1"
     tokens: dict[str, str] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     kwok: dict[str, Component] = field(default_factory=dict)
@@ -190,7 +201,7 @@ class ControlPlane:
             etcd_url = found.group(1) if found else ""
             return bool(etcd_url)
 
-        _poll(etcd_ready, START_TIMEOUT, "etcd", self._check_alive)
+        _poll(etcd_ready, START_TIMEOUT, "etcd", self.check_alive)
         self.api_port = free_port()
         self._write_kubeconfigs()
         pki = self.pki
@@ -204,7 +215,7 @@ class ControlPlane:
                 "apiserver",
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--advertise-address={self.advertise_address}",
                 f"--secure-port={self.api_port}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
@@ -229,7 +240,7 @@ class ControlPlane:
             lambda: _healthy(f"{self.server}/readyz", verified, self.tokens[ADMIN]),
             START_TIMEOUT,
             "kube-apiserver",
-            self._check_alive,
+            self.check_alive,
         )
         kcm_port, scheduler_port = free_port(), free_port()
         kcm = self.kubeconfig_for(CONTROLLER_MANAGER)
@@ -269,7 +280,7 @@ class ControlPlane:
             ("kube-scheduler", scheduler_port),
         ):
             probe = functools.partial(_healthy, f"https://127.0.0.1:{port}/healthz", unverified)
-            _poll(probe, START_TIMEOUT, name, self._check_alive)
+            _poll(probe, START_TIMEOUT, name, self.check_alive)
 
     def start_kwok(self, node: str, cidr: str, node_ip: str) -> None:
         """Start the kubelet of ``node``: a kwok that manages that node alone."""
@@ -334,15 +345,20 @@ class ControlPlane:
     # ----------------------------------------------------------------- internals
     def _write_tokens(self) -> None:
         users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER, AUDIT_BARRIER, SHARED_KWOK]
+        users.append(CSI_SIDECARS)
         users += [f"system:node:{node}" for node in self.node_names]
         real = {f"system:node:{node}" for node in self.real_node_names}
+        if real:
+            users.append(KUBE_PROXY)
         lines = []
         for user in [*users, *sorted(real)]:
             token = secrets.token_urlsafe(24)
             self.tokens[user] = token
-            groups = {ADMIN: "system:masters", AUDIT_BARRIER: "nodefence-sim:audit"}.get(
-                user, NODES if user in real else COMPONENT_GROUPS
-            )
+            groups = {
+                ADMIN: "system:masters",
+                AUDIT_BARRIER: "nodefence-sim:audit",
+                KUBE_PROXY: QUIET_GROUP,
+            }.get(user, NODES if user in real else COMPONENT_GROUPS)
             lines.append(f'{token},{user},{user},"{groups}"')
         tokens = self.workdir / "tokens.csv"
         tokens.write_text("\n".join(lines) + "\n")
@@ -381,6 +397,13 @@ class ControlPlane:
             "preferences": {},
         }
 
+    def run_component(self, name: str, argv: list[str]) -> Component:
+        """Start another binary as a component of this control plane (``argv[0]`` its path):
+        checked by :meth:`check_alive`, stopped with the rest."""
+        component = Component(name, self.spawn_command(name, argv), self.workdir / f"{name}.log")
+        self.components[name] = component
+        return component
+
     def _spawn(self, name: str, argv: list[str], *, register: bool = True) -> Component:
         component = Component(
             name,
@@ -412,7 +435,7 @@ class ControlPlane:
             )
         return popen
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
         for component in self.components.values():
             if not component.alive():
                 raise ControlPlaneError(

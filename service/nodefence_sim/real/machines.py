@@ -13,8 +13,11 @@ kubelet rewrites this machine's sysctls.
 Every machine lives in one network namespace for the cluster: its node IP on that namespace's
 loopback, its pods on a bridge of its own, so pods on two nodes reach each other. The API server
 stays on this machine's loopback; in the cluster's namespace ``socat`` answers on the same
-address and port and on the ``kubernetes`` Service's IP, through a Unix socket, so the kubelets
-and the pods reach it without a rule in this machine's firewall.
+address and port (for the kubeconfigs) and on ``HOST_IN_CLUSTER`` (the API server's advertise
+address, so the ``kubernetes`` Service's endpoint), through a Unix socket, so the kubelets and
+the pods reach it without a rule in this machine's firewall. One kube-proxy (iptables mode, as
+the first real node's) writes every Service's rules in that namespace only: pods and processes
+of the namespace reach Services by their ClusterIP; its rules go with the namespace.
 
 Each kubelet is ``system:node:<name>`` in ``system:nodes``, judged by the Node authorizer and
 NodeRestriction as a real node is. Everything is removed at :meth:`RealMachines.stop`: the
@@ -38,11 +41,20 @@ from pathlib import Path
 
 import yaml
 
+from nodefence_sim.real.components import SERVICE_CIDR
 from nodefence_sim.real.images import PAUSE
+from nodefence_sim.real.storage import Storage
 
 CNI_BIN = Path("/usr/lib/cni")
 CGROUP_V1 = Path("/sys/fs/cgroup")
-SERVICE_IP = "10.96.0.1"
+# The real nodes' IPs (10.200.0.<n>) and HOST_IN_CLUSTER.
+NODE_NETWORK = "10.200.0.0/24"
+# The real nodes' pods, one /24 a node.
+CLUSTER_CIDR = "10.201.0.0/16"
+# kube-proxy's health and metrics, on the cluster namespace's own loopback (below the ephemeral
+# ports the socat listeners and containerd's stream servers get there): its usual ports.
+PROXY_HEALTHZ = "127.0.0.1:10256"
+PROXY_METRICS = "127.0.0.1:10249"
 # Where pods on real nodes reach this machine's loopback services (the control surface and the
 # BMCs): a BMC network of their own, as a real cluster's nodes reach their BMCs.
 HOST_IN_CLUSTER = "10.200.0.254"
@@ -63,6 +75,9 @@ TOOLS = {
     "unshare": "util-linux",
     "nsenter": "util-linux",
     "ip": "iproute2",
+    # kube-proxy's rules, and the check that they are written.
+    "iptables": "iptables",
+    "iptables-restore": "iptables",
 }
 
 
@@ -112,6 +127,7 @@ class ClusterNetwork:
     api_port: int
     spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]
     bridges: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    proxy: subprocess.Popen[bytes] | None = None
 
     @property
     def path(self) -> str:
@@ -120,12 +136,41 @@ class ClusterNetwork:
     def start(self) -> None:
         _run(["ip", "netns", "add", self.name])
         self._ip("link", "set", "lo", "up")
-        self._ip("addr", "add", f"{SERVICE_IP}/32", "dev", "lo")
         self._ip("addr", "add", f"{HOST_IN_CLUSTER}/32", "dev", "lo")
+        # A route for the Services' addresses, so that a process of this namespace (not only
+        # a pod) can connect to one: kube-proxy's DNAT picks the endpoint after that lookup.
+        self._ip("route", "add", "local", SERVICE_CIDR, "dev", "lo")
         _run(["ip", "netns", "exec", self.name, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
         # The same address and port the kubeconfigs name, and the kubernetes Service's
-        # address for the pods.
-        self._forward(self.api_port, [("127.0.0.1", self.api_port), (SERVICE_IP, 443)])
+        # endpoint (the API server's advertise address), where kube-proxy sends its ClusterIP.
+        self._forward(
+            self.api_port, [("127.0.0.1", self.api_port), (HOST_IN_CLUSTER, self.api_port)]
+        )
+
+    def start_proxy(self, binary: Path, kubeconfig: Path, hostname: str) -> None:
+        """One kube-proxy (iptables mode) for the whole namespace, as ``hostname``'s: every
+        node shares its rules, so one is all the namespace has room for. Started once the
+        nodes are registered (it reads its node's addresses); back once the ``kubernetes``
+        Service's rules are written."""
+        config = self.workdir / "kube-proxy.yaml"
+        config.write_text(yaml.safe_dump(_proxy_config(kubeconfig, hostname), sort_keys=False))
+        self.proxy = self.spawn(
+            "kube-proxy",
+            ["nsenter", f"--net={self.path}", str(binary), "proxy", f"--config={config}", "--v=1"],
+        )
+
+        def synced() -> bool:
+            if self.proxy is None or self.proxy.poll() is not None:
+                raise MachineError(f"kube-proxy exited; its log is {self.workdir}/kube-proxy.log")
+            rules = subprocess.run(
+                ["ip", "netns", "exec", self.name, "iptables", "-t", "nat", "-S", "KUBE-SERVICES"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            return "default/kubernetes:https cluster IP" in rules
+
+        _wait(synced, START_TIMEOUT, "kube-proxy's rules for the kubernetes Service")
 
     def expose(self, port: int) -> str:
         """This machine's loopback ``port`` for the pods, at ``HOST_IN_CLUSTER``; its URL."""
@@ -164,10 +209,44 @@ class ClusterNetwork:
         self._ip("addr", "add", f"{address}/32", "dev", "lo")
 
     def stop(self) -> None:
+        # Its rules are the namespace's: they go with it.
+        _kill_group(self.proxy)
+        self.proxy = None
         for bridge in self.bridges:
             _kill_group(bridge)
         with contextlib.suppress(MachineError):
             _run(["ip", "netns", "delete", self.name])
+
+
+def _proxy_config(kubeconfig: Path, hostname: str) -> dict[str, object]:
+    """kube-proxy's KubeProxyConfiguration: nothing it sets leaves the cluster's namespace."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": hostname,
+        "mode": "iptables",
+        "clusterCIDR": CLUSTER_CIDR,
+        "detectLocalMode": "ClusterCIDR",
+        # Without br_netfilter, a pod's reply to a pod on its own bridge would skip the
+        # un-DNAT: masqueraded, every reply comes back through this namespace's routing.
+        "iptables": {"masqueradeAll": True},
+        # NodePorts on every node's IP, as each node's kube-proxy would open them; not on the
+        # loopback, so it needs no route_localnet.
+        "nodePortAddresses": [NODE_NETWORK],
+        # nf_conntrack_max and the conntrack hash size are this machine's, not the
+        # namespace's: 0 leaves them, and the timeouts, as they are.
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+        # Its own OOM score would be -999, which this machine kind does not let it set.
+        "oomScoreAdj": 0,
+        "healthzBindAddress": PROXY_HEALTHZ,
+        "metricsBindAddress": PROXY_METRICS,
+    }
 
 
 @dataclass
@@ -188,9 +267,12 @@ class Machine:
     # Docker archives still to import into the machine's containerd (at its first boot).
     images: list[Path]
     spawn: Callable[[str, list[str]], subprocess.Popen[bytes]]
+    # The CSI driver whose node plugin the machine runs, when the run has one.
+    storage: Storage | None = None
     boot_id: str = ""
     init: subprocess.Popen[bytes] | None = None
     containerd: subprocess.Popen[bytes] | None = None
+    csi: subprocess.Popen[bytes] | None = None
     kubelet: subprocess.Popen[bytes] | None = None
 
     @property
@@ -253,15 +335,20 @@ class Machine:
         while self.images:
             _run(self._ctr("images", "import", str(self.images[0])))
             self.images.pop(0)
+        if self.storage is not None:
+            # Started before the kubelet, whose plugin watcher finds its registration socket.
+            (self.workdir / "kubelet" / "plugins_registry").mkdir(parents=True, exist_ok=True)
+            argv = self.storage.node_plugin(self.name, self.workdir, self.workdir / "kubelet")
+            self.csi = self.spawn(f"{self.name}-csi", [*self._enter(), *argv])
 
     def power_off(self) -> None:
         """A power cut: every process of the machine dies at once, nothing says goodbye."""
         if self.init is not None:
             _kill_group(self.init)
-        for popen in (self.kubelet, self.containerd):
+        for popen in (self.kubelet, self.csi, self.containerd):
             if popen is not None:
                 _kill_group(popen)
-        self.init = self.kubelet = self.containerd = None
+        self.init = self.kubelet = self.csi = self.containerd = None
 
     def start_kubelet(self) -> None:
         if self.kubelet_running() or not self.powered():
@@ -517,6 +604,10 @@ class RealMachines:
     network: ClusterNetwork
     machines: dict[str, Machine] = field(default_factory=dict)
 
+    def start_proxy(self, binary: Path, kubeconfig: Path) -> None:
+        """kube-proxy for the Services, as the first real node's (its Node registered)."""
+        self.network.start_proxy(binary, kubeconfig, next(iter(self.machines)))
+
     def stop(self) -> None:
         for machine in self.machines.values():
             machine.power_off()
@@ -547,6 +638,7 @@ def start_machines(
     spawn: Callable[[str, list[str]], subprocess.Popen[bytes]],
     system_uuid: Callable[[str], str],
     extra_images: list[Path],
+    storage: Storage | None = None,
 ) -> RealMachines:
     """Power on ``count`` machines, the local pause and busybox images and ``extra_images``
     (docker archives, as ``docker save`` writes them) in each; their kubelets register their
@@ -586,6 +678,7 @@ def start_machines(
                 ca_cert=ca_cert,
                 images=list(images),
                 spawn=spawn,
+                storage=storage,
             )
             machines.machines[name] = machine
             machine.power_on()

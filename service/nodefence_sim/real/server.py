@@ -35,15 +35,23 @@ from nodefence_sim.real.cluster import RealCluster
 from nodefence_sim.real.components import (
     ADMIN,
     HARNESS,
+    KUBE_PROXY,
     ControlPlane,
     ControlPlaneError,
     find_binary,
 )
 from nodefence_sim.real.images import ImageError
 from nodefence_sim.real.loader import READY_TIMEOUT, load, wait_for
-from nodefence_sim.real.machines import MachineError, RealMachines, real_node_names, start_machines
+from nodefence_sim.real.machines import (
+    HOST_IN_CLUSTER,
+    MachineError,
+    RealMachines,
+    real_node_names,
+    start_machines,
+)
 from nodefence_sim.real.metrics import add_metrics_route
 from nodefence_sim.real.rest import Rest
+from nodefence_sim.real.storage import CSI_ENV, find_csi, register_kwok_nodes, start_storage
 from nodefence_sim.redfish import add_redfish_routes, write_bmc_inventory
 from nodefence_sim.scenario import Scenario, load_scenario
 from nodefence_sim.server import HOST, LISTENING, SHUTDOWN_TIMEOUT
@@ -182,6 +190,7 @@ def _registered_ready(rest: Rest, names: list[str]) -> bool:
 def run_from_cli(args: argparse.Namespace) -> int:
     try:
         binary = find_binary()
+        csi = find_csi()
         scenario: Scenario = load_scenario(args.scenario)
     except ControlPlaneError as exc:
         print(f"nodefence simulate: {exc}", file=sys.stderr)
@@ -200,14 +209,23 @@ def run_from_cli(args: argparse.Namespace) -> int:
         nodes,
         node_monitor_grace_period=args.node_monitor_grace_period or DEFAULT_GRACE,
         real_node_names=real_nodes,
+        advertise_address=HOST_IN_CLUSTER if real_nodes else "127.0.0.1",
     )
     machines: RealMachines | None = None
     failed = False
     try:
         plane.start()
         rest = Rest(plane.server, plane.ca_cert, plane.tokens[HARNESS])
+        storage = None if csi is None else start_storage(plane, rest, csi)
+        if storage is None:
+            print(
+                f"nodefence simulate: no CSI driver ({CSI_ENV} unset; `make csi` builds it)",
+                file=sys.stderr,
+            )
         # The scenario first, on its kwok nodes as without real ones; then the machines.
         loaded = load(rest, scenario, plane.start_kwok)
+        if storage is not None:
+            register_kwok_nodes(rest, nodes)
         if real_nodes:
             machines = start_machines(
                 count=len(real_nodes),
@@ -219,8 +237,10 @@ def run_from_cli(args: argparse.Namespace) -> int:
                 spawn=plane.spawn_command,
                 system_uuid=system_uuid,
                 extra_images=[Path(image) for image in args.node_image or []],
+                storage=storage,
             )
             wait_for(lambda: _registered_ready(rest, real_nodes), READY_TIMEOUT, "real nodes Ready")
+            machines.start_proxy(binary, plane.kubeconfig_for(KUBE_PROXY))
         cluster = RealCluster(plane, rest, loaded, machines=machines)
         asyncio.run(_serve(cluster, args))
     except (ControlPlaneError, MachineError, ImageError, TimeoutError, ApiError) as exc:
