@@ -8,7 +8,13 @@ requests apart (its logs, and any audit policy, name the user); all of them are 
 ``system:masters`` because this cluster exists only for the run and RBAC bootstrapping is not
 what it is for. The exceptions are what runs on the real nodes: their kubelets
 (``system:node:<name>``) and kube-proxy (``system:kube-proxy``) have the permissions the
-bootstrap RBAC gives them, as on a real cluster. Each process writes to its
+bootstrap RBAC gives them, as on a real cluster. The API server shows those kubelets a client
+certificate of the run's CA, and dials each one by the node's name (its ``Hostname`` address),
+which its own ``/etc/hosts`` resolves to the loopback address where the real nodes' network is
+bridged to that kubelet's port (``machines.ClusterNetwork``): ``kubectl logs``, ``exec`` and
+``port-forward`` reach the real nodes' pods. Unlike a hardened cluster's, it does
+not verify the kubelets' self-signed serving certificates (no
+``--kubelet-certificate-authority``). Each process writes to its
 own log file in the run's directory (a full pipe would block it), and every process started is
 killed when the run ends, also when the parent dies first (``PR_SET_PDEATHSIG``).
 """
@@ -29,7 +35,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,6 +167,9 @@ class ControlPlane:
     # only, but a loopback address is not a valid endpoint: with real nodes, the address where
     # their network reaches this machine.
     advertise_address: str = "127.0.0.1"
+    # Where the API server dials a real node's kubelet (name -> an address on this machine's
+    # loopback): its /etc/hosts, in a mount namespace of its own, gives each name its address.
+    kubelet_hosts: Mapping[str, str] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     kwok: dict[str, Component] = field(default_factory=dict)
@@ -230,7 +239,12 @@ class ControlPlane:
                 "--allow-privileged=true",
                 f"--audit-policy-file={policy}",
                 f"--audit-log-path={audit_log}",
+                # What it shows a kubelet (logs, exec, port-forward); the kubelets' serving
+                # certificates are self-signed and not verified.
+                f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+                f"--kubelet-client-key={pki.kubelet_client_key}",
             ],
+            wrapper=self._kubelet_names(),
         )
         verified = ssl.create_default_context(cafile=str(pki.ca_cert))
         self.audit = AuditLog(
@@ -343,6 +357,27 @@ class ControlPlane:
                 component.popen.wait()
 
     # ----------------------------------------------------------------- internals
+    def _kubelet_names(self) -> list[str]:
+        """With real nodes, what the API server runs under: a mount namespace of its own whose
+        ``/etc/hosts`` adds the nodes' names (which a node reports as its ``Hostname`` address,
+        the first the API server dials a kubelet by) at ``kubelet_hosts``' addresses. Its
+        network stays this machine's."""
+        if not self.kubelet_hosts:
+            return []
+        hosts = self.workdir / "hosts"
+        added = "".join(f"{address} {name}\n" for name, address in self.kubelet_hosts.items())
+        hosts.write_text(f"{Path('/etc/hosts').read_text()}\n{added}")
+        return [
+            "unshare",
+            "--mount",
+            "--propagation=private",
+            "--",
+            "sh",
+            "-ec",
+            'mount --bind "$0" /etc/hosts; exec "$@"',
+            str(hosts),
+        ]
+
     def _write_tokens(self) -> None:
         users = [ADMIN, HARNESS, CONTROLLER_MANAGER, SCHEDULER, AUDIT_BARRIER, SHARED_KWOK]
         users.append(CSI_SIDECARS)
@@ -404,10 +439,12 @@ class ControlPlane:
         self.components[name] = component
         return component
 
-    def _spawn(self, name: str, argv: list[str], *, register: bool = True) -> Component:
+    def _spawn(
+        self, name: str, argv: list[str], *, register: bool = True, wrapper: Sequence[str] = ()
+    ) -> Component:
         component = Component(
             name,
-            self.spawn_command(name, [str(self.binary), *argv]),
+            self.spawn_command(name, [*wrapper, str(self.binary), *argv]),
             log=self.workdir / f"{name}.log",
         )
         if register:

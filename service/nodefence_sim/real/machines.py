@@ -15,7 +15,12 @@ loopback, its pods on a bridge of its own, so pods on two nodes reach each other
 stays on this machine's loopback; in the cluster's namespace ``socat`` answers on the same
 address and port (for the kubeconfigs) and on ``HOST_IN_CLUSTER`` (the API server's advertise
 address, so the ``kubernetes`` Service's endpoint), through a Unix socket, so the kubelets and
-the pods reach it without a rule in this machine's firewall. One kube-proxy (iptables mode, as
+the pods reach it without a rule in this machine's firewall. The other way, each kubelet's port
+(10250 on its node IP) is bridged the same way to an address of its own on this machine's
+loopback (``kubelet_addresses``), which the API server's ``/etc/hosts`` gives the node's name:
+the API server dials a kubelet by that name, as in a cluster, for ``kubectl logs``, ``exec`` and
+``port-forward``, with its client certificate of the run's CA (the kubelets' ``clientCAFile``).
+One kube-proxy (iptables mode, as
 the first real node's) writes every Service's rules in that namespace only: pods and processes
 of the namespace reach Services by their ClusterIP; its rules go with the namespace.
 
@@ -30,8 +35,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -55,6 +62,8 @@ CLUSTER_CIDR = "10.201.0.0/16"
 # ports the socat listeners and containerd's stream servers get there): its usual ports.
 PROXY_HEALTHZ = "127.0.0.1:10256"
 PROXY_METRICS = "127.0.0.1:10249"
+# Every kubelet's port on its node IP, as in a cluster.
+KUBELET_PORT = 10250
 # Where pods on real nodes reach this machine's loopback services (the control surface and the
 # BMCs): a BMC network of their own, as a real cluster's nodes reach their BMCs.
 HOST_IN_CLUSTER = "10.200.0.254"
@@ -201,6 +210,34 @@ class ClusterNetwork:
                     ],
                 )
             )
+
+    def reach_kubelet(self, node_ip: str, address: str) -> None:
+        """The kubelet's port at ``node_ip`` in the cluster's namespace, at ``address`` (on this
+        machine's loopback) for the API server: ``_forward`` the other way round."""
+        unix = self.workdir / f"kubelet-{node_ip}.sock"
+        self.bridges.append(
+            self.spawn(
+                f"kubelet-port-{node_ip}",
+                [
+                    "nsenter",
+                    f"--net={self.path}",
+                    "socat",
+                    f"UNIX-LISTEN:{unix},fork,mode=600",
+                    f"TCP:{node_ip}:{KUBELET_PORT}",
+                ],
+            )
+        )
+        _wait(unix.exists, START_TIMEOUT, f"the socket in front of {node_ip}:{KUBELET_PORT}")
+        self.bridges.append(
+            self.spawn(
+                f"kubelet-port-{address}",
+                [
+                    "socat",
+                    f"TCP-LISTEN:{KUBELET_PORT},bind={address},fork,reuseaddr",
+                    f"UNIX-CONNECT:{unix}",
+                ],
+            )
+        )
 
     def _ip(self, *args: str) -> None:
         _run(["ip", "-n", self.name, *args])
@@ -567,7 +604,7 @@ class Machine:
             "enforceNodeAllocatable": ["pods"],
             "containerRuntimeEndpoint": f"unix://{self.socket}",
             "address": self.node_ip,
-            "port": 10250,
+            "port": KUBELET_PORT,
             "readOnlyPort": 0,
             "healthzBindAddress": self.node_ip,
             "healthzPort": 10248,
@@ -627,6 +664,27 @@ def real_node_names(count: int) -> list[str]:
     return [f"real{index:02d}" for index in range(1, count + 1)]
 
 
+def kubelet_addresses(names: list[str]) -> dict[str, str]:
+    """Where the API server dials each real node's kubelet: ``127.<a>.<b>.<n>`` for the n-th
+    node, on this machine's loopback (all of 127.0.0.0/8 is), with ``<a>.<b>`` picked at random
+    among those whose addresses have the kubelet's port free."""
+    for _ in range(32):
+        prefix = f"127.{1 + secrets.randbelow(254)}.{secrets.randbelow(256)}"
+        chosen = {name: f"{prefix}.{index}" for index, name in enumerate(names, start=1)}
+        if all(_port_free(address, KUBELET_PORT) for address in chosen.values()):
+            return chosen
+    raise MachineError(f"no loopback addresses with port {KUBELET_PORT} free for the kubelets")
+
+
+def _port_free(address: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
 def start_machines(
     *,
     count: int,
@@ -634,6 +692,7 @@ def start_machines(
     binary: Path,
     api_port: int,
     ca_cert: Path,
+    kubelet_hosts: dict[str, str],
     kubeconfig_for: Callable[[str], Path],
     spawn: Callable[[str, list[str]], subprocess.Popen[bytes]],
     system_uuid: Callable[[str], str],
@@ -642,7 +701,8 @@ def start_machines(
 ) -> RealMachines:
     """Power on ``count`` machines, the local pause and busybox images and ``extra_images``
     (docker archives, as ``docker save`` writes them) in each; their kubelets register their
-    Nodes themselves."""
+    Nodes themselves, and their ports are bridged to ``kubelet_hosts`` (name -> address on this
+    machine's loopback) for the API server."""
     check_tools()
     for archive in extra_images:
         if not archive.is_file():
@@ -662,6 +722,7 @@ def start_machines(
         for index, name in enumerate(real_node_names(count), start=1):
             node_ip = f"10.200.0.{index}"
             network.add_address(node_ip)
+            network.reach_kubelet(node_ip, kubelet_hosts[name])
             machine_dir = workdir / "machines" / name
             machine_dir.mkdir(parents=True)
             machine = Machine(

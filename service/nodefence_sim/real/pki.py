@@ -1,8 +1,12 @@
 """Throwaway certificates for one run of the real control plane, made at start so none is ever
-stored: a CA, the kube-apiserver's serving certificate and the service-account signing key.
+stored: a CA, the kube-apiserver's serving certificate, its client certificate for the
+kubelets and the service-account signing key.
 
 The serving certificate names every address a client may dial: loopback for the tests and the
-in-cluster names and service IP that the controllers' service-account kubeconfigs use.
+in-cluster names and service IP that the controllers' service-account kubeconfigs use. The
+kubelet client certificate (``kube-apiserver-kubelet-client`` in ``system:masters``, as
+kubeadm makes it) is what the API server shows a real node's kubelet, which trusts the run's CA
+for its clients, to read logs and open exec and port-forward streams.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class Pki:
     serving_key: Path
     sa_key: Path
     sa_pub: Path
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -102,6 +108,26 @@ def make_pki(directory: Path) -> Pki:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
+    kubelet_client_key = _key()
+    kubelet_client = (
+        x509.CertificateBuilder()
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+                ]
+            )
+        )
+        .issuer_name(ca_name)
+        .public_key(kubelet_client_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     sa_key = _key()
     pki = Pki(
         ca_cert=directory / "ca.crt",
@@ -109,11 +135,15 @@ def make_pki(directory: Path) -> Pki:
         serving_key=directory / "apiserver.key",
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
+        kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
+        kubelet_client_key=directory / "apiserver-kubelet-client.key",
     )
     pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.serving_key, serving_key)
     _write_key(pki.sa_key, sa_key)
+    pki.kubelet_client_cert.write_bytes(kubelet_client.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki.kubelet_client_key, kubelet_client_key)
     pki.sa_pub.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo

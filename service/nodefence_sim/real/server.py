@@ -46,6 +46,7 @@ from nodefence_sim.real.machines import (
     HOST_IN_CLUSTER,
     MachineError,
     RealMachines,
+    kubelet_addresses,
     real_node_names,
     start_machines,
 )
@@ -203,6 +204,11 @@ def run_from_cli(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="nodefence-sim-real-"))
     nodes = [str(o["metadata"]["name"]) for o in scenario.objects if o.get("kind") == "Node"]
     real_nodes = real_node_names(args.real_nodes)
+    try:
+        kubelet_hosts = kubelet_addresses(real_nodes) if real_nodes else {}
+    except MachineError as exc:
+        print(f"nodefence simulate: {exc}", file=sys.stderr)
+        return 1
     plane = ControlPlane(
         binary,
         workdir,
@@ -210,6 +216,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
         node_monitor_grace_period=args.node_monitor_grace_period or DEFAULT_GRACE,
         real_node_names=real_nodes,
         advertise_address=HOST_IN_CLUSTER if real_nodes else "127.0.0.1",
+        kubelet_hosts=kubelet_hosts,
     )
     machines: RealMachines | None = None
     failed = False
@@ -233,6 +240,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
                 binary=binary,
                 api_port=plane.api_port,
                 ca_cert=plane.ca_cert,
+                kubelet_hosts=kubelet_hosts,
                 kubeconfig_for=plane.kubeconfig_for,
                 spawn=plane.spawn_command,
                 system_uuid=system_uuid,
