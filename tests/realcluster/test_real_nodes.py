@@ -363,6 +363,7 @@ def test_the_seed_story_as_users_run_it(
     victim, survivor, marker = "real02", "real01", f"nodefence-test-{secrets.token_hex(6)}"
     namespace, release = "nodefence-story", "story"
     service_host = f"{release}-nodefence.{namespace}.svc"
+    receiver = f"{MONITORING}/{release}-nodefence/nodefence"
     token = secrets.token_urlsafe(16)
     bmcs = _inside(cluster)
     inventory = yaml.safe_load(Path(cluster.inventory).read_text())
@@ -409,7 +410,7 @@ def test_the_seed_story_as_users_run_it(
                 rest,
                 MONITORING,
                 ALERTMANAGER,
-                until=lambda t: nodefence_route(yaml.safe_load(t)) is not None,
+                until=lambda t: nodefence_route(yaml.safe_load(t), receiver) is not None,
                 within=STEP_WITHIN,
             )
         except TimeoutError as exc:
@@ -566,8 +567,8 @@ def _ready_endpoints(cluster: Any, namespace: str) -> set[str]:
 
 
 def _decisions(cluster: Any, namespace: str, pod: str) -> list[dict[str, Any]]:
-    """The decisions a receiver logged, read from its machine's pod log (the API server cannot
-    reach a kubelet for ``kubectl logs``)."""
+    """The decisions a receiver logged, read from its machine's pod log (which outlives a dead
+    kubelet and a powered-off machine, when ``kubectl logs`` answers an error)."""
     run = _run_directory(cluster.process.popen.pid)
     found = []
     for log in run.glob(f"machines/*/var-log/pods/{namespace}_{pod}_*/*/*.log"):
@@ -662,7 +663,8 @@ def _in_cluster(cluster: Any, method: str, url: str, body: Any = None) -> tuple[
 
 def _story(cluster: Any, node: str, namespace: str) -> str:
     """What a failed wait for the receivers saw: the Node's Events and the tail of each
-    receiver's log, read from its machine's pod logs (the API server cannot reach a kubelet)."""
+    receiver's log, read from its machine's pod logs (which outlive a dead kubelet and a
+    powered-off machine, when ``kubectl logs`` answers an error)."""
     events = cluster.core.list_event_for_all_namespaces(
         field_selector=f"involvedObject.kind=Node,involvedObject.name={node}"
     ).items
@@ -950,6 +952,76 @@ def _kube_proxies(workdir: Path) -> list[int]:
         if "proxy" in argv and f"--config={workdir}/kube-proxy.yaml" in argv:
             found.append(int(proc.name))
     return found
+
+
+def test_kubectl_logs_exec_and_port_forward_reach_the_kubelets(cluster: Any) -> None:
+    """The API server dials a real node's kubelet by the node's name, with its client
+    certificate of the run's CA: a container's log through the API, ``kubectl exec`` into it and
+    ``kubectl port-forward`` to its port, on each real node."""
+    marker = f"nodefence-test-{secrets.token_hex(6)}"
+    kubeconfig = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    for node in REAL:
+        script = (
+            f"echo {marker} on {node}; mkdir /tmp/{marker}; echo {node} > /tmp/{marker}/index.html;"
+            f" exec httpd -f -p 8080 -h /tmp/{marker}"
+        )
+        cluster.core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"kubectl-{node}"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [busybox("main", marker, command=["sh", "-c", script])],
+                },
+            },
+        )
+    for node in REAL:
+        pod = f"kubectl-{node}"
+        eventually(
+            lambda pod=pod: running_on(cluster.core, pod),
+            within=STEP_WITHIN,
+            what=f"{pod} Running",
+        )
+
+        def logged(pod: str = pod, node: str = node) -> bool:
+            said = cluster.core.read_namespaced_pod_log(pod, NAMESPACE)
+            return f"{marker} on {node}" in said
+
+        eventually(logged, within=30, what=f"{pod}'s log read through the API server")
+
+        executed = subprocess.run(
+            ["kubectl", "exec", pod, "--", "cat", "/proc/1/cmdline"],
+            env=kubeconfig,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert executed.returncode == 0, executed.stderr
+        assert executed.stdout.split("\0")[:4] == ["httpd", "-f", "-p", "8080"], executed.stdout
+        assert marker in executed.stdout, executed.stdout
+
+        forward = subprocess.Popen(
+            ["kubectl", "port-forward", f"pod/{pod}", ":8080"],
+            env=kubeconfig,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert forward.stdout is not None
+            said = forward.stdout.readline()
+            found = re.search(r"Forwarding from 127\.0\.0\.1:(\d+) -> 8080", said)
+            assert found is not None, said
+            code, body = http("GET", f"http://127.0.0.1:{found.group(1)}/index.html")
+            assert (code, body.decode().strip()) == (200, node), (code, body)
+        finally:
+            forward.terminate()
+            forward.wait(timeout=30)
+    for node in REAL:
+        cluster.core.delete_namespaced_pod(f"kubectl-{node}", NAMESPACE, grace_period_seconds=0)
 
 
 def test_stop_leaves_nothing_behind(cluster: Any) -> None:

@@ -126,6 +126,7 @@ def monitoring_stack(
     Secret the chart's AlertmanagerConfig names. Everything, the CRDs included, is removed
     again (``namespace`` too)."""
     binary = need_operator()
+    workdir.mkdir(parents=True, exist_ok=True)
     rest = po.rest_from_kubeconfig(backend.kubeconfig, workdir)
     core, custom = backend.core, client.CustomObjectsApi(backend.api)
     crds = po.apply_crds(rest, po.crd_files(binary))
@@ -295,9 +296,10 @@ def stack(real_backend: RealBackend, tmp_path_factory: pytest.TempPathFactory) -
             )
 
 
-def nodefence_route(config: dict[str, Any]) -> dict[str, Any] | None:
+def nodefence_route(config: dict[str, Any], receiver: str = RECEIVER) -> dict[str, Any] | None:
+    """The first-level route to nodefence's ``receiver`` (the release's), once generated."""
     return next(
-        (r for r in config["route"].get("routes") or [] if r.get("receiver") == RECEIVER), None
+        (r for r in config["route"].get("routes") or [] if r.get("receiver") == receiver), None
     )
 
 
