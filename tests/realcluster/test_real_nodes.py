@@ -52,7 +52,8 @@ REAL = ("real01", "real02")
 KWOK = ("compute01", "compute02", "control01", "control02", "control03")
 NAMESPACE = "default"
 STEP_WITHIN = 180.0
-CGROUP = re.compile(r"nodefence-sim-(real\d+)")
+# A real node's cgroup: nodefence-sim-<the backend's PID>-<node>.
+CGROUP = re.compile(r"nodefence-sim-\d+-(real\d+)")
 POLICY = {
     "cluster": {"storm_cooldown_seconds": 0},
     "rules": [
@@ -321,16 +322,7 @@ def test_the_chart_runs_the_product_image_on_real_nodes(
             if line.split()[4] == "/"
         )
         assert "ro" in root[5].split(","), root
-    helm(
-        "uninstall",
-        release,
-        "--namespace",
-        namespace,
-        "--wait",
-        home=tmp_path / "helm",
-        timeout=300,
-        KUBECONFIG=str(cluster.kubeconfig),
-    )
+    uninstall(cluster, release, namespace, tmp_path)
 
 
 STORY_POLICY = {
@@ -432,16 +424,7 @@ def test_the_seed_story_as_users_run_it(
         _story_fenced_and_back(
             cluster, namespace, alertmanager, victim=victim, survivor=survivor, marker=marker
         )
-        helm(
-            "uninstall",
-            release,
-            "--namespace",
-            namespace,
-            "--wait",
-            home=tmp_path / "helm",
-            timeout=300,
-            KUBECONFIG=str(cluster.kubeconfig),
-        )
+        uninstall(cluster, release, namespace, tmp_path)
 
 
 def _story_fenced_and_back(
@@ -786,6 +769,20 @@ class Volume:
         return []
 
 
+def uninstall(cluster: Any, release: str, namespace: str, tmp_path: Path) -> None:
+    """``helm uninstall --wait``: the release's pods gone before the next test places its own."""
+    helm(
+        "uninstall",
+        release,
+        "--namespace",
+        namespace,
+        "--wait",
+        home=tmp_path / "helm",
+        timeout=300,
+        KUBECONFIG=str(cluster.kubeconfig),
+    )
+
+
 def install_on_real_nodes(
     cluster: Any, image: str, release: str, namespace: str, tmp_path: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
@@ -1036,13 +1033,13 @@ def test_stop_leaves_nothing_behind(cluster: Any) -> None:
     assert netns not in _namespaces()
     assert _kube_proxies(workdir) == []
     left = [
-        str(h / f"nodefence-sim-{node}")
+        str(h / f"{netns}-{node}")
         for h in Path("/sys/fs/cgroup").iterdir()
         for node in REAL
-        if (h / f"nodefence-sim-{node}").exists()
+        if (h / f"{netns}-{node}").exists()
     ]
     assert left == []
-    assert not any(CGROUP.search(_cgroup(p)) for p in Path("/proc").iterdir() if p.name.isdigit())
+    assert not any(f"/{netns}-" in _cgroup(p) for p in Path("/proc").iterdir() if p.name.isdigit())
     mounts = Path("/proc/mounts").read_text()
     assert netns not in mounts
     assert str(workdir) not in mounts

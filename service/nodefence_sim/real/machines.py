@@ -314,7 +314,9 @@ class Machine:
 
     @property
     def cgroup(self) -> str:
-        return f"nodefence-sim-{self.name}"
+        """Named after the run's network namespace too: two runs on one machine each have a
+        real01, and neither may take the other's cgroups away when it stops."""
+        return f"{self.network.name}-{self.name}"
 
     @property
     def socket(self) -> Path:
