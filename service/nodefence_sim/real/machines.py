@@ -8,7 +8,9 @@ power cut does, and its mounts go with its mount namespace. Inside it, before an
 the machine is given what a machine of its own would show: its boot ID (a new one at each power
 on), its DMI ``product_uuid`` (the ``systemUUID`` its BMC reports) and the kernel settings the
 kubelet checks (``protectKernelDefaults``), as files bind-mounted over the machine's, so no
-kubelet rewrites this machine's sysctls.
+kubelet rewrites this machine's sysctls. With a CSI driver (``storage``), the machine also runs
+the driver's node plugin, registered with its kubelet: it stages and publishes the volumes of
+the machine's pods in the machine's mount namespace, and dies with the machine.
 
 Every machine lives in one network namespace for the cluster: its node IP on that namespace's
 loopback, its pods on a bridge of its own, so pods on two nodes reach each other. The API server
