@@ -33,6 +33,16 @@ PORT_CLAIMS = "NODEFENCE_PORT_CLAIMS"
 PORT_ATTEMPTS = 1000
 
 
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections until the block ends: bound and never
+    listening, so no server started meanwhile (one binding port 0 included, which
+    ``free_port``'s claims cannot keep away) takes it and answers."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
+
+
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
     """A port on 127.0.0.1 for servers that must be told theirs up front (Prometheus,
     Alertmanager, BMCs; ``SOCK_DGRAM`` for IPMI's UDP).

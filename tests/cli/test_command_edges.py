@@ -11,10 +11,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bench.processes import free_port
+from bench.processes import closed_port, free_port
 
 from nodefence_sim.demo.payloads import node_alert, webhook
 from nodefence_sim.kubeconfig import write_kubeconfig
@@ -45,9 +46,11 @@ def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def closed_port_kubeconfig(tmp_path: Path) -> Path:
-    """A kubeconfig whose server is a loopback port nothing listens on."""
-    return write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")
+def closed_port_kubeconfig(tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig whose server is a loopback port nothing listens on, for the whole test (a
+    port only found free was once taken by a simulated API server, which answered)."""
+    with closed_port() as port:
+        yield write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
 
 
 @pytest.mark.parametrize(
@@ -105,11 +108,12 @@ def test_check_config_reports_the_cluster_and_alertmanager_it_reaches(cluster: C
     assert kubernetes["version"] == "v1.24.8"
     assert kubernetes["namespace"]["nodefence"]["nodefence-fences"] == "absent (not written yet)"
 
-    silent = f"http://127.0.0.1:{free_port()}"
-    failed = _run(
-        "check-config",
-        env=_env(KUBECONFIG=str(cluster.kubeconfig), NODEFENCE_ALERTMANAGER_URL=silent),
-    )
+    with closed_port() as port:
+        silent = f"http://127.0.0.1:{port}"
+        failed = _run(
+            "check-config",
+            env=_env(KUBECONFIG=str(cluster.kubeconfig), NODEFENCE_ALERTMANAGER_URL=silent),
+        )
 
     assert failed.returncode == 1
     assert f"nodefence: check-config: Alertmanager at {silent}" in failed.stderr
