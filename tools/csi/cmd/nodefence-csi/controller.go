@@ -145,6 +145,23 @@ func (d *driver) readAttachment(id string) (*attachmentRecord, error) {
 	return &a, nil
 }
 
+// attachmentOf is the attachment of a volume that must exist (nil while it is attached
+// nowhere), failing as gRPC statuses: NotFound for an unknown volume. The caller holds d.mu.
+func (d *driver) attachmentOf(id string) (*attachmentRecord, error) {
+	vol, err := d.readVolume(id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if vol == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
+	}
+	att, err := d.readAttachment(id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return att, nil
+}
+
 func internal(err error) error { return status.Error(codes.Internal, err.Error()) }
 
 // --- Identity ---
@@ -297,16 +314,9 @@ func (d *driver) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	vol, err := d.readVolume(id)
+	att, err := d.attachmentOf(id)
 	if err != nil {
-		return nil, internal(err)
-	}
-	if vol == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
-	}
-	att, err := d.readAttachment(id)
-	if err != nil {
-		return nil, internal(err)
+		return nil, err
 	}
 	if att != nil {
 		if att.NodeID == node {

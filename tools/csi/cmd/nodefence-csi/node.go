@@ -43,16 +43,9 @@ func (d *driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	vol, err := d.readVolume(id)
+	att, err := d.attachmentOf(id)
 	if err != nil {
-		return nil, internal(err)
-	}
-	if vol == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
-	}
-	att, err := d.readAttachment(id)
-	if err != nil {
-		return nil, internal(err)
+		return nil, err
 	}
 	if att == nil || att.NodeID != d.nodeID {
 		where := "not attached to any node"
